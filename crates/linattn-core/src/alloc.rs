@@ -1,0 +1,76 @@
+//! Host-memory meter: a global allocator that counts live bytes and their peak, so the
+//! harness can report a CPU backend's extra memory per run (SPEC §8's memory column).
+//! A binary opts in with `#[global_allocator] static A: CountingAllocator = CountingAllocator;`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// The system allocator plus two counters (relaxed atomics: a few ns per allocation).
+pub struct CountingAllocator;
+
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged to the system allocator.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            note_alloc(layout.size());
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged to the system allocator.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            note_alloc(layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from this allocator, i.e. from `System`, with this layout.
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: same contract as GlobalAlloc::realloc, forwarded to `System`.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+            note_alloc(new_size);
+        }
+        p
+    }
+}
+
+fn note_alloc(size: usize) {
+    INSTALLED.store(true, Ordering::Relaxed);
+    let live = LIVE.fetch_add(size, Ordering::Relaxed) + size;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+/// Reading the meter.
+pub struct HostMemory;
+
+impl HostMemory {
+    /// True once the counting allocator has seen an allocation (i.e. it is installed).
+    pub fn is_metered() -> bool {
+        INSTALLED.load(Ordering::Relaxed)
+    }
+    /// Live bytes now.
+    pub fn live() -> usize {
+        LIVE.load(Ordering::Relaxed)
+    }
+    /// Starts a measurement: resets the peak to the live bytes and returns them (the baseline).
+    pub fn start() -> usize {
+        let live = LIVE.load(Ordering::Relaxed);
+        PEAK.store(live, Ordering::Relaxed);
+        live
+    }
+    /// Peak bytes above `baseline` since [`HostMemory::start`].
+    pub fn peak_above(baseline: usize) -> usize {
+        PEAK.load(Ordering::Relaxed).saturating_sub(baseline)
+    }
+}

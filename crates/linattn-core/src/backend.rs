@@ -1,0 +1,150 @@
+use crate::error::{AttnError, Unsupported};
+use crate::problem::{Form, Precision, Problem};
+use crate::tensor::{Grads, Inputs, Tensor};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// Where a backend's data lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+/// What a backend computes: linear attention in some form, or the softmax baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    Linear(Form),
+    /// Naive softmax attention `softmax(QKᵀ/√D)V`, materialising N×N (SPEC §1). Ignores the
+    /// feature map, ε and decay of the problem.
+    Softmax,
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Algorithm::Linear(form) => write!(f, "linear/{form}"),
+            Algorithm::Softmax => f.write_str("softmax"),
+        }
+    }
+}
+
+/// How gradients are obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackwardKind {
+    /// SPEC §4: states recomputed by scans, O(C·M) extra memory per head.
+    Efficient,
+    /// Every state S_i kept from the forward: O(N·C·M) memory, for the memory contrast.
+    StoredStates,
+    /// Gradients from a framework's autograd (candle) or closed-form matrix calculus.
+    Autograd,
+}
+
+/// Static description of a backend, used by the harness for names, tolerances and grouping.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BackendInfo {
+    /// Stable name, `device/form/precision` with an optional `+variant`:
+    /// `cpu-ref/causal_recurrent/f64`, `cuda/causal_cumsum/f16`, `cuda/softmax/f32`.
+    pub name: String,
+    pub device: DeviceKind,
+    pub precision: Precision,
+    pub algorithm: Algorithm,
+    /// `None` when the backend has no backward.
+    pub backward: Option<BackwardKind>,
+}
+
+/// What a timed run reports.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunStats {
+    /// Wall time of the run as the backend measures it: `Instant` on the CPU, CUDA events
+    /// around the launches on a GPU (inputs already resident).
+    pub elapsed: Duration,
+    /// Device backends: peak bytes the backend held on the device during the run beyond the
+    /// staged inputs (outputs and workspace), counted exactly from its own allocations.
+    /// Host backends leave `None`: the harness measures them with [`crate::CountingAllocator`].
+    pub device_bytes: Option<u64>,
+}
+
+/// The one trait every implementation provides. The harness (`linattn check`, `bench`,
+/// `attend`) drives backends through it and nothing else.
+///
+/// Life cycle: [`Backend::stage`] (convert and upload; not timed) → [`Backend::run_forward`]
+/// (timed) → optionally [`Backend::run_backward`] (timed; needs d_out staged and a forward
+/// before it) → [`Backend::output`] / [`Backend::grads`] (download; not timed).
+pub trait Backend: Send {
+    fn info(&self) -> &BackendInfo;
+
+    fn name(&self) -> &str {
+        &self.info().name
+    }
+
+    /// `Ok` when this backend can run `problem` here. `Unsupported::Unavailable` when the
+    /// machine lacks what it needs (no CUDA driver, no device), `Unsupported::Problem` when
+    /// this problem is outside what it implements (head dim, map, causality). Cheap.
+    fn supports(&self, problem: &Problem) -> Result<(), Unsupported>;
+
+    /// Validates and stages inputs in the backend's own storage (precision conversion,
+    /// device upload). Any earlier staged data is dropped.
+    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError>;
+
+    /// Computes O from the staged inputs.
+    fn run_forward(&mut self) -> Result<RunStats, AttnError>;
+
+    /// Computes dQ, dK, dV from the staged inputs and d_out (after a forward).
+    fn run_backward(&mut self) -> Result<RunStats, AttnError>;
+
+    /// O of the last forward, widened to f64.
+    fn output(&mut self) -> Result<Tensor, AttnError>;
+
+    /// Gradients of the last backward, widened to f64.
+    fn grads(&mut self) -> Result<Grads, AttnError>;
+
+    /// Drops staged data and results (device memory back to the pool).
+    fn release(&mut self) {}
+
+    /// Convenience: stage, forward, read O.
+    fn forward(&mut self, problem: &Problem, inputs: &Inputs) -> Result<Tensor, AttnError> {
+        self.supports(problem)?;
+        self.stage(problem, inputs)?;
+        self.run_forward()?;
+        self.output()
+    }
+
+    /// Convenience: stage, forward, backward; O and the gradients.
+    fn forward_backward(
+        &mut self,
+        problem: &Problem,
+        inputs: &Inputs,
+    ) -> Result<(Tensor, Grads), AttnError> {
+        self.supports(problem)?;
+        inputs.require_d_out()?;
+        self.stage(problem, inputs)?;
+        self.run_forward()?;
+        self.run_backward()?;
+        Ok((self.output()?, self.grads()?))
+    }
+}
+
+/// Standard `supports` checks shared by linear-attention backends: the problem is valid
+/// and the form computes its causality.
+pub fn check_linear_form(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
+    if let Algorithm::Linear(form) = info.algorithm {
+        if !form.supports(problem.causality) {
+            return Err(Unsupported::Problem(format!(
+                "{form} form computes {} attention only",
+                if problem.causality.is_causal() {
+                    "non-causal"
+                } else {
+                    "causal"
+                }
+            )));
+        }
+    }
+    problem
+        .validate()
+        .map_err(|e| Unsupported::Problem(e.to_string()))
+}

@@ -1,0 +1,30 @@
+//! Vocabulary shared by every linattn crate.
+//!
+//! * [`Shape`], [`Problem`]: what is computed (B, H, N, D, M; causality; feature map; ε; decay).
+//! * [`Tensor`], [`Inputs`], [`Grads`]: host tensors `[B, H, N, D]`, row-major, f64.
+//! * [`AttnError`], [`Unsupported`]: typed errors; nothing in linattn panics on bad input.
+//! * [`Inputs::random`]: seeded inputs, identical on every run and for every backend.
+//! * [`ErrorMetrics`]: max-abs, max-rel and RMS-ratio error against a reference.
+//! * [`Backend`]: the one trait every implementation (CPU, softmax, CUDA) provides; the
+//!   harness knows nothing else.
+//! * [`CountingAllocator`]: the host-memory meter the harness installs as global allocator.
+
+mod alloc;
+mod backend;
+mod error;
+mod metrics;
+mod problem;
+mod rng;
+mod tensor;
+
+pub use alloc::{CountingAllocator, HostMemory};
+pub use backend::{
+    check_linear_form, Algorithm, Backend, BackendInfo, BackwardKind, DeviceKind, RunStats,
+};
+pub use error::{AttnError, Unsupported};
+pub use metrics::ErrorMetrics;
+pub use problem::{
+    Causality, FeatureMap, Form, Precision, Problem, Shape, DEFAULT_EPS, DEFAULT_FAVOR_SEED,
+};
+pub use rng::{favor_projection, SeededRng};
+pub use tensor::{Grads, Inputs, Tensor, TensorRole};
