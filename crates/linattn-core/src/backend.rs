@@ -106,6 +106,12 @@ pub trait Backend: Send {
     /// Drops staged data and results (device memory back to the pool).
     fn release(&mut self) {}
 
+    /// Evicts the inputs from caches before a timed run (e.g. writes a buffer larger than
+    /// the GPU's L2), so `bench --flush-l2` measures cold-cache time. Default: nothing.
+    fn flush_cache(&mut self) -> Result<(), AttnError> {
+        Ok(())
+    }
+
     /// Convenience: stage, forward, read O.
     fn forward(&mut self, problem: &Problem, inputs: &Inputs) -> Result<Tensor, AttnError> {
         self.supports(problem)?;

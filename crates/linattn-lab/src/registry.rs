@@ -1,0 +1,1 @@
+//! Backend registry (owner: lab helper 1).

@@ -1,0 +1,1 @@
+//! Results JSON (owner: lab helper 2).

@@ -1,0 +1,1 @@
+//! Statistics (owner: lab helper 2).
