@@ -74,3 +74,28 @@ impl HostMemory {
         PEAK.load(Ordering::Relaxed).saturating_sub(baseline)
     }
 }
+
+impl HostMemory {
+    /// Bytes the OS reports as available (`MemAvailable` of /proc/meminfo), if readable.
+    pub fn available() -> Option<u64> {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    }
+
+    /// Refuses, with a typed error, an allocation of `bytes` for `what` that would not fit in
+    /// available memory (keeping a 10% margin): Rust aborts on allocation failure and Linux
+    /// overcommit would OOM-kill later, so large buffers are checked before they are made.
+    pub fn ensure_available(bytes: u64, what: &str) -> Result<(), crate::AttnError> {
+        match Self::available() {
+            Some(avail) if bytes > avail / 10 * 9 => Err(crate::AttnError::OutOfMemory {
+                device: "host".into(),
+                requested_bytes: bytes,
+                detail: format!("{what}; {avail} bytes available"),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
