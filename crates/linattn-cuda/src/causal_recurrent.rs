@@ -1,6 +1,922 @@
-use linattn_core::Backend;
+//! Causal linear attention, recurrent form (SPEC §2–§4, §6), on the GPU.
+//!
+//! Backends:
+//! * `cuda/causal_recurrent/{f32,f16,bf16}` — forward scan with the C×M state in registers,
+//!   memory-efficient backward (SPEC §4: states recomputed by a forward scan for ∂Q, reverse
+//!   scans for ∂K and ∂V; O(C·M) state per block, O(N) saved denominators).
+//! * `cuda/causal_recurrent+storedbwd/{f32,f16}` — the naive backward: the forward writes every
+//!   S_i and z_i (N·C·M + N·C fp32 per head, on purpose, for the memory tables) and ∂Q reads
+//!   them back instead of recomputing.
+//!
+//! Kernels: `kernels/causal_recurrent.cu` (its header gives the math, the grid mapping and
+//! the limits). One module is compiled per (precision, map class, class of the scanned head
+//! dim): the forward and ∂V scans keep C rows per thread block, the ∂Q and ∂K scans M rows,
+//! so a problem with D and M in different classes loads two modules.
+//!
+//! Maps: identity (no normaliser), elu+1 and relu are fused in the kernels. Others (softmax,
+//! 1+cos, FAVOR+) go through the φ stage of [`crate::feature_map`]: it writes fp32 φ(Q), φ(K),
+//! the core runs with `CR_QK_F32` (identity map, normaliser on, FAVOR+'s per-token ε scale)
+//! and writes fp32 ∂φ(Q), ∂φ(K), which the stage chains through φ.
 
-/// Backends of this module (filled in by its owner).
+use std::marker::PhantomData;
+
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use half::{bf16, f16};
+use linattn_core::{
+    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind,
+    FeatureMap, Form, Grads, Inputs, Precision, Problem, RunStats, Tensor, Unsupported,
+};
+
+use crate::feature_map::{DeviceFeatures, FeatureStage};
+use crate::runtime::{
+    self, address_of, as_i32, blocks_for, check_head_dim, head_dim_class, storage_define,
+    DeviceBuffer, Gpu, KernelVariant, MemoryMeter, StorageElem,
+};
+
+pub const SOURCE_NAME: &str = "causal_recurrent.cu";
+pub const SOURCE: &str = include_str!("../../../kernels/causal_recurrent.cu");
+
+/// Every `extern "C"` kernel of `causal_recurrent.cu`.
+pub const ENTRY_POINTS: [&str; 7] = [
+    "cr_forward",
+    "cr_forward_stored",
+    "cr_backward_dq",
+    "cr_backward_dk",
+    "cr_backward_dv",
+    "cr_backward_prep",
+    "cr_dq_from_states",
+];
+
+/// Columns of the sliced dim each scan block owns (= lanes of a warp).
+pub const COLUMNS_PER_BLOCK: usize = 32;
+/// Threads of a scan block that hold the state (8 warps).
+pub const MAIN_THREADS: u32 = 256;
+/// The extra warp of a normalised forward that carries z and computes den.
+pub const Z_WARP_THREADS: u32 = 32;
+/// B·H is grid y of every kernel here.
+pub const MAX_BATCH_HEADS: usize = 65_535;
+/// Longest sequence: token indices plus a tile must stay within i32.
+pub const MAX_SEQ: usize = 1 << 30;
+/// Largest feature dim C the scans hold (the largest head-dim class).
+pub const MAX_FEATURE_DIM: usize = 256;
+/// Blocks of the grid-stride per-token kernels (enough to fill any current GPU).
+const MAX_GRID_STRIDE_BLOCKS: usize = 1 << 16;
+
+/// How φ reaches the core kernels: fused in them, or applied before by a φ stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MapClass {
+    /// φ(x) = x, no normaliser.
+    Identity,
+    EluPlusOne,
+    Relu,
+    /// Q, K arrive as fp32 φ(Q), φ(K); the core runs identity with a normaliser and writes
+    /// fp32 ∂φ(Q), ∂φ(K) for the φ stage's backward.
+    Staged,
+}
+
+impl MapClass {
+    pub const ALL: [MapClass; 4] = [
+        MapClass::Identity,
+        MapClass::EluPlusOne,
+        MapClass::Relu,
+        MapClass::Staged,
+    ];
+
+    pub fn of(map: &FeatureMap) -> MapClass {
+        match map {
+            FeatureMap::Identity => MapClass::Identity,
+            FeatureMap::EluPlusOne => MapClass::EluPlusOne,
+            FeatureMap::Relu => MapClass::Relu,
+            _ => MapClass::Staged,
+        }
+    }
+
+    /// `LA_MAP` code: the fused map (identity after a φ stage).
+    pub fn la_map(self) -> u32 {
+        match self {
+            MapClass::Identity | MapClass::Staged => 0,
+            MapClass::EluPlusOne => 1,
+            MapClass::Relu => 2,
+        }
+    }
+
+    pub fn normalised(self) -> bool {
+        self != MapClass::Identity
+    }
+
+    /// Whether Q and K (and ∂Q, ∂K) are fp32 φ buffers rather than storage elements.
+    pub fn qk_f32(self) -> bool {
+        self == MapClass::Staged
+    }
+}
+
+/// The module of `causal_recurrent.cu` for one precision, map class and head-dim class of
+/// the scanned dim (`CR_A_MAX`).
+pub fn variant(
+    precision: Precision,
+    map: MapClass,
+    a_class: usize,
+) -> Result<KernelVariant, Unsupported> {
+    let (storage_key, storage_value) = storage_define(precision)?;
+    if !runtime::HEAD_DIM_CLASSES.contains(&a_class) {
+        return Err(Unsupported::Problem(format!(
+            "head-dim class {a_class} is not one of {:?}",
+            runtime::HEAD_DIM_CLASSES
+        )));
+    }
+    let mut variant = KernelVariant::new(SOURCE_NAME, SOURCE)
+        .define(storage_key, storage_value)
+        .define("LA_MAP", map.la_map())
+        .define("LA_NORMALISED", u32::from(map.normalised()))
+        .define("CR_QK_F32", u32::from(map.qk_f32()))
+        .define("CR_A_MAX", a_class)
+        .hot();
+    for entry in ENTRY_POINTS {
+        variant = variant.entry(entry);
+    }
+    Ok(variant)
+}
+
+/// Every variant (3 precisions × 4 map classes × 4 head-dim classes), for the compile-all
+/// test: all kernels of a module are hot (each carries a scan), so none may spill.
+pub fn kernel_variants() -> Vec<KernelVariant> {
+    let mut all = Vec::new();
+    for precision in [Precision::F32, Precision::F16, Precision::BF16] {
+        for map in MapClass::ALL {
+            for class in runtime::HEAD_DIM_CLASSES {
+                if let Ok(v) = variant(precision, map, class) {
+                    all.push(v);
+                }
+            }
+        }
+    }
+    all
+}
+
+/// The four scans of `cr_scan` (see the kernel header's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanRole {
+    /// Rows C, columns M: O and den.
+    Forward,
+    /// Rows C, columns M, reverse: ∂V.
+    Dv,
+    /// Rows M, columns C: ∂Q.
+    Dq,
+    /// Rows M, columns C, reverse: ∂K.
+    Dk,
+}
+
+impl ScanRole {
+    fn rows_are_features(self) -> bool {
+        matches!(self, ScanRole::Forward | ScanRole::Dv)
+    }
+
+    /// (rows held per block, columns split across blocks) for feature dim C and value dim M.
+    pub fn dims(self, c_dim: usize, m_dim: usize) -> (usize, usize) {
+        if self.rows_are_features() {
+            (c_dim, m_dim)
+        } else {
+            (m_dim, c_dim)
+        }
+    }
+
+    /// `CR_A_MAX` class of the module this scan runs from.
+    pub fn class(self, c_dim: usize, m_dim: usize) -> Result<usize, Unsupported> {
+        let (rows, _) = self.dims(c_dim, m_dim);
+        let what = if self.rows_are_features() {
+            "feature dim C"
+        } else {
+            "value dim M"
+        };
+        head_dim_class(what, rows)
+    }
+}
+
+/// Launch shape of a scan: grid (⌈columns/32⌉, B·H), 256 threads, plus the z warp for a
+/// normalised forward.
+pub fn scan_launch(
+    role: ScanRole,
+    c_dim: usize,
+    m_dim: usize,
+    batch_heads: usize,
+    normalised: bool,
+) -> Result<LaunchConfig, AttnError> {
+    let (_, columns) = role.dims(c_dim, m_dim);
+    let slices = blocks_for(columns, COLUMNS_PER_BLOCK)?;
+    let batch_heads = grid_y(batch_heads)?;
+    let threads = if role == ScanRole::Forward && normalised {
+        MAIN_THREADS + Z_WARP_THREADS
+    } else {
+        MAIN_THREADS
+    };
+    Ok(LaunchConfig {
+        grid_dim: (slices, batch_heads, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+fn grid_y(batch_heads: usize) -> Result<u32, AttnError> {
+    if batch_heads == 0 || batch_heads > MAX_BATCH_HEADS {
+        return Err(AttnError::InvalidArgument(format!(
+            "B·H = {batch_heads}: CUDA kernels take 1..={MAX_BATCH_HEADS} (grid y)"
+        )));
+    }
+    Ok(batch_heads as u32)
+}
+
+/// Per-token kernels (`cr_backward_prep`): a warp per token, grid-stride.
+pub fn per_token_launch(tokens: usize) -> Result<LaunchConfig, AttnError> {
+    let blocks = blocks_for(tokens, 8)?.min(MAX_GRID_STRIDE_BLOCKS as u32);
+    Ok(LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+/// Checks a causal problem against what the recurrent (and cumsum) kernels take: head dims
+/// 16..=256 in multiples of 16, C ≤ 256, B·H ≤ 65535, N ≤ 2³⁰, a precision with kernels,
+/// and a map that is fused or has a φ stage.
+pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
+    check_linear_form(info, problem)?;
+    storage_define(info.precision)?;
+    let shape = &problem.shape;
+    check_head_dim("head dim D", shape.dk)?;
+    check_head_dim("value dim M", shape.dv)?;
+    let c_dim = problem.feature_dim();
+    if c_dim > MAX_FEATURE_DIM {
+        return Err(Unsupported::Problem(format!(
+            "feature dim C = {c_dim} of map {}: CUDA kernels take at most {MAX_FEATURE_DIM}",
+            problem.map
+        )));
+    }
+    if shape.bh() > MAX_BATCH_HEADS {
+        return Err(Unsupported::Problem(format!(
+            "B·H = {}: CUDA kernels take at most {MAX_BATCH_HEADS}",
+            shape.bh()
+        )));
+    }
+    if shape.seq > MAX_SEQ {
+        return Err(Unsupported::Problem(format!(
+            "sequence length N = {} exceeds {MAX_SEQ} (kernels index tokens in int)",
+            shape.seq
+        )));
+    }
+    if FeatureStage::needed(&problem.map) {
+        FeatureStage::check(problem)?;
+    }
+    Ok(())
+}
+
+/// Sizes and scalars every launch takes, as the kernels want them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CoreDims {
+    pub batch_heads: usize,
+    pub n: usize,
+    pub c: usize,
+    pub m: usize,
+    pub map: MapClass,
+    pub decay: f32,
+    pub eps: f32,
+}
+
+impl CoreDims {
+    pub fn of(problem: &Problem) -> CoreDims {
+        CoreDims {
+            batch_heads: problem.shape.bh(),
+            n: problem.shape.seq,
+            c: problem.feature_dim(),
+            m: problem.shape.dv,
+            map: MapClass::of(&problem.map),
+            decay: problem.decay as f32,
+            eps: problem.eps as f32,
+        }
+    }
+
+    pub fn tokens(&self) -> Result<usize, AttnError> {
+        self.batch_heads
+            .checked_mul(self.n)
+            .ok_or_else(|| AttnError::SizeOverflow("B·H·N".into()))
+    }
+
+    /// Elements of a [B·H, N, width] tensor.
+    pub fn len(&self, width: usize) -> Result<usize, AttnError> {
+        self.tokens()?
+            .checked_mul(width)
+            .ok_or_else(|| AttnError::SizeOverflow(format!("B·H·N·{width}")))
+    }
+
+    fn ints(&self) -> Result<(i32, i32, i32), AttnError> {
+        Ok((
+            as_i32("N", self.n)?,
+            as_i32("C", self.c)?,
+            as_i32("M", self.m)?,
+        ))
+    }
+}
+
+/// The module a scan runs from: its precision, map class and the class of its rows.
+fn module(
+    precision: Precision,
+    dims: &CoreDims,
+    role: ScanRole,
+) -> Result<KernelVariant, AttnError> {
+    let class = role.class(dims.c, dims.m)?;
+    Ok(variant(precision, dims.map, class)?)
+}
+
+/// Enqueues the forward scan. `states` = (S_i, z_i) buffers for the stored-states variant.
+/// `Q` is the element type of q, k: `T`, or f32 after a φ stage. `log_scales` are the device
+/// addresses of FAVOR+'s ε scales (0, 0 otherwise; see `feature_map`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_forward<T: DeviceRepr, Q: DeviceRepr>(
+    gpu: &Gpu,
+    precision: Precision,
+    dims: &CoreDims,
+    q: &CudaSlice<Q>,
+    k: &CudaSlice<Q>,
+    v: &CudaSlice<T>,
+    out: &mut CudaSlice<T>,
+    den: &mut CudaSlice<f32>,
+    states: Option<(&mut CudaSlice<f32>, &mut CudaSlice<f32>)>,
+    log_scales: (u64, u64),
+) -> Result<(), AttnError> {
+    let variant = module(precision, dims, ScanRole::Forward)?;
+    let config = scan_launch(
+        ScanRole::Forward,
+        dims.c,
+        dims.m,
+        dims.batch_heads,
+        dims.map.normalised(),
+    )?;
+    let (n, c, m) = dims.ints()?;
+    let entry = if states.is_some() {
+        "cr_forward_stored"
+    } else {
+        "cr_forward"
+    };
+    let function = gpu.function(&variant, entry)?;
+    let mut args = gpu.stream().launch_builder(&function);
+    args.arg(q).arg(k).arg(v).arg(out).arg(den);
+    if let Some((s, z)) = states {
+        args.arg(s).arg(z);
+    }
+    args.arg(&log_scales.0)
+        .arg(&log_scales.1)
+        .arg(&n)
+        .arg(&c)
+        .arg(&m)
+        .arg(&dims.decay)
+        .arg(&dims.eps);
+    // SAFETY: arguments match cr_forward / cr_forward_stored in number, type and order; the
+    // buffers hold [B·H, N, ·] elements as the callers allocate them.
+    unsafe { runtime::launch(args, gpu, config, entry) }
+}
+
+/// Buffers the backward reads and writes.
+pub(crate) struct BackwardBuffers<'a, T, Q> {
+    pub q: &'a CudaSlice<Q>,
+    pub k: &'a CudaSlice<Q>,
+    pub v: &'a CudaSlice<T>,
+    pub d_out: &'a CudaSlice<T>,
+    pub out: &'a CudaSlice<T>,
+    pub den: &'a CudaSlice<f32>,
+    pub gd: &'a mut CudaSlice<f32>,
+    pub dq: &'a mut CudaSlice<Q>,
+    pub dk: &'a mut CudaSlice<Q>,
+    pub dv: &'a mut CudaSlice<T>,
+    /// (S_i, z_i) from `cr_forward_stored`: ∂Q read from them instead of a scan.
+    pub states: Option<(&'a CudaSlice<f32>, &'a CudaSlice<f32>)>,
+}
+
+/// Enqueues the whole backward: gd (normalised maps), ∂Q (scan or stored states), ∂K, ∂V.
+pub(crate) fn launch_backward<T: DeviceRepr, Q: DeviceRepr>(
+    gpu: &Gpu,
+    precision: Precision,
+    dims: &CoreDims,
+    b: BackwardBuffers<'_, T, Q>,
+) -> Result<(), AttnError> {
+    let (n, c, m) = dims.ints()?;
+    let c_module = module(precision, dims, ScanRole::Dv)?;
+    let m_module = module(precision, dims, ScanRole::Dq)?;
+    let normalised = dims.map.normalised();
+
+    if normalised {
+        let tokens = dims.tokens()?;
+        let tokens_i64 = i64::try_from(tokens)
+            .map_err(|_| AttnError::SizeOverflow(format!("{tokens} tokens")))?;
+        let function = gpu.function(&c_module, "cr_backward_prep")?;
+        let mut args = gpu.stream().launch_builder(&function);
+        args.arg(b.d_out)
+            .arg(b.out)
+            .arg(b.den)
+            .arg(&mut *b.gd)
+            .arg(&tokens_i64)
+            .arg(&m);
+        // SAFETY: matches cr_backward_prep; g, out hold tokens·M, den and gd tokens elements.
+        unsafe { runtime::launch(args, gpu, per_token_launch(tokens)?, "cr_backward_prep") }?;
+    }
+
+    match b.states {
+        Some((states, z_states)) => {
+            let function = gpu.function(&c_module, "cr_dq_from_states")?;
+            let config = LaunchConfig {
+                grid_dim: (as_u32_grid_x(dims.n)?, grid_y(dims.batch_heads)?, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut args = gpu.stream().launch_builder(&function);
+            args.arg(b.q)
+                .arg(b.d_out)
+                .arg(b.den)
+                .arg(&*b.gd)
+                .arg(states)
+                .arg(z_states)
+                .arg(&mut *b.dq)
+                .arg(&n)
+                .arg(&c)
+                .arg(&m);
+            // SAFETY: matches cr_dq_from_states; states hold tokens·C·M, z_states tokens·C.
+            unsafe { runtime::launch(args, gpu, config, "cr_dq_from_states") }?;
+        }
+        None => {
+            let function = gpu.function(&m_module, "cr_backward_dq")?;
+            let config = scan_launch(ScanRole::Dq, dims.c, dims.m, dims.batch_heads, normalised)?;
+            let mut args = gpu.stream().launch_builder(&function);
+            args.arg(b.q)
+                .arg(b.k)
+                .arg(b.v)
+                .arg(b.d_out)
+                .arg(b.den)
+                .arg(&*b.gd)
+                .arg(&mut *b.dq)
+                .arg(&n)
+                .arg(&c)
+                .arg(&m)
+                .arg(&dims.decay);
+            // SAFETY: matches cr_backward_dq.
+            unsafe { runtime::launch(args, gpu, config, "cr_backward_dq") }?;
+        }
+    }
+
+    let function = gpu.function(&m_module, "cr_backward_dk")?;
+    let config = scan_launch(ScanRole::Dk, dims.c, dims.m, dims.batch_heads, normalised)?;
+    let mut args = gpu.stream().launch_builder(&function);
+    args.arg(b.q)
+        .arg(b.k)
+        .arg(b.v)
+        .arg(b.d_out)
+        .arg(b.den)
+        .arg(&*b.gd)
+        .arg(&mut *b.dk)
+        .arg(&n)
+        .arg(&c)
+        .arg(&m)
+        .arg(&dims.decay);
+    // SAFETY: matches cr_backward_dk.
+    unsafe { runtime::launch(args, gpu, config, "cr_backward_dk") }?;
+
+    let function = gpu.function(&c_module, "cr_backward_dv")?;
+    let config = scan_launch(ScanRole::Dv, dims.c, dims.m, dims.batch_heads, normalised)?;
+    let mut args = gpu.stream().launch_builder(&function);
+    args.arg(b.q)
+        .arg(b.k)
+        .arg(b.d_out)
+        .arg(b.den)
+        .arg(&mut *b.dv)
+        .arg(&n)
+        .arg(&c)
+        .arg(&m)
+        .arg(&dims.decay);
+    // SAFETY: matches cr_backward_dv.
+    unsafe { runtime::launch(args, gpu, config, "cr_backward_dv") }
+}
+
+fn as_u32_grid_x(n: usize) -> Result<u32, AttnError> {
+    u32::try_from(n)
+        .ok()
+        .filter(|&x| x > 0 && x <= i32::MAX as u32)
+        .ok_or_else(|| AttnError::InvalidArgument(format!("grid x of {n} blocks")))
+}
+
+// ============================================================================================
+// The backends
+// ============================================================================================
+
+/// Inputs on the device, with the φ stage's outputs when the map is not fused.
+pub(crate) struct StagedInputs<T> {
+    pub problem: Problem,
+    pub dims: CoreDims,
+    pub q: DeviceBuffer<T>,
+    pub k: DeviceBuffer<T>,
+    pub v: DeviceBuffer<T>,
+    pub d_out: Option<DeviceBuffer<T>>,
+    /// The φ stage of a map that is not fused (FAVOR+'s W uploaded with the inputs).
+    pub features: Option<FeatureStage>,
+}
+
+impl<T: StorageElem> StagedInputs<T> {
+    /// Validates `inputs` for `problem` and uploads them (converted to `T`).
+    pub fn upload(
+        gpu: &Gpu,
+        meter: &MemoryMeter,
+        problem: &Problem,
+        inputs: &Inputs,
+    ) -> Result<Self, AttnError> {
+        inputs.validate_for(problem)?;
+        let upload = |t: &Tensor| DeviceBuffer::<T>::upload_f64(gpu, meter, t.data());
+        let features = if FeatureStage::needed(&problem.map) {
+            Some(FeatureStage::new(gpu, problem, T::PRECISION, meter)?)
+        } else {
+            None
+        };
+        Ok(StagedInputs {
+            problem: *problem,
+            dims: CoreDims::of(problem),
+            q: upload(&inputs.q)?,
+            k: upload(&inputs.k)?,
+            v: upload(&inputs.v)?,
+            d_out: inputs.d_out.as_ref().map(upload).transpose()?,
+            features,
+        })
+    }
+}
+
+/// What a forward leaves for the backward and for `output()`.
+pub(crate) struct ForwardState<T> {
+    pub out: DeviceBuffer<T>,
+    /// den_i (normalised maps) or a 1-element placeholder.
+    pub den: DeviceBuffer<f32>,
+    /// (S_i, z_i) of the stored-states variant.
+    pub states: Option<(DeviceBuffer<f32>, DeviceBuffer<f32>)>,
+    /// φ(Q), φ(K) (fp32) of a map that is not fused, kept for the backward.
+    pub features: Option<DeviceFeatures>,
+}
+
+pub(crate) struct GradState<T> {
+    pub dq: DeviceBuffer<T>,
+    pub dk: DeviceBuffer<T>,
+    pub dv: DeviceBuffer<T>,
+}
+
+/// `cuda/causal_recurrent/<precision>` and `cuda/causal_recurrent+storedbwd/<precision>`.
+pub struct RecurrentBackend<T: StorageElem> {
+    info: BackendInfo,
+    stored_states: bool,
+    input_meter: MemoryMeter,
+    work_meter: MemoryMeter,
+    staged: Option<StagedInputs<T>>,
+    forward: Option<ForwardState<T>>,
+    grads: Option<GradState<T>>,
+    _element: PhantomData<T>,
+}
+
+impl<T: StorageElem> RecurrentBackend<T> {
+    pub fn new(stored_states: bool) -> Self {
+        let precision = T::PRECISION;
+        let (form, backward) = if stored_states {
+            ("causal_recurrent+storedbwd", BackwardKind::StoredStates)
+        } else {
+            ("causal_recurrent", BackwardKind::Efficient)
+        };
+        RecurrentBackend {
+            info: BackendInfo {
+                name: format!("cuda/{form}/{precision}"),
+                device: DeviceKind::Cuda,
+                precision,
+                algorithm: Algorithm::Linear(Form::Recurrent),
+                backward: Some(backward),
+            },
+            stored_states,
+            input_meter: MemoryMeter::new(),
+            work_meter: MemoryMeter::new(),
+            staged: None,
+            forward: None,
+            grads: None,
+            _element: PhantomData,
+        }
+    }
+
+    fn staged(&self) -> Result<&StagedInputs<T>, AttnError> {
+        self.staged.as_ref().ok_or_else(|| {
+            AttnError::State(format!("{}: stage() inputs before running", self.info.name))
+        })
+    }
+}
+
+/// Backends of this module.
 pub fn backends() -> Vec<Box<dyn Backend>> {
-    Vec::new()
+    vec![
+        Box::new(RecurrentBackend::<f32>::new(false)),
+        Box::new(RecurrentBackend::<f16>::new(false)),
+        Box::new(RecurrentBackend::<bf16>::new(false)),
+        Box::new(RecurrentBackend::<f32>::new(true)),
+        Box::new(RecurrentBackend::<f16>::new(true)),
+    ]
+}
+
+/// A zero-filled buffer of `len` elements, or a 1-element placeholder when `needed` is false
+/// (kernels take the pointer but never touch it).
+pub(crate) fn buffer_or_placeholder<E: StorageElem>(
+    gpu: &Gpu,
+    meter: &MemoryMeter,
+    needed: bool,
+    len: usize,
+) -> Result<DeviceBuffer<E>, AttnError> {
+    DeviceBuffer::zeros(gpu, meter, if needed { len } else { 0 })
+}
+
+/// The φ stage's forward when the map needs one (inside the caller's timed region).
+pub(crate) fn run_feature_stage<T: StorageElem>(
+    gpu: &Gpu,
+    meter: &MemoryMeter,
+    staged: &StagedInputs<T>,
+) -> Result<Option<DeviceFeatures>, AttnError> {
+    match &staged.features {
+        Some(stage) => {
+            let dims = staged.dims;
+            let features =
+                stage.forward(gpu, meter, &staged.q, &staged.k, dims.batch_heads, dims.n)?;
+            if features.c != dims.c {
+                return Err(AttnError::State(format!(
+                    "φ stage wrote C = {} features, the core expects {}",
+                    features.c, dims.c
+                )));
+            }
+            Ok(Some(features))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Device addresses of FAVOR+'s ε scales (0 = none).
+pub(crate) fn log_scales(features: Option<&DeviceFeatures>) -> (u64, u64) {
+    features.map_or((0, 0), |f| {
+        (
+            address_of(f.q_log_scale.as_ref()),
+            address_of(f.k_log_scale.as_ref()),
+        )
+    })
+}
+
+/// Runs the forward of `staged` (φ stage first for maps that are not fused), allocating its
+/// outputs against `meter`; `store_states` selects `cr_forward_stored`.
+pub(crate) fn recurrent_forward<T: StorageElem>(
+    gpu: &Gpu,
+    meter: &MemoryMeter,
+    staged: &StagedInputs<T>,
+    store_states: bool,
+) -> Result<(ForwardState<T>, std::time::Duration), AttnError> {
+    let dims = staged.dims;
+    let normalised = dims.map.normalised();
+    let mut out = DeviceBuffer::<T>::zeros(gpu, meter, dims.len(dims.m)?)?;
+    let mut den = buffer_or_placeholder::<f32>(gpu, meter, normalised, dims.tokens()?)?;
+    let mut states = if store_states {
+        let entries = dims
+            .c
+            .checked_mul(dims.m)
+            .ok_or_else(|| AttnError::SizeOverflow("C·M".into()))?;
+        let z_len = if normalised { dims.len(dims.c)? } else { 0 };
+        Some((
+            DeviceBuffer::<f32>::zeros(gpu, meter, dims.len(entries)?)?,
+            DeviceBuffer::<f32>::zeros(gpu, meter, z_len)?,
+        ))
+    } else {
+        None
+    };
+    let precision = T::PRECISION;
+    let mut features = None;
+    let elapsed = gpu.time(|| {
+        features = run_feature_stage(gpu, meter, staged)?;
+        let state_args = states.as_mut().map(|(s, z)| (s.slice_mut(), z.slice_mut()));
+        let scales = log_scales(features.as_ref());
+        match &features {
+            Some(f) => launch_forward(
+                gpu,
+                precision,
+                &dims,
+                f.q.slice(),
+                f.k.slice(),
+                staged.v.slice(),
+                out.slice_mut(),
+                den.slice_mut(),
+                state_args,
+                scales,
+            ),
+            None => launch_forward(
+                gpu,
+                precision,
+                &dims,
+                staged.q.slice(),
+                staged.k.slice(),
+                staged.v.slice(),
+                out.slice_mut(),
+                den.slice_mut(),
+                state_args,
+                scales,
+            ),
+        }
+    })?;
+    Ok((
+        ForwardState {
+            out,
+            den,
+            states,
+            features,
+        },
+        elapsed,
+    ))
+}
+
+/// Runs the backward (recurrent kernels, then the φ stage's backward when there is one) of a
+/// forward `fwd` of `staged`.
+pub(crate) fn recurrent_backward<T: StorageElem>(
+    gpu: &Gpu,
+    meter: &MemoryMeter,
+    staged: &StagedInputs<T>,
+    fwd: &ForwardState<T>,
+) -> Result<(GradState<T>, std::time::Duration), AttnError> {
+    let dims = staged.dims;
+    let d_out = staged.d_out.as_ref().ok_or_else(|| {
+        AttnError::InvalidArgument("backward needs d_out (∂L/∂O), none was staged".into())
+    })?;
+    let mut gd = buffer_or_placeholder::<f32>(gpu, meter, dims.map.normalised(), dims.tokens()?)?;
+    let mut dq = DeviceBuffer::<T>::zeros(gpu, meter, staged.q.len())?;
+    let mut dk = DeviceBuffer::<T>::zeros(gpu, meter, staged.k.len())?;
+    let mut dv = DeviceBuffer::<T>::zeros(gpu, meter, staged.v.len())?;
+    let precision = T::PRECISION;
+    let states = fwd.states.as_ref().map(|(s, z)| (s.slice(), z.slice()));
+    let elapsed = match (&staged.features, &fwd.features) {
+        (Some(stage), Some(features)) => {
+            // ∂φ(Q), ∂φ(K) in fp32, chained through φ by the stage.
+            let mut d_phi_q = DeviceBuffer::<f32>::zeros(gpu, meter, dims.len(dims.c)?)?;
+            let mut d_phi_k = DeviceBuffer::<f32>::zeros(gpu, meter, dims.len(dims.c)?)?;
+            gpu.time(|| {
+                launch_backward(
+                    gpu,
+                    precision,
+                    &dims,
+                    BackwardBuffers {
+                        q: features.q.slice(),
+                        k: features.k.slice(),
+                        v: staged.v.slice(),
+                        d_out: d_out.slice(),
+                        out: fwd.out.slice(),
+                        den: fwd.den.slice(),
+                        gd: gd.slice_mut(),
+                        dq: d_phi_q.slice_mut(),
+                        dk: d_phi_k.slice_mut(),
+                        dv: dv.slice_mut(),
+                        states,
+                    },
+                )?;
+                stage.backward(
+                    gpu,
+                    &staged.q,
+                    &staged.k,
+                    features,
+                    &d_phi_q,
+                    &d_phi_k,
+                    &mut dq,
+                    &mut dk,
+                    dims.batch_heads,
+                    dims.n,
+                )
+            })?
+        }
+        (None, None) => gpu.time(|| {
+            launch_backward(
+                gpu,
+                precision,
+                &dims,
+                BackwardBuffers {
+                    q: staged.q.slice(),
+                    k: staged.k.slice(),
+                    v: staged.v.slice(),
+                    d_out: d_out.slice(),
+                    out: fwd.out.slice(),
+                    den: fwd.den.slice(),
+                    gd: gd.slice_mut(),
+                    dq: dq.slice_mut(),
+                    dk: dk.slice_mut(),
+                    dv: dv.slice_mut(),
+                    states,
+                },
+            )
+        })?,
+        _ => {
+            return Err(AttnError::State(
+                "forward and staged inputs disagree about the φ stage".into(),
+            ))
+        }
+    };
+    Ok((GradState { dq, dk, dv }, elapsed))
+}
+
+/// O widened to f64 as a [B, H, N, M] tensor.
+pub(crate) fn download_output<T: StorageElem>(
+    staged: &StagedInputs<T>,
+    fwd: &ForwardState<T>,
+) -> Result<Tensor, AttnError> {
+    Tensor::from_vec(staged.problem.shape.v_dims(), fwd.out.download_f64()?)
+}
+
+pub(crate) fn download_grads<T: StorageElem>(
+    staged: &StagedInputs<T>,
+    grads: &GradState<T>,
+) -> Result<Grads, AttnError> {
+    let shape = staged.problem.shape;
+    Ok(Grads {
+        dq: Tensor::from_vec(shape.qk_dims(), grads.dq.download_f64()?)?,
+        dk: Tensor::from_vec(shape.qk_dims(), grads.dk.download_f64()?)?,
+        dv: Tensor::from_vec(shape.v_dims(), grads.dv.download_f64()?)?,
+    })
+}
+
+impl<T: StorageElem> Backend for RecurrentBackend<T> {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
+        runtime::gpu_available()?;
+        check_problem(&self.info, problem)
+    }
+
+    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
+        self.release();
+        self.supports(problem)?;
+        let gpu = runtime::gpu()?;
+        self.staged = Some(StagedInputs::upload(
+            gpu,
+            &self.input_meter,
+            problem,
+            inputs,
+        )?);
+        Ok(())
+    }
+
+    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
+        let gpu = runtime::gpu()?;
+        // Results of an earlier run are dropped before the new peak is measured.
+        self.forward = None;
+        self.grads = None;
+        self.work_meter.reset_peak();
+        let staged = self.staged()?;
+        let (forward, elapsed) =
+            recurrent_forward(gpu, &self.work_meter, staged, self.stored_states)?;
+        self.forward = Some(forward);
+        Ok(RunStats {
+            elapsed,
+            device_bytes: Some(self.work_meter.peak()),
+        })
+    }
+
+    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
+        let gpu = runtime::gpu()?;
+        self.grads = None;
+        self.work_meter.reset_peak();
+        let staged = self.staged()?;
+        let fwd = self.forward.as_ref().ok_or_else(|| {
+            AttnError::State(format!(
+                "{}: run_forward() before run_backward()",
+                self.info.name
+            ))
+        })?;
+        let (grads, elapsed) = recurrent_backward(gpu, &self.work_meter, staged, fwd)?;
+        self.grads = Some(grads);
+        Ok(RunStats {
+            elapsed,
+            device_bytes: Some(self.work_meter.peak()),
+        })
+    }
+
+    fn output(&mut self) -> Result<Tensor, AttnError> {
+        let staged = self.staged()?;
+        let fwd = self
+            .forward
+            .as_ref()
+            .ok_or_else(|| AttnError::State(format!("{}: no forward has run", self.info.name)))?;
+        download_output(staged, fwd)
+    }
+
+    fn grads(&mut self) -> Result<Grads, AttnError> {
+        let staged = self.staged()?;
+        let grads = self
+            .grads
+            .as_ref()
+            .ok_or_else(|| AttnError::State(format!("{}: no backward has run", self.info.name)))?;
+        download_grads(staged, grads)
+    }
+
+    fn release(&mut self) {
+        self.grads = None;
+        self.forward = None;
+        self.staged = None;
+    }
+
+    fn flush_cache(&mut self) -> Result<(), AttnError> {
+        runtime::gpu()?.flush_l2()
+    }
 }
