@@ -71,15 +71,17 @@ pub fn favor_projection(dk: usize, features: usize, seed: u64) -> Vec<f64> {
             .map(|_| (0..dk).map(|_| rng.normal()).collect())
             .collect();
         for i in 0..dk {
-            for j in 0..i {
-                let dot: f64 = (0..dk).map(|t| g[i][t] * g[j][t]).sum();
-                for t in 0..dk {
-                    g[i][t] -= dot * g[j][t];
+            let (done, rest) = g.split_at_mut(i);
+            let row = &mut rest[0];
+            for prev in done.iter() {
+                let dot: f64 = row.iter().zip(prev).map(|(a, b)| a * b).sum();
+                for (x, p) in row.iter_mut().zip(prev) {
+                    *x -= dot * p;
                 }
             }
-            let norm = g[i].iter().map(|x| x * x).sum::<f64>().sqrt();
-            for t in 0..dk {
-                g[i][t] /= norm;
+            let norm = row.iter().map(|x| x * x).sum::<f64>().sqrt();
+            for x in row.iter_mut() {
+                *x /= norm;
             }
         }
         for g_row in g.iter().take(block) {
