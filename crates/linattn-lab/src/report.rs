@@ -1,9 +1,479 @@
-use linattn_core::AttnError;
+//! `linattn report FILES... --out-dir DIR`: markdown tables (REPORT.md) and log-log SVG plots
+//! of time and memory against N, from one or more results files (a linattn file and a
+//! peers.py file from the same device merge into one report).
+
+use crate::bench::{fmt_bytes, fmt_seconds, series_slopes};
+use crate::results::{self, Cell, CellStatus, Mode, ResultsFile};
+use linattn_core::{AttnError, DEFAULT_EPS};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-pub struct ReportArgs {}
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    /// Results JSON files (bench and/or peers.py) to merge.
+    #[arg(required = true, num_args = 1..)]
+    files: Vec<PathBuf>,
+    /// Where REPORT.md and the SVG plots go.
+    #[arg(long, default_value = "bench-results/report")]
+    out_dir: PathBuf,
+}
 
-pub fn run(_args: ReportArgs) -> Result<ExitCode, AttnError> {
-    Err(AttnError::State("report: under construction".into()))
+/// Cells whose rows share a table and a plot: everything but backend, map and N.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct GroupKey {
+    mode: Mode,
+    batch: usize,
+    heads: usize,
+    dk: usize,
+    dv: usize,
+    /// `Causality::label` (a string so that keys sort).
+    causality: &'static str,
+}
+
+impl GroupKey {
+    fn of(c: &Cell) -> GroupKey {
+        GroupKey {
+            mode: c.mode,
+            batch: c.shape.batch,
+            heads: c.shape.heads,
+            dk: c.shape.dk,
+            dv: c.shape.dv,
+            causality: c.causality.label(),
+        }
+    }
+    fn title(&self) -> String {
+        format!(
+            "{} — B={} H={} D={} M={}, {}",
+            self.mode, self.batch, self.heads, self.dk, self.dv, self.causality
+        )
+    }
+    fn slug(&self) -> String {
+        results::slug(&format!(
+            "{} b{} h{} d{} m{} {}",
+            self.mode, self.batch, self.heads, self.dk, self.dv, self.causality
+        ))
+    }
+}
+
+/// One line of a table or plot: a backend (with its map, ε and decay when not default).
+struct Row<'a> {
+    label: String,
+    is_peer: bool,
+    by_seq: BTreeMap<usize, &'a Cell>,
+}
+
+impl Row<'_> {
+    /// False for a backend that ran at no N of this group (no driver here, or a problem
+    /// it does not handle): it becomes a footnote instead of a row of marks.
+    fn ran_somewhere(&self) -> bool {
+        self.by_seq
+            .values()
+            .any(|c| !matches!(c.status, CellStatus::Unavailable | CellStatus::Unsupported))
+    }
+}
+
+fn row_label(c: &Cell, show_map: bool) -> String {
+    let mut label = c.backend.clone();
+    if show_map {
+        label.push_str(&format!(" [{}]", c.map));
+    }
+    if c.eps != DEFAULT_EPS {
+        label.push_str(&format!(" eps={:e}", c.eps));
+    }
+    if c.decay != 1.0 {
+        label.push_str(&format!(" decay={}", c.decay));
+    }
+    label
+}
+
+fn is_peer(backend: &str) -> bool {
+    backend.starts_with("peer/")
+}
+
+/// Groups the merged cells; a later file's cell replaces an earlier one with the same key.
+fn group_cells(files: &[ResultsFile]) -> BTreeMap<GroupKey, Vec<Row<'_>>> {
+    let mut latest: BTreeMap<results::CellKey, &Cell> = BTreeMap::new();
+    for f in files {
+        for c in &f.cells {
+            latest.insert(c.key(), c);
+        }
+    }
+    let mut groups: BTreeMap<GroupKey, Vec<&Cell>> = BTreeMap::new();
+    for c in latest.values() {
+        groups.entry(GroupKey::of(c)).or_default().push(c);
+    }
+    groups
+        .into_iter()
+        .map(|(key, cells)| {
+            // Linear-attention maps differ per row only when the group mixes them.
+            let maps: BTreeSet<&str> = cells
+                .iter()
+                .filter(|c| c.algorithm == "linear")
+                .map(|c| c.map.as_str())
+                .collect();
+            let show_map = maps.len() > 1;
+            let mut rows: BTreeMap<(bool, String), Row> = BTreeMap::new();
+            for c in cells {
+                let label = row_label(c, show_map && c.algorithm == "linear");
+                let peer = is_peer(&c.backend);
+                rows.entry((peer, label.clone()))
+                    .or_insert_with(|| Row {
+                        label,
+                        is_peer: peer,
+                        by_seq: BTreeMap::new(),
+                    })
+                    .by_seq
+                    .insert(c.shape.seq, c);
+            }
+            (key, rows.into_values().collect())
+        })
+        .collect()
+}
+
+fn status_mark(c: &Cell) -> String {
+    match c.status {
+        CellStatus::Ok => String::new(),
+        CellStatus::Oom => "OOM".into(),
+        CellStatus::Unsupported => "unsupported".into(),
+        CellStatus::Unavailable => "unavailable".into(),
+        CellStatus::TooSlow => "too slow".into(),
+        CellStatus::Error => "error".into(),
+    }
+}
+
+fn markdown_escape(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+fn render_markdown(files: &[ResultsFile], groups: &BTreeMap<GroupKey, Vec<Row>>) -> String {
+    let mut md = String::from("# linattn benchmark report\n\n");
+    md.push_str("| source | device | commit | date | build | peers |\n|---|---|---|---|---|---|\n");
+    for f in files {
+        let e = &f.environment;
+        let peers = e
+            .peers
+            .iter()
+            .map(|p| format!("{} {}", p.name, p.version))
+            .collect::<Vec<_>>()
+            .join(", ");
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            markdown_escape(&e.producer),
+            markdown_escape(&e.device_name),
+            markdown_escape(&e.commit),
+            markdown_escape(&e.date),
+            markdown_escape(&e.build_profile),
+            markdown_escape(&peers)
+        ));
+    }
+    let devices: BTreeSet<&str> = files
+        .iter()
+        .map(|f| f.environment.device_name.as_str())
+        .collect();
+    if devices.len() > 1 {
+        md.push_str("\n**Warning:** these files come from different devices; ratios between them mean little.\n");
+    }
+    for f in files {
+        for c in &f.copy_bandwidth {
+            md.push_str(&format!(
+                "\nCopy bandwidth ({:?}, {} buffer): median {:.1} GB/s.\n",
+                c.device,
+                fmt_bytes(c.bytes),
+                c.median_gbps
+            ));
+        }
+    }
+    md.push_str(
+        "\nEach cell: median time · peak memory (· time over the fastest peer at that N, when \
+         peers ran). Slopes are least-squares fits of log(time) and log(memory) against log(N) \
+         over the cells that ran.\n",
+    );
+
+    for (key, rows) in groups {
+        let (runnable, unavailable): (Vec<&Row>, Vec<&Row>) =
+            rows.iter().partition(|r| r.ran_somewhere());
+        md.push_str(&format!("\n## {}\n\n", key.title()));
+        let seqs: BTreeSet<usize> = runnable
+            .iter()
+            .flat_map(|r| r.by_seq.keys().copied())
+            .collect();
+        if !runnable.is_empty() {
+            let fastest_peer: BTreeMap<usize, f64> = seqs
+                .iter()
+                .filter_map(|&n| {
+                    runnable
+                        .iter()
+                        .filter(|r| r.is_peer)
+                        .filter_map(|r| r.by_seq.get(&n)?.ok_median())
+                        .min_by(f64::total_cmp)
+                        .map(|t| (n, t))
+                })
+                .collect();
+            md.push_str("| backend |");
+            for n in &seqs {
+                md.push_str(&format!(" N={n} |"));
+            }
+            md.push_str(" time ~ N^ | memory ~ N^ |\n|---|");
+            for _ in &seqs {
+                md.push_str("---|");
+            }
+            md.push_str("---|---|\n");
+            for row in &runnable {
+                md.push_str(&format!("| {} |", markdown_escape(&row.label)));
+                for n in &seqs {
+                    let text = match row.by_seq.get(n) {
+                        None => String::new(),
+                        Some(c) => match c.ok_median() {
+                            Some(t) => {
+                                let mut s = fmt_seconds(t);
+                                if let Some(b) = c.peak_bytes {
+                                    s.push_str(&format!(" · {}", fmt_bytes(b)));
+                                }
+                                if let (false, Some(p)) = (row.is_peer, fastest_peer.get(n)) {
+                                    s.push_str(&format!(" · {:.2}×", t / p));
+                                }
+                                s
+                            }
+                            None => status_mark(c),
+                        },
+                    };
+                    md.push_str(&format!(" {text} |"));
+                }
+                let cells: Vec<&Cell> = row.by_seq.values().copied().collect();
+                let (t, m) = series_slopes(&cells);
+                let fmt = |s: Option<f64>| s.map_or_else(|| "-".into(), |v| format!("{v:.2}"));
+                md.push_str(&format!(" {} | {} |\n", fmt(t), fmt(m)));
+            }
+            md.push_str(&format!(
+                "\n![time]({0}-time.svg) ![memory]({0}-memory.svg)\n",
+                key.slug()
+            ));
+        }
+        let mut by_reason: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        for row in unavailable {
+            let reason = row
+                .by_seq
+                .values()
+                .find_map(|c| c.message.clone())
+                .unwrap_or_else(|| "not run".into());
+            by_reason.entry(reason).or_default().push(&row.label);
+        }
+        for (reason, names) in by_reason {
+            md.push_str(&format!(
+                "\nNot run ({}): {}\n",
+                markdown_escape(&reason),
+                markdown_escape(&names.join(", "))
+            ));
+        }
+    }
+    md
+}
+
+const COLORS: [(u8, u8, u8); 10] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+];
+
+#[derive(Clone, Copy)]
+enum Quantity {
+    Time,
+    Memory,
+}
+
+/// One log-log plot of `quantity` against N, a line per row, a cross where a row ran out
+/// of memory (drawn at the top of the plot: there is no value to place it at).
+fn plot_svg(title: &str, rows: &[&Row], quantity: Quantity) -> Result<Option<String>, AttnError> {
+    use plotters::prelude::*;
+    let value = |c: &Cell| -> Option<f64> {
+        match quantity {
+            Quantity::Time => c.ok_median(),
+            Quantity::Memory => c
+                .peak_bytes
+                .filter(|_| c.status == CellStatus::Ok)
+                .map(|b| b as f64),
+        }
+        .filter(|v| *v > 0.0)
+    };
+    let points: Vec<(f64, f64)> = rows
+        .iter()
+        .flat_map(|r| {
+            r.by_seq
+                .values()
+                .filter_map(|c| Some((c.shape.seq as f64, value(c)?)))
+        })
+        .collect();
+    if points.is_empty() {
+        return Ok(None);
+    }
+    let seqs: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| r.by_seq.keys().map(|&n| n as f64))
+        .collect();
+    let x_min = seqs.iter().copied().fold(f64::INFINITY, f64::min) / 1.3;
+    let x_max = seqs.iter().copied().fold(0.0, f64::max) * 1.3;
+    let y_min = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min) / 2.0;
+    let y_max = points.iter().map(|p| p.1).fold(0.0, f64::max) * 3.0;
+    let y_label = match quantity {
+        Quantity::Time => "median time (s)",
+        Quantity::Memory => "peak memory (bytes)",
+    };
+
+    let mut svg = String::new();
+    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
+        let root = SVGBackend::with_string(&mut svg, (900, 600)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(80)
+            .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_desc("N")
+            .y_desc(y_label)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| match quantity {
+                Quantity::Time => fmt_seconds(*y),
+                Quantity::Memory => fmt_bytes(*y as u64),
+            })
+            .draw()?;
+        for (i, row) in rows.iter().enumerate() {
+            let (r, g, b) = COLORS[i % COLORS.len()];
+            let color = RGBColor(r, g, b);
+            let line: Vec<(f64, f64)> = row
+                .by_seq
+                .values()
+                .filter_map(|c| Some((c.shape.seq as f64, value(c)?)))
+                .collect();
+            let style = if row.is_peer {
+                ShapeStyle::from(&color).stroke_width(1)
+            } else {
+                ShapeStyle::from(&color).stroke_width(2)
+            };
+            chart
+                .draw_series(LineSeries::new(line.clone(), style))?
+                .label(row.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            let ooms: Vec<(f64, f64)> = row
+                .by_seq
+                .values()
+                .filter(|c| c.status == CellStatus::Oom)
+                .map(|c| (c.shape.seq as f64, y_max / 1.5))
+                .collect();
+            chart.draw_series(
+                ooms.iter()
+                    .map(|&p| Cross::new(p, 6, ShapeStyle::from(&color).stroke_width(2))),
+            )?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    })();
+    drawn.map_err(|e| AttnError::State(format!("plot '{title}': {e}")))?;
+    Ok(Some(svg))
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), AttnError> {
+    results::write_bytes_atomic(path, text.as_bytes())
+}
+
+pub fn run(args: ReportArgs) -> Result<ExitCode, AttnError> {
+    let files: Vec<ResultsFile> = args
+        .files
+        .iter()
+        .map(|p| ResultsFile::load(p))
+        .collect::<Result<_, _>>()?;
+    std::fs::create_dir_all(&args.out_dir)
+        .map_err(|e| AttnError::Io(format!("cannot create {}: {e}", args.out_dir.display())))?;
+    let groups = group_cells(&files);
+    let mut written = Vec::new();
+    for (key, rows) in &groups {
+        let runnable: Vec<&Row> = rows.iter().filter(|r| r.ran_somewhere()).collect();
+        for (quantity, name) in [(Quantity::Time, "time"), (Quantity::Memory, "memory")] {
+            let title = format!("{} vs N — {}", name, key.title());
+            if let Some(svg) = plot_svg(&title, &runnable, quantity)? {
+                let path = args.out_dir.join(format!("{}-{name}.svg", key.slug()));
+                write_file(&path, &svg)?;
+                written.push(path);
+            }
+        }
+    }
+    let md_path = args.out_dir.join("REPORT.md");
+    write_file(&md_path, &render_markdown(&files, &groups))?;
+    written.push(md_path);
+    for p in &written {
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::tests::sample_cell;
+    use crate::results::{probe_environment, GridRecord, SCHEMA_VERSION};
+
+    fn file(cells: Vec<Cell>, producer: &str) -> ResultsFile {
+        let mut environment = probe_environment(None);
+        environment.producer = producer.into();
+        ResultsFile {
+            schema_version: SCHEMA_VERSION,
+            environment,
+            grid: GridRecord::default(),
+            copy_bandwidth: Vec::new(),
+            cells,
+        }
+    }
+
+    #[test]
+    fn merged_report_has_peer_ratios_oom_marks_and_plots() {
+        let mut ours: Vec<Cell> = (8..11)
+            .map(|k| sample_cell("cpu/recurrent/f32", 1 << k, 1e-6 * (1u64 << k) as f64))
+            .collect();
+        let mut oom = sample_cell("cpu/softmax/f32", 1 << 10, 1.0);
+        oom.status = CellStatus::Oom;
+        oom.median_s = None;
+        ours.push(sample_cell("cpu/softmax/f32", 1 << 8, 1e-3));
+        ours.push(oom);
+        let peers: Vec<Cell> = (8..11)
+            .map(|k| {
+                sample_cell(
+                    "peer/torch-linear-cumsum/f32",
+                    1 << k,
+                    2e-6 * (1u64 << k) as f64,
+                )
+            })
+            .collect();
+        let files = vec![file(ours, "linattn"), file(peers, "peers.py")];
+        let groups = group_cells(&files);
+        assert_eq!(groups.len(), 1);
+        let md = render_markdown(&files, &groups);
+        assert!(md.contains("| N=256 | N=512 | N=1024 |"), "{md}");
+        assert!(md.contains("OOM"));
+        // ours takes half the peer's time at every N
+        assert!(md.contains("0.50×"), "{md}");
+        // slope of time against N for the linear row is exactly 1
+        assert!(md.contains("| 1.00 |"), "{md}");
+
+        let rows: Vec<&Row> = groups.values().next().unwrap().iter().collect();
+        let svg = plot_svg("t", &rows, Quantity::Time).unwrap().unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains("peer/torch-linear-cumsum/f32"));
+    }
 }

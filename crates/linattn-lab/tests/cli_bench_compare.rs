@@ -1,0 +1,200 @@
+//! The `bench`, `compare` and `report` subcommands end to end, through the binary.
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn linattn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_linattn"))
+        .args(args)
+        .output()
+        .expect("the linattn binary runs")
+}
+
+fn cell(seq: u64, median: f64, rel_stdev: f64) -> Value {
+    json!({
+        "backend": "cpu/causal_recurrent/f32",
+        "device": "cpu",
+        "precision": "f32",
+        "algorithm": "linear",
+        "form": "recurrent",
+        "mode": "forward",
+        "shape": {"batch": 1, "heads": 4, "seq": seq, "dk": 32, "dv": 32},
+        "causality": "causal",
+        "map": "elu+1",
+        "eps": 1e-6,
+        "decay": 1.0,
+        "status": "ok",
+        "samples_s": [median * 0.99, median, median * 1.01],
+        "median_s": median,
+        "min_s": median * 0.99,
+        "max_s": median * 1.01,
+        "rel_stdev": rel_stdev,
+        "peak_bytes": 1024 * seq,
+        "peak_bytes_source": "counting-allocator"
+    })
+}
+
+fn results(cells: Vec<Value>, device: &str) -> Value {
+    json!({
+        "schema_version": 1,
+        "environment": {"device_name": device, "date": "2026-11-22T00:00:00Z"},
+        "grid": {},
+        "cells": cells
+    })
+}
+
+/// Four cells, N = 256..2048, time linear in N, 1% noise.
+fn base_cells() -> Vec<Value> {
+    (8..12)
+        .map(|k| cell(1 << k, 1e-6 * f64::from(1u32 << k), 0.01))
+        .collect()
+}
+
+fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_string_pretty(v).unwrap()).unwrap();
+    p
+}
+
+fn compare(base: &Path, new: &Path) -> Output {
+    linattn(&["compare", base.to_str().unwrap(), new.to_str().unwrap()])
+}
+
+#[test]
+fn one_cell_twenty_percent_slower_is_the_one_regression() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = write(dir.path(), "base.json", &results(base_cells(), "cpu X"));
+    let mut cells = base_cells();
+    cells[2]["median_s"] = json!(1.2e-6 * 1024.0);
+    let new = write(dir.path(), "new.json", &results(cells, "cpu X"));
+    let out = compare(&base, &new);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert_eq!(stdout.matches("REGRESSION").count(), 1, "{stdout}");
+    assert!(stdout.contains("N=1024"), "{stdout}");
+    assert!(stdout.contains("1 regressed"), "{stdout}");
+    // No device warning for the same device.
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("different devices"));
+}
+
+#[test]
+fn a_slowdown_inside_the_noise_is_not_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = write(dir.path(), "base.json", &results(base_cells(), "cpu X"));
+    let mut cells = base_cells();
+    cells[2]["median_s"] = json!(1.2e-6 * 1024.0);
+    cells[2]["rel_stdev"] = json!(0.25);
+    let new = write(dir.path(), "new.json", &results(cells, "cpu Y"));
+    let out = compare(&base, &new);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(!stdout.contains("REGRESSION"), "{stdout}");
+    assert!(stdout.contains("within noise"), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("different devices"));
+}
+
+#[test]
+fn unreadable_input_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = write(dir.path(), "base.json", &results(base_cells(), "cpu X"));
+    let garbage = dir.path().join("garbage.json");
+    std::fs::write(&garbage, "{ not json").unwrap();
+    assert_eq!(compare(&base, &garbage).status.code(), Some(2));
+    assert_eq!(
+        compare(&dir.path().join("absent.json"), &base)
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn bench_writes_a_results_file_that_compare_and_report_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("sub").join("bench.json");
+    let out = linattn(&[
+        "bench",
+        "--n",
+        "16,32",
+        "--batch",
+        "1",
+        "--heads",
+        "1",
+        "--dk",
+        "8",
+        "--precision",
+        "f32",
+        "--warmup",
+        "0",
+        "--repeats",
+        "2",
+        "--no-progress",
+        "--out",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    let cells = v["cells"].as_array().unwrap();
+    assert!(!cells.is_empty());
+    for c in cells {
+        let status = c["status"].as_str().unwrap();
+        assert!(
+            [
+                "ok",
+                "unsupported",
+                "unavailable",
+                "oom",
+                "error",
+                "too-slow"
+            ]
+            .contains(&status),
+            "{c}"
+        );
+        if status == "ok" {
+            assert_eq!(c["samples_s"].as_array().unwrap().len(), 2, "{c}");
+            assert!(c["median_s"].as_f64().unwrap() > 0.0);
+        } else {
+            assert!(c["message"].is_string(), "{c}");
+        }
+    }
+    // Only the results file is left in its directory (the write went through a temp file).
+    let names: Vec<_> = std::fs::read_dir(dir.path().join("sub"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("bench.json")]);
+
+    // A file compared with itself: nothing regressed.
+    assert_eq!(compare(&out_path, &out_path).status.code(), Some(0));
+
+    let report_dir = dir.path().join("report");
+    let out = linattn(&[
+        "report",
+        out_path.to_str().unwrap(),
+        "--out-dir",
+        report_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(report_dir.join("REPORT.md")).unwrap();
+    assert!(md.contains("N=16") || md.contains("Not run ("), "{md}");
+}
+
+#[test]
+fn bench_rejects_bad_flags_with_exit_2() {
+    let out = linattn(&["bench", "--n-min", "300", "--n-max", "4096", "--out", "-"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
+    let out = linattn(&["bench", "--backends", "no-such-backend", "--out", "-"]);
+    assert_eq!(out.status.code(), Some(2));
+}
