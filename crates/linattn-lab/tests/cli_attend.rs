@@ -1,0 +1,552 @@
+//! `linattn attend` end to end: random q, k, v written as .npy, the binary run, and o.npy
+//! compared with linear attention computed here from its definition (SPEC §2), by plain
+//! quadratic loops sharing no code with the crates under test. Bad inputs must exit with
+//! status 2 and a message naming the problem.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const EPS: f64 = 1e-6;
+
+/// xorshift64*: uniform draws in [-2, 2), enough for test data.
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let bits = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
+        bits as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
+    }
+    fn vec(&mut self, len: usize) -> Vec<f64> {
+        (0..len).map(|_| self.next()).collect()
+    }
+}
+
+/// A .npy file from a raw header dict and raw data bytes (version 1.0).
+fn write_raw_npy(path: &Path, dict: &str, data: &[u8]) {
+    let mut header = dict.to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn shape_literal(dims: &[usize]) -> String {
+    let parts: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+    if parts.len() == 1 {
+        format!("({},)", parts[0])
+    } else {
+        format!("({})", parts.join(", "))
+    }
+}
+
+/// Writes `data` with `dims` as '<f8' (`f32 == false`) or '<f4'.
+fn write_npy(path: &Path, dims: &[usize], data: &[f64], f32: bool) {
+    let descr = if f32 { "<f4" } else { "<f8" };
+    let dict = format!(
+        "{{'descr': '{descr}', 'fortran_order': False, 'shape': {}, }}",
+        shape_literal(dims)
+    );
+    let mut bytes = Vec::new();
+    for &x in data {
+        if f32 {
+            bytes.extend_from_slice(&(x as f32).to_le_bytes());
+        } else {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    write_raw_npy(path, &dict, &bytes);
+}
+
+/// Reads a .npy file the binary wrote: (descr, dims, values).
+fn read_npy(path: &Path) -> (String, Vec<usize>, Vec<f64>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&bytes[..6], b"\x93NUMPY");
+    let (header_start, header_len) = match bytes[6] {
+        1 => (10, u16::from_le_bytes([bytes[8], bytes[9]]) as usize),
+        _ => (
+            12,
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+        ),
+    };
+    let header = std::str::from_utf8(&bytes[header_start..header_start + header_len]).unwrap();
+    let descr = header.split("'descr': '").nth(1).unwrap()[..3].to_string();
+    assert!(header.contains("'fortran_order': False"), "{header}");
+    let shape_text = header.split("'shape': (").nth(1).unwrap();
+    let shape_text = &shape_text[..shape_text.find(')').unwrap()];
+    let dims: Vec<usize> = shape_text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let data = &bytes[header_start + header_len..];
+    let values = match descr.as_str() {
+        "<f8" => data
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        "<f4" => data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        other => panic!("unexpected dtype {other}"),
+    };
+    (descr, dims, values)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Map {
+    EluPlusOne,
+    Relu,
+}
+
+impl Map {
+    fn name(self) -> &'static str {
+        match self {
+            Map::EluPlusOne => "elu+1",
+            Map::Relu => "relu",
+        }
+    }
+    fn apply(self, x: f64) -> f64 {
+        match self {
+            Map::EluPlusOne => {
+                if x > 0.0 {
+                    x + 1.0
+                } else {
+                    x.exp()
+                }
+            }
+            Map::Relu => x.max(0.0),
+        }
+    }
+}
+
+/// Normalised weights `A[i][j] = sim(q_i, k_j) / (Σ_j' sim(q_i, k_j') + ε)` of one head,
+/// with `sim = φ(q)ᵀφ(k)`; causal rows stop at j = i.
+fn weights(q: &[f64], k: &[f64], n: usize, d: usize, map: Map, causal: bool) -> Vec<f64> {
+    let mut a = vec![0.0; n * n];
+    for i in 0..n {
+        let last = if causal { i + 1 } else { n };
+        let mut den = 0.0;
+        for j in 0..last {
+            let sim: f64 = (0..d)
+                .map(|t| map.apply(q[i * d + t]) * map.apply(k[j * d + t]))
+                .sum();
+            a[i * n + j] = sim;
+            den += sim;
+        }
+        for j in 0..last {
+            a[i * n + j] /= den + EPS;
+        }
+    }
+    a
+}
+
+/// Attention output `O = A V`, all heads; dims [B, H, N, D] and M.
+fn attention(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    dims: [usize; 4],
+    m: usize,
+    map: Map,
+    causal: bool,
+) -> Vec<f64> {
+    let [b, h, n, d] = dims;
+    let mut o = vec![0.0; b * h * n * m];
+    for bh in 0..b * h {
+        let (qh, kh) = (&q[bh * n * d..][..n * d], &k[bh * n * d..][..n * d]);
+        let vh = &v[bh * n * m..][..n * m];
+        let a = weights(qh, kh, n, d, map, causal);
+        for i in 0..n {
+            for j in 0..n {
+                for c in 0..m {
+                    o[bh * n * m + i * m + c] += a[i * n + j] * vh[j * m + c];
+                }
+            }
+        }
+    }
+    o
+}
+
+/// `dV = Aᵀ dO`: the gradient of O = A·V with respect to V (A does not depend on V).
+fn grad_v(
+    q: &[f64],
+    k: &[f64],
+    g: &[f64],
+    dims: [usize; 4],
+    m: usize,
+    map: Map,
+    causal: bool,
+) -> Vec<f64> {
+    let [b, h, n, d] = dims;
+    let mut dv = vec![0.0; b * h * n * m];
+    for bh in 0..b * h {
+        let a = weights(
+            &q[bh * n * d..][..n * d],
+            &k[bh * n * d..][..n * d],
+            n,
+            d,
+            map,
+            causal,
+        );
+        for j in 0..n {
+            for i in 0..n {
+                for c in 0..m {
+                    dv[bh * n * m + j * m + c] += a[i * n + j] * g[bh * n * m + i * m + c];
+                }
+            }
+        }
+    }
+    dv
+}
+
+/// max |got − want| / max |want|.
+fn relative_error(want: &[f64], got: &[f64]) -> f64 {
+    assert_eq!(want.len(), got.len());
+    let scale = want.iter().fold(0.0f64, |acc, x| acc.max(x.abs()));
+    let diff = want
+        .iter()
+        .zip(got)
+        .fold(0.0f64, |acc, (w, g)| acc.max((w - g).abs()));
+    diff / scale
+}
+
+fn linattn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_linattn"))
+        .args(args)
+        .output()
+        .expect("the linattn binary runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A temp dir holding q.npy, k.npy, v.npy, do.npy of one random problem.
+struct Case {
+    dir: tempfile::TempDir,
+    dims: [usize; 4],
+    m: usize,
+    q: Vec<f64>,
+    k: Vec<f64>,
+    v: Vec<f64>,
+    d_out: Vec<f64>,
+}
+
+impl Case {
+    fn new(dims: [usize; 4], m: usize, seed: u64, f32: bool) -> Case {
+        let [b, h, n, d] = dims;
+        let mut draw = Draw(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let round = |x: Vec<f64>| -> Vec<f64> {
+            // The binary sees f32 values: the reference must start from the same numbers.
+            if f32 {
+                x.into_iter().map(|v| v as f32 as f64).collect()
+            } else {
+                x
+            }
+        };
+        let q = round(draw.vec(b * h * n * d));
+        let k = round(draw.vec(b * h * n * d));
+        let v = round(draw.vec(b * h * n * m));
+        let d_out = round(draw.vec(b * h * n * m));
+        let dir = tempfile::tempdir().unwrap();
+        write_npy(&dir.path().join("q.npy"), &dims, &q, f32);
+        write_npy(&dir.path().join("k.npy"), &dims, &k, f32);
+        write_npy(&dir.path().join("v.npy"), &[b, h, n, m], &v, f32);
+        write_npy(&dir.path().join("do.npy"), &[b, h, n, m], &d_out, f32);
+        Case {
+            dir,
+            dims,
+            m,
+            q,
+            k,
+            v,
+            d_out,
+        }
+    }
+    fn path(&self, file: &str) -> String {
+        self.dir.path().join(file).display().to_string()
+    }
+    fn out_dir(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+    /// Runs attend on this case's files with `extra` flags.
+    fn attend(&self, extra: &[&str]) -> Output {
+        let (q, k, v, out) = (
+            self.path("q.npy"),
+            self.path("k.npy"),
+            self.path("v.npy"),
+            self.out_dir().display().to_string(),
+        );
+        let mut args = vec!["attend", "--q", &q, "--k", &k, "--v", &v, "--out-dir", &out];
+        args.extend_from_slice(extra);
+        linattn(&args)
+    }
+    fn reference(&self, map: Map, causal: bool) -> Vec<f64> {
+        attention(&self.q, &self.k, &self.v, self.dims, self.m, map, causal)
+    }
+}
+
+fn causality_flag(causal: bool) -> &'static str {
+    if causal {
+        "--causal"
+    } else {
+        "--non-causal"
+    }
+}
+
+#[test]
+fn f64_reference_backend_matches_the_definition() {
+    let case = Case::new([2, 2, 23, 5], 7, 1, false);
+    for map in [Map::EluPlusOne, Map::Relu] {
+        for causal in [true, false] {
+            // The default form for the causality (recurrent / parallel), then quadratic.
+            for form in [None, Some("quadratic")] {
+                let mut flags = vec![
+                    "--backend",
+                    "cpu-ref",
+                    "--map",
+                    map.name(),
+                    causality_flag(causal),
+                ];
+                if let Some(f) = form {
+                    flags.extend_from_slice(&["--form", f]);
+                }
+                let out = case.attend(&flags);
+                assert!(out.status.success(), "{flags:?}: {}", stderr(&out));
+                let (descr, dims, o) = read_npy(&case.out_dir().join("o.npy"));
+                assert_eq!(descr, "<f8");
+                assert_eq!(dims, vec![2, 2, 23, 7]);
+                let err = relative_error(&case.reference(map, causal), &o);
+                assert!(err <= 1e-10, "{flags:?}: relative error {err:e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_fast_backend_matches_the_definition() {
+    let case = Case::new([1, 3, 70, 8], 6, 2, true);
+    for map in [Map::EluPlusOne, Map::Relu] {
+        for (causal, form) in [(true, "recurrent"), (false, "parallel")] {
+            let flags = [
+                "--backend",
+                "cpu",
+                "--form",
+                form,
+                "--precision",
+                "f32",
+                "--map",
+                map.name(),
+                causality_flag(causal),
+            ];
+            let out = case.attend(&flags);
+            assert!(out.status.success(), "{flags:?}: {}", stderr(&out));
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.contains("/f32"), "{stdout}");
+            let (descr, dims, o) = read_npy(&case.out_dir().join("o.npy"));
+            assert_eq!(descr, "<f4");
+            assert_eq!(dims, vec![1, 3, 70, 6]);
+            let err = relative_error(&case.reference(map, causal), &o);
+            assert!(err <= 1e-5, "{flags:?}: relative error {err:e}");
+        }
+    }
+}
+
+#[test]
+fn gradients_are_written_and_dv_matches_the_definition() {
+    let case = Case::new([1, 2, 17, 4], 3, 3, false);
+    let d_out = case.path("do.npy");
+    for causal in [true, false] {
+        let out = case.attend(&[
+            "--backend",
+            "cpu-ref",
+            "--d-out",
+            &d_out,
+            causality_flag(causal),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        for (file, dims) in [("dq.npy", [1, 2, 17, 4]), ("dk.npy", [1, 2, 17, 4])] {
+            let (descr, got_dims, values) = read_npy(&case.out_dir().join(file));
+            assert_eq!((descr.as_str(), got_dims), ("<f8", dims.to_vec()));
+            assert!(values.iter().all(|x| x.is_finite()) && values.iter().any(|&x| x != 0.0));
+        }
+        let (_, _, dv) = read_npy(&case.out_dir().join("dv.npy"));
+        let want = grad_v(
+            &case.q,
+            &case.k,
+            &case.d_out,
+            case.dims,
+            case.m,
+            Map::EluPlusOne,
+            causal,
+        );
+        let err = relative_error(&want, &dv);
+        assert!(err <= 1e-10, "causal={causal}: dv relative error {err:e}");
+    }
+}
+
+/// Runs attend expecting exit status 2 and every `needles` in stderr; no o.npy written.
+fn expect_refusal(case: &Case, q: &str, k: &str, v: &str, extra: &[&str], needles: &[&str]) {
+    let out_dir = case.out_dir().display().to_string();
+    let mut args = vec![
+        "attend",
+        "--q",
+        q,
+        "--k",
+        k,
+        "--v",
+        v,
+        "--out-dir",
+        &out_dir,
+    ];
+    args.extend_from_slice(extra);
+    let out = linattn(&args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    for needle in needles {
+        assert!(
+            err.contains(needle),
+            "{args:?}: expected '{needle}' in: {err}"
+        );
+    }
+    assert!(
+        !case.out_dir().join("o.npy").exists(),
+        "{args:?} wrote o.npy"
+    );
+}
+
+#[test]
+fn bad_inputs_exit_2_naming_the_problem() {
+    let case = Case::new([1, 2, 5, 4], 3, 4, false);
+    let dir = case.dir.path();
+    let (q, k, v) = (case.path("q.npy"), case.path("k.npy"), case.path("v.npy"));
+    let cpu_ref = ["--backend", "cpu-ref"];
+
+    // k with another head dim than q.
+    write_npy(&dir.join("k_wide.npy"), &[1, 2, 5, 6], &[0.5; 60], false);
+    let k_wide = case.path("k_wide.npy");
+    expect_refusal(
+        &case,
+        &q,
+        &k_wide,
+        &v,
+        &cpu_ref,
+        &["shape mismatch", "k has dims"],
+    );
+
+    // v with another sequence length.
+    write_npy(&dir.join("v_short.npy"), &[1, 2, 4, 3], &[0.5; 24], false);
+    let v_short = case.path("v_short.npy");
+    expect_refusal(
+        &case,
+        &q,
+        &k,
+        &v_short,
+        &cpu_ref,
+        &["shape mismatch", "v has dims"],
+    );
+
+    // A NaN in v.
+    let mut with_nan = case.v.clone();
+    with_nan[7] = f64::NAN;
+    write_npy(&dir.join("v_nan.npy"), &[1, 2, 5, 3], &with_nan, false);
+    let v_nan = case.path("v_nan.npy");
+    expect_refusal(
+        &case,
+        &q,
+        &k,
+        &v_nan,
+        &cpu_ref,
+        &["non-finite", "v", "index 7"],
+    );
+
+    // An int64 array.
+    let ints: Vec<u8> = (0..40i64).flat_map(|x| x.to_le_bytes()).collect();
+    write_raw_npy(
+        &dir.join("q_int.npy"),
+        "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2, 5, 4), }",
+        &ints,
+    );
+    let q_int = case.path("q_int.npy");
+    expect_refusal(&case, &q_int, &k, &v, &cpu_ref, &["q_int.npy", "'<i8'"]);
+
+    // Not a .npy file at all.
+    std::fs::write(dir.join("garbage.npy"), b"this is not an array").unwrap();
+    let garbage = case.path("garbage.npy");
+    expect_refusal(
+        &case,
+        &q,
+        &garbage,
+        &v,
+        &cpu_ref,
+        &["garbage.npy", "not a .npy file"],
+    );
+
+    // A 3-D array.
+    write_npy(&dir.join("q_3d.npy"), &[2, 5, 4], &[0.5; 40], false);
+    let q_3d = case.path("q_3d.npy");
+    expect_refusal(&case, &q_3d, &k, &v, &cpu_ref, &["q_3d.npy", "4-D"]);
+
+    // Mixed dtypes.
+    write_npy(&dir.join("v32.npy"), &[1, 2, 5, 3], &case.v, true);
+    let v32 = case.path("v32.npy");
+    expect_refusal(&case, &q, &k, &v32, &cpu_ref, &["v32.npy", "one dtype"]);
+
+    // A zero-length dimension.
+    write_npy(&dir.join("q0.npy"), &[1, 0, 5, 4], &[], false);
+    write_npy(&dir.join("k0.npy"), &[1, 0, 5, 4], &[], false);
+    write_npy(&dir.join("v0.npy"), &[1, 0, 5, 3], &[], false);
+    let (q0, k0, v0) = (
+        case.path("q0.npy"),
+        case.path("k0.npy"),
+        case.path("v0.npy"),
+    );
+    expect_refusal(
+        &case,
+        &q0,
+        &k0,
+        &v0,
+        &cpu_ref,
+        &["empty dimension", "heads"],
+    );
+
+    // Unknown names.
+    let unknown_map = ["--backend", "cpu-ref", "--map", "gelu"];
+    expect_refusal(
+        &case,
+        &q,
+        &k,
+        &v,
+        &unknown_map,
+        &["unknown feature map 'gelu'"],
+    );
+    let unknown_form = ["--backend", "cpu-ref", "--form", "spiral"];
+    expect_refusal(&case, &q, &k, &v, &unknown_form, &["unknown form 'spiral'"]);
+    let unknown_backend = ["--backend", "tpu"];
+    expect_refusal(
+        &case,
+        &q,
+        &k,
+        &v,
+        &unknown_backend,
+        &["unknown backend 'tpu'", "cpu-ref"],
+    );
+
+    // A form that cannot compute the requested causality.
+    let wrong_form = ["--backend", "cpu-ref", "--form", "parallel", "--causal"];
+    expect_refusal(&case, &q, &k, &v, &wrong_form, &["parallel"]);
+
+    // Options out of range.
+    let bad_decay = ["--backend", "cpu-ref", "--decay", "1.5"];
+    expect_refusal(&case, &q, &k, &v, &bad_decay, &["decay"]);
+}
