@@ -1,0 +1,71 @@
+//! `linattn all`: the main job in one command — `check` every available backend, then a
+//! `bench` sweep of the fast backends over N, then the markdown/SVG `report` of that sweep.
+//! On a machine without a GPU the CUDA backends appear as "skipped: <reason>".
+
+use crate::{bench, check, report};
+use clap::Parser;
+use linattn_core::AttnError;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct AllArgs {
+    /// Largest N of the sweep (a power of two). The CPU softmax baseline stops by itself
+    /// (too slow / out of memory) long before large N; the linear forms keep going.
+    #[arg(long, default_value = "2^14")]
+    n_max: String,
+    /// Where the sweep's JSON goes (the report goes to bench-results/report).
+    #[arg(long, default_value = "bench-results/latest.json")]
+    out: PathBuf,
+}
+
+/// Parses a sub-command's arguments exactly as the CLI would, so `all` runs the same code
+/// paths and defaults as the individual commands.
+fn parse<T: clap::Args>(argv: &[&str]) -> Result<T, AttnError> {
+    #[derive(Parser)]
+    struct Wrap<U: clap::Args> {
+        #[command(flatten)]
+        inner: U,
+    }
+    Wrap::<T>::try_parse_from(std::iter::once("linattn").chain(argv.iter().copied()))
+        .map(|w| w.inner)
+        .map_err(|e| AttnError::InvalidArgument(e.to_string()))
+}
+
+pub fn run(args: AllArgs) -> Result<ExitCode, AttnError> {
+    eprintln!("== linattn check: every available backend against the f64 oracle");
+    let check_code = check::run(parse(&[])?)?;
+
+    let out = args.out.to_string_lossy().into_owned();
+    eprintln!("\n== linattn bench: N = 2^8 .. {} (results: {out})", args.n_max);
+    let bench_args = parse::<bench::BenchArgs>(&[
+        "--n-min",
+        "2^8",
+        "--n-max",
+        &args.n_max,
+        "--causality",
+        "causal,non-causal",
+        "--cell-seconds",
+        "0.5",
+        "--max-cell-seconds",
+        "20",
+        "--out",
+        &out,
+    ])?;
+    let bench_code = bench::run(bench_args)?;
+
+    eprintln!("\n== linattn report: bench-results/report/REPORT.md");
+    let report_code = report::run(parse(&[&out, "--out-dir", "bench-results/report"])?)?;
+
+    // The check's verdict decides: a failing backend must not hide behind a good table.
+    Ok(
+        if [&check_code, &bench_code, &report_code]
+            .iter()
+            .all(|c| **c == ExitCode::SUCCESS)
+        {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        },
+    )
+}

@@ -1,0 +1,50 @@
+# linattn recipes. `just --list` shows them with these comments.
+# NVRTC from the pinned pip wheel (see `just nvrtc`) is found through LD_LIBRARY_PATH.
+
+export LD_LIBRARY_PATH := justfile_directory() + "/.nvrtc/nvidia/cu13/lib:" + env_var_or_default("LD_LIBRARY_PATH", "")
+
+bin := "./target/release/linattn"
+
+# Show the recipes.
+default:
+    @just --list
+
+# Install NVRTC 13.0.88 (pinned to the GPU machine's CUDA 13.0 driver) into .nvrtc/.
+nvrtc:
+    python3 -m pip install --quiet --no-deps --target .nvrtc "nvidia-cuda-nvrtc==13.0.88"
+
+# Build the release binary.
+build:
+    cargo build --release --bin linattn
+
+# Check every available backend against the f64 oracle (forward and gradients).
+check *ARGS: build
+    {{bin}} check {{ARGS}}
+
+# Sweep N for the fast backends (CPU here; CUDA too on a GPU machine); JSON into bench-results/.
+bench *ARGS: build
+    {{bin}} bench {{ARGS}}
+
+# The full comparison: check, sweep every backend (and peers when scripts/peers.py can run), then the markdown + SVG report.
+table: build
+    {{bin}} check
+    {{bin}} bench --out bench-results/latest-$(hostname).json
+    if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then python3 scripts/peers.py --out bench-results/latest-peers-$(hostname).json; else echo "peers skipped: no PyTorch with CUDA here"; fi
+    {{bin}} report bench-results/latest-*$(hostname).json --out-dir bench-results/report
+
+# Compare a fresh sweep against this device's committed baseline; exit 1 on a regression.
+regress BASELINE="": build
+    {{bin}} bench --out /tmp/linattn-regress.json
+    {{bin}} compare {{ if BASELINE == "" { "bench-results/baseline-cpu.json" } else { BASELINE } }} /tmp/linattn-regress.json
+
+# Compile every kernel variant for sm_80 and sm_90 and print registers/spills per kernel.
+kernels: build
+    {{bin}} kernels --arch sm_80,sm_90
+
+# Run the test suite (the README's test command).
+test:
+    cargo test --workspace
+
+# Run exactly what CI runs.
+ci:
+    bash .ci/run
