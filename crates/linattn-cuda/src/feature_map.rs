@@ -1,0 +1,492 @@
+//! The φ stage on the device (kernels/feature_map.cu): feature maps that are not elementwise
+//! — softmax, 1+cos, FAVOR+, efficient attention — written as fp32 features, so every form
+//! can run them with its identity core; and their vector-Jacobian products for the backward.
+//!
+//! Use from a form module:
+//! ```ignore
+//! if FeatureStage::needed(&problem.map) {
+//!     FeatureStage::check(problem)?;                       // in supports(): Unsupported
+//!     let stage = FeatureStage::new(gpu, problem, precision, &meter)?;     // at stage()
+//!     let feats = stage.forward(gpu, &meter, &q, &k, heads, n)?;   // φ(Q), φ(K) fp32 [BH,N,C]
+//!     // ... core on feats.q / feats.k with LA_MAP=0; ε_i scaled by feats' log scales ...
+//!     stage.backward(gpu, &q, &k, &feats, &d_phi_q, &d_phi_k, &mut dq, &mut dk, heads, n)?;
+//! }
+//! ```
+//! FAVOR+ shifts its exponents (row max for queries, the head's max for keys) like the CPU
+//! f32 path; `DeviceFeatures::{q_log_scale, k_log_scale}` hold −shift, and the core must use
+//! `ε_i = ε·exp(q_log_scale[i] + k_log_scale[head])` so O equals the unshifted result.
+
+use linattn_core::{AttnError, Backend, FeatureMap, Precision, Problem, Unsupported};
+
+use crate::runtime::{
+    as_i32, blocks_for, check_head_dim, head_dim_class, launch, storage_define, DeviceBuffer, Gpu,
+    KernelVariant, MemoryMeter, StorageElem, HEAD_DIM_CLASSES,
+};
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+/// kernels/feature_map.cu.
+pub const SOURCE: &str = include_str!("../../../kernels/feature_map.cu");
+
+const ENTRY_POINTS: [&str; 10] = [
+    "la_phi_softmax_rows",
+    "la_vjp_softmax_rows",
+    "la_phi_softmax_cols",
+    "la_vjp_softmax_cols",
+    "la_phi_cos_rows",
+    "la_vjp_cos_rows",
+    "la_favor_exponents",
+    "la_favor_head_max",
+    "la_favor_exp",
+    "la_vjp_favor",
+];
+
+/// Rows per 256-thread block of the row-wise kernels (one warp per row).
+const ROWS_PER_BLOCK: usize = 8;
+/// Largest FAVOR+ feature count the kernels stage in shared memory.
+pub const FAVOR_MAX_FEATURES: usize = 256;
+
+/// The φ stage has no backend of its own.
+pub fn backends() -> Vec<Box<dyn Backend>> {
+    Vec::new()
+}
+
+/// The variant for a storage precision and key-dim class.
+pub fn variant(precision: Precision, dk_class: usize) -> Result<KernelVariant, Unsupported> {
+    let (name, value) = storage_define(precision)?;
+    let mut variant = KernelVariant::new("feature_map.cu", SOURCE)
+        .define(name, value)
+        .define("LA_DK_MAX", dk_class);
+    for entry in ENTRY_POINTS {
+        variant = variant.entry(entry);
+    }
+    Ok(variant)
+}
+
+/// Every storage precision × key-dim class.
+pub fn kernel_variants() -> Vec<KernelVariant> {
+    [Precision::F32, Precision::F16, Precision::BF16]
+        .into_iter()
+        .flat_map(|p| {
+            HEAD_DIM_CLASSES
+                .into_iter()
+                .filter_map(move |c| variant(p, c).ok())
+        })
+        .collect()
+}
+
+/// φ(Q), φ(K) as fp32 `[BH, N, C]`, and FAVOR+'s ε scales (absent for other maps).
+pub struct DeviceFeatures {
+    pub c: usize,
+    pub q: DeviceBuffer<f32>,
+    pub k: DeviceBuffer<f32>,
+    /// −(query row shift), `[BH·N]`.
+    pub q_log_scale: Option<DeviceBuffer<f32>>,
+    /// −(key head shift), `[BH]`.
+    pub k_log_scale: Option<DeviceBuffer<f32>>,
+}
+
+/// A prepared φ stage for one problem and precision (FAVOR+'s W uploaded once).
+pub struct FeatureStage {
+    map: FeatureMap,
+    dk: usize,
+    variant: KernelVariant,
+    favor_w: Option<DeviceBuffer<f32>>,
+}
+
+enum Operand {
+    Query,
+    Key,
+}
+
+impl FeatureStage {
+    /// Whether `map` needs this stage (elementwise maps are fused into the cores).
+    pub fn needed(map: &FeatureMap) -> bool {
+        !map.elementwise()
+    }
+
+    /// What the stage supports: D as the cores do, FAVOR+ with R ≤ 256.
+    pub fn check(problem: &Problem) -> Result<(), Unsupported> {
+        check_head_dim("head dim D", problem.shape.dk)?;
+        if let FeatureMap::Favor { features, .. } = problem.map {
+            if features == 0 || features > FAVOR_MAX_FEATURES {
+                return Err(Unsupported::Problem(format!(
+                    "FAVOR+ with R = {features} features: CUDA kernels take 1..={FAVOR_MAX_FEATURES}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn new(
+        gpu: &Gpu,
+        problem: &Problem,
+        precision: Precision,
+        meter: &MemoryMeter,
+    ) -> Result<Self, AttnError> {
+        Self::check(problem)?;
+        let dk = problem.shape.dk;
+        let variant = variant(precision, head_dim_class("head dim D", dk)?)?;
+        let favor_w = match problem.map {
+            FeatureMap::Favor { features, seed } => {
+                let w = linattn_core::favor_projection(dk, features, seed);
+                Some(DeviceBuffer::<f32>::upload_f64(gpu, meter, &w)?)
+            }
+            _ => None,
+        };
+        Ok(FeatureStage {
+            map: problem.map,
+            dk,
+            variant,
+            favor_w,
+        })
+    }
+
+    /// Feature dimension C.
+    pub fn feature_dim(&self) -> usize {
+        self.map.feature_dim(self.dk)
+    }
+
+    /// φ of both operands (`heads` = B·H, `n` rows each).
+    pub fn forward<T: StorageElem>(
+        &self,
+        gpu: &Gpu,
+        meter: &MemoryMeter,
+        q: &DeviceBuffer<T>,
+        k: &DeviceBuffer<T>,
+        heads: usize,
+        n: usize,
+    ) -> Result<DeviceFeatures, AttnError> {
+        let c = self.feature_dim();
+        let rows = heads
+            .checked_mul(n)
+            .ok_or_else(|| AttnError::SizeOverflow(format!("{heads} heads × {n} rows")))?;
+        let features = || -> Result<DeviceBuffer<f32>, AttnError> {
+            let len = rows
+                .checked_mul(c)
+                .ok_or_else(|| AttnError::SizeOverflow(format!("{rows} rows × {c} features")))?;
+            DeviceBuffer::zeros(gpu, meter, len)
+        };
+        let mut out = DeviceFeatures {
+            c,
+            q: features()?,
+            k: features()?,
+            q_log_scale: None,
+            k_log_scale: None,
+        };
+        match self.map {
+            FeatureMap::Softmax => {
+                self.rows_kernel(gpu, "la_phi_softmax_rows", q, &out.q, rows)?;
+                self.rows_kernel(gpu, "la_phi_softmax_rows", k, &out.k, rows)?;
+            }
+            FeatureMap::EfficientAttention => {
+                self.rows_kernel(gpu, "la_phi_softmax_rows", q, &out.q, rows)?;
+                self.cols_kernel(
+                    gpu,
+                    "la_phi_softmax_cols",
+                    k.device_address(),
+                    0,
+                    out.k.device_address(),
+                    heads,
+                    n,
+                )?;
+            }
+            FeatureMap::OnePlusCos => {
+                self.rows_kernel(gpu, "la_phi_cos_rows", q, &out.q, rows)?;
+                self.rows_kernel(gpu, "la_phi_cos_rows", k, &out.k, rows)?;
+            }
+            FeatureMap::Favor { .. } => {
+                let q_scale = DeviceBuffer::zeros(gpu, meter, rows)?;
+                let k_scale = DeviceBuffer::zeros(gpu, meter, heads)?;
+                self.favor(gpu, meter, Operand::Query, q, &out.q, &q_scale, heads, n)?;
+                self.favor(gpu, meter, Operand::Key, k, &out.k, &k_scale, heads, n)?;
+                out.q_log_scale = Some(q_scale);
+                out.k_log_scale = Some(k_scale);
+            }
+            other => {
+                return Err(AttnError::State(format!(
+                    "feature map {other} is elementwise: fused in the cores, no φ stage"
+                )))
+            }
+        }
+        Ok(out)
+    }
+
+    /// Chains `g_q = ∂L/∂φ(Q)`, `g_k = ∂L/∂φ(K)` (fp32 `[BH, N, C]`) through φ into `dq`, `dk`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward<T: StorageElem>(
+        &self,
+        gpu: &Gpu,
+        q: &DeviceBuffer<T>,
+        k: &DeviceBuffer<T>,
+        features: &DeviceFeatures,
+        g_q: &DeviceBuffer<f32>,
+        g_k: &DeviceBuffer<f32>,
+        dq: &mut DeviceBuffer<T>,
+        dk: &mut DeviceBuffer<T>,
+        heads: usize,
+        n: usize,
+    ) -> Result<(), AttnError> {
+        let rows = heads * n;
+        match self.map {
+            FeatureMap::Softmax => {
+                self.vjp_rows(
+                    gpu,
+                    "la_vjp_softmax_rows",
+                    features.q.device_address(),
+                    g_q,
+                    dq,
+                    rows,
+                )?;
+                self.vjp_rows(
+                    gpu,
+                    "la_vjp_softmax_rows",
+                    features.k.device_address(),
+                    g_k,
+                    dk,
+                    rows,
+                )?;
+            }
+            FeatureMap::EfficientAttention => {
+                self.vjp_rows(
+                    gpu,
+                    "la_vjp_softmax_rows",
+                    features.q.device_address(),
+                    g_q,
+                    dq,
+                    rows,
+                )?;
+                self.cols_kernel(
+                    gpu,
+                    "la_vjp_softmax_cols",
+                    features.k.device_address(),
+                    g_k.device_address(),
+                    dk.device_address(),
+                    heads,
+                    n,
+                )?;
+            }
+            FeatureMap::OnePlusCos => {
+                self.vjp_rows(gpu, "la_vjp_cos_rows", q.device_address(), g_q, dq, rows)?;
+                self.vjp_rows(gpu, "la_vjp_cos_rows", k.device_address(), g_k, dk, rows)?;
+            }
+            FeatureMap::Favor { .. } => {
+                self.vjp_favor(gpu, q, &features.q, g_q, dq, rows)?;
+                self.vjp_favor(gpu, k, &features.k, g_k, dk, rows)?;
+            }
+            other => {
+                return Err(AttnError::State(format!(
+                    "feature map {other} is elementwise: no φ-stage backward"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn row_config(rows: usize) -> Result<LaunchConfig, AttnError> {
+        Ok(LaunchConfig {
+            grid_dim: (blocks_for(rows, ROWS_PER_BLOCK)?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }
+
+    /// `entry(x, phi, rows, d)`.
+    fn rows_kernel<T>(
+        &self,
+        gpu: &Gpu,
+        entry: &str,
+        x: &DeviceBuffer<T>,
+        phi: &DeviceBuffer<f32>,
+        rows: usize,
+    ) -> Result<(), AttnError> {
+        let function = gpu.function(&self.variant, entry)?;
+        let (x_addr, phi_addr) = (x.device_address(), phi.device_address());
+        let rows_i64 = rows as i64;
+        let d = as_i32("head dim", self.dk)?;
+        let mut args = gpu.stream().launch_builder(&function);
+        args.arg(&x_addr).arg(&phi_addr).arg(&rows_i64).arg(&d);
+        // SAFETY: (const la_storage_t*, float*, long long, int) as declared; x holds rows·d
+        // elements and phi rows·C.
+        unsafe { launch(args, gpu, Self::row_config(rows)?, entry) }
+    }
+
+    /// `entry(first, g, dx, rows, d)`: `first` is φ (softmax) or x (1+cos).
+    fn vjp_rows<T>(
+        &self,
+        gpu: &Gpu,
+        entry: &str,
+        first: u64,
+        g: &DeviceBuffer<f32>,
+        dx: &mut DeviceBuffer<T>,
+        rows: usize,
+    ) -> Result<(), AttnError> {
+        let function = gpu.function(&self.variant, entry)?;
+        let (g_addr, dx_addr) = (g.device_address(), dx.device_address());
+        let rows_i64 = rows as i64;
+        let d = as_i32("head dim", self.dk)?;
+        let mut args = gpu.stream().launch_builder(&function);
+        args.arg(&first)
+            .arg(&g_addr)
+            .arg(&dx_addr)
+            .arg(&rows_i64)
+            .arg(&d);
+        // SAFETY: pointer, pointer, pointer, long long, int as declared; sizes as in forward.
+        unsafe { launch(args, gpu, Self::row_config(rows)?, entry) }
+    }
+
+    /// Column softmax over N: `la_phi_softmax_cols(x, phi, n, d)` (middle = 0 unused) or
+    /// `la_vjp_softmax_cols(phi, g, dx, n, d)`.
+    #[allow(clippy::too_many_arguments)]
+    fn cols_kernel(
+        &self,
+        gpu: &Gpu,
+        entry: &str,
+        first: u64,
+        middle: u64,
+        last: u64,
+        heads: usize,
+        n: usize,
+    ) -> Result<(), AttnError> {
+        let function = gpu.function(&self.variant, entry)?;
+        let n_i32 = as_i32("sequence length N", n)?;
+        let d = as_i32("head dim", self.dk)?;
+        let heads_u32 =
+            u32::try_from(heads).map_err(|_| AttnError::SizeOverflow(format!("{heads} heads")))?;
+        let config = LaunchConfig {
+            grid_dim: (blocks_for(self.dk, 32)?, heads_u32, 1),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut args = gpu.stream().launch_builder(&function);
+        args.arg(&first);
+        if entry == "la_vjp_softmax_cols" {
+            args.arg(&middle);
+        }
+        args.arg(&last).arg(&n_i32).arg(&d);
+        // SAFETY: argument lists match the two kernels' declarations; buffers are [heads, n, d].
+        unsafe { launch(args, gpu, config, entry) }
+    }
+
+    fn favor_scale(&self) -> f32 {
+        (self.dk as f64).powf(-0.25) as f32
+    }
+
+    fn favor_w(&self) -> Result<&DeviceBuffer<f32>, AttnError> {
+        self.favor_w
+            .as_ref()
+            .ok_or_else(|| AttnError::State("FAVOR+ projection not uploaded".into()))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn favor<T>(
+        &self,
+        gpu: &Gpu,
+        meter: &MemoryMeter,
+        operand: Operand,
+        x: &DeviceBuffer<T>,
+        phi: &DeviceBuffer<f32>,
+        log_scale: &DeviceBuffer<f32>,
+        heads: usize,
+        n: usize,
+    ) -> Result<(), AttnError> {
+        let rows = heads * n;
+        let r = self.feature_dim();
+        let r_i32 = as_i32("FAVOR+ features", r)?;
+        let d = as_i32("head dim", self.dk)?;
+        let n_i32 = as_i32("sequence length N", n)?;
+        let rows_i64 = rows as i64;
+        let scale = self.favor_scale();
+        let row_max = DeviceBuffer::<f32>::zeros(gpu, meter, rows)?;
+        let (x_addr, w_addr, phi_addr, max_addr) = (
+            x.device_address(),
+            self.favor_w()?.device_address(),
+            phi.device_address(),
+            row_max.device_address(),
+        );
+        let exponents = gpu.function(&self.variant, "la_favor_exponents")?;
+        let mut args = gpu.stream().launch_builder(&exponents);
+        args.arg(&x_addr)
+            .arg(&w_addr)
+            .arg(&phi_addr)
+            .arg(&max_addr)
+            .arg(&rows_i64)
+            .arg(&d)
+            .arg(&r_i32)
+            .arg(&scale);
+        // SAFETY: matches la_favor_exponents; W is [r, d], phi [rows, r], row_max [rows].
+        unsafe { launch(args, gpu, Self::row_config(rows)?, "la_favor_exponents") }?;
+
+        let (shift, per_row, _head_max) = match operand {
+            Operand::Query => (max_addr, 1i32, None),
+            Operand::Key => {
+                let head_max = DeviceBuffer::<f32>::zeros(gpu, meter, heads)?;
+                let head_max_addr = head_max.device_address();
+                let reduce = gpu.function(&self.variant, "la_favor_head_max")?;
+                let mut args = gpu.stream().launch_builder(&reduce);
+                args.arg(&max_addr).arg(&head_max_addr).arg(&n_i32);
+                let heads_u32 = u32::try_from(heads)
+                    .map_err(|_| AttnError::SizeOverflow(format!("{heads} heads")))?;
+                let config = LaunchConfig {
+                    grid_dim: (heads_u32, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: matches la_favor_head_max; row_max [heads·n], head_max [heads].
+                unsafe { launch(args, gpu, config, "la_favor_head_max") }?;
+                (head_max_addr, 0i32, Some(head_max))
+            }
+        };
+        let log_addr = log_scale.device_address();
+        let exp = gpu.function(&self.variant, "la_favor_exp")?;
+        let mut args = gpu.stream().launch_builder(&exp);
+        args.arg(&phi_addr)
+            .arg(&shift)
+            .arg(&log_addr)
+            .arg(&rows_i64)
+            .arg(&n_i32)
+            .arg(&r_i32)
+            .arg(&per_row);
+        let total = rows
+            .checked_mul(r)
+            .ok_or_else(|| AttnError::SizeOverflow(format!("{rows} rows × {r} features")))?;
+        let config = LaunchConfig {
+            grid_dim: (blocks_for(total, 256)?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches la_favor_exp; log_scale holds rows (queries) or heads (keys).
+        unsafe { launch(args, gpu, config, "la_favor_exp") }?;
+        // row_max / head_max are freed here; the stream orders the free after the kernels.
+        Ok(())
+    }
+
+    fn vjp_favor<T>(
+        &self,
+        gpu: &Gpu,
+        x: &DeviceBuffer<T>,
+        phi: &DeviceBuffer<f32>,
+        g: &DeviceBuffer<f32>,
+        dx: &mut DeviceBuffer<T>,
+        rows: usize,
+    ) -> Result<(), AttnError> {
+        let function = gpu.function(&self.variant, "la_vjp_favor")?;
+        let addresses = [
+            x.device_address(),
+            self.favor_w()?.device_address(),
+            phi.device_address(),
+            g.device_address(),
+            dx.device_address(),
+        ];
+        let rows_i64 = rows as i64;
+        let d = as_i32("head dim", self.dk)?;
+        let r = as_i32("FAVOR+ features", self.feature_dim())?;
+        let scale = self.favor_scale();
+        let mut args = gpu.stream().launch_builder(&function);
+        for address in &addresses {
+            args.arg(address);
+        }
+        args.arg(&rows_i64).arg(&d).arg(&r).arg(&scale);
+        // SAFETY: matches la_vjp_favor (x, W, phi, g, dx, rows, d, r, scale).
+        unsafe { launch(args, gpu, Self::row_config(rows)?, "la_vjp_favor") }
+    }
+}

@@ -1,0 +1,725 @@
+//! `cuda/noncausal/{f32,f16,bf16}`: non-causal linear attention on the GPU
+//! (kernels/noncausal.cu), `Form::Parallel` with the memory-efficient backward of SPEC §4.
+//!
+//! Forward: S, z reduced over N (split over blocks for long N, fp32 partials, then a
+//! deterministic reduce), then `O = φ(Q)S / (φ(Q)z + ε)` (no division for identity and
+//! efficient attention); decay weights key j by `λ^{N−1−j}`. Elementwise maps are fused;
+//! other maps run the φ stage of [`crate::feature_map`] first. Backward: R, r by the same
+//! reduction, then ∂Q, ∂K, ∂V as row-parallel products with S, z, R, r.
+//!
+//! Device memory (`RunStats::device_bytes`, exact from the allocations): forward — O, the
+//! C·M+C state per head, split partials, fp32 features for non-elementwise maps; backward —
+//! the forward's held O/state, R/r, partials, 2 fp32 per row (1/den, gd), the gradients,
+//! fp32 ∂φ for non-elementwise maps, and for f16/bf16 an fp32 recomputation of O (the
+//! gd term needs O at full precision).
+
+use std::marker::PhantomData;
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use linattn_core::{
+    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind, Form,
+    Grads, Inputs, Precision, Problem, RunStats, Tensor, Unsupported,
+};
+
+use crate::feature_map::{DeviceFeatures, FeatureStage};
+use crate::runtime::{
+    address_of, as_i32, blocks_for, check_head_dim, gpu, gpu_available, launch, map_define,
+    storage_define, DeviceBuffer, Gpu, KernelVariant, MemoryMeter, StorageElem,
+};
+
+/// kernels/noncausal.cu.
+pub const SOURCE: &str = include_str!("../../../kernels/noncausal.cu");
+
+const ENTRY_POINTS: [&str; 4] = [
+    "la_nc_accumulate",
+    "la_nc_reduce",
+    "la_nc_row_terms",
+    "la_nc_rowgemm",
+];
+
+/// Output tile edge and threads per block of `la_nc_accumulate` / `la_nc_rowgemm`.
+const TILE: usize = 64;
+const THREADS: u32 = 256;
+/// Operand kinds and product modes of noncausal.cu.
+const KIND_STORAGE: i32 = 0;
+const KIND_MAPPED: i32 = 1;
+const KIND_F32: i32 = 2;
+const MODE_OUTPUT: i32 = 0;
+const MODE_GRAD_Q: i32 = 1;
+const MODE_GRAD_K: i32 = 2;
+const MODE_GRAD_V: i32 = 3;
+/// Fewest rows a split of N gets: below this the partials cost more than they parallelise.
+const MIN_ROWS_PER_SPLIT: usize = 256;
+
+/// The three backends.
+pub fn backends() -> Vec<Box<dyn Backend>> {
+    vec![
+        Box::new(NoncausalBackend::<f32>::new()),
+        Box::new(NoncausalBackend::<half::f16>::new()),
+        Box::new(NoncausalBackend::<half::bf16>::new()),
+    ]
+}
+
+/// The variant for a storage precision and fused map code (0 identity, 1 elu+1, 2 relu).
+pub fn variant(precision: Precision, map_code: u32) -> Result<KernelVariant, Unsupported> {
+    let (name, value) = storage_define(precision)?;
+    let mut variant = KernelVariant::new("noncausal.cu", SOURCE)
+        .define(name, value)
+        .define("LA_MAP", map_code)
+        .hot();
+    for entry in ENTRY_POINTS {
+        variant = variant.entry(entry);
+    }
+    Ok(variant)
+}
+
+/// Every storage precision × fused map.
+pub fn kernel_variants() -> Vec<KernelVariant> {
+    [Precision::F32, Precision::F16, Precision::BF16]
+        .into_iter()
+        .flat_map(|p| (0..3).filter_map(move |m| variant(p, m).ok()))
+        .collect()
+}
+
+/// What the non-causal kernels accept, independent of the machine.
+pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
+    check_linear_form(info, problem)?;
+    check_head_dim("head dim D", problem.shape.dk)?;
+    check_head_dim("value dim M", problem.shape.dv)?;
+    if FeatureStage::needed(&problem.map) {
+        FeatureStage::check(problem)?;
+    }
+    Ok(())
+}
+
+/// One precision of the non-causal form.
+pub struct NoncausalBackend<T: StorageElem> {
+    info: BackendInfo,
+    staged: Option<Staged<T>>,
+    /// Staged inputs (and FAVOR+'s W): not part of `device_bytes`.
+    input_meter: MemoryMeter,
+    /// Outputs and workspace: `device_bytes` is its peak during a run.
+    work_meter: MemoryMeter,
+    _storage: PhantomData<T>,
+}
+
+struct Staged<T> {
+    problem: Problem,
+    variant: KernelVariant,
+    q: DeviceBuffer<T>,
+    k: DeviceBuffer<T>,
+    v: DeviceBuffer<T>,
+    d_out: Option<DeviceBuffer<T>>,
+    phi_stage: Option<FeatureStage>,
+    forward: Option<ForwardResult<T>>,
+    grads: Option<[DeviceBuffer<T>; 3]>,
+}
+
+struct ForwardResult<T> {
+    out: DeviceBuffer<T>,
+    /// S then z per head: `[BH, C·M + C]` fp32.
+    state: DeviceBuffer<f32>,
+    features: Option<DeviceFeatures>,
+}
+
+impl<T: StorageElem> Default for NoncausalBackend<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: StorageElem> NoncausalBackend<T> {
+    pub fn new() -> Self {
+        NoncausalBackend {
+            info: BackendInfo {
+                name: format!("cuda/noncausal/{}", T::PRECISION.label()),
+                device: DeviceKind::Cuda,
+                precision: T::PRECISION,
+                algorithm: Algorithm::Linear(Form::Parallel),
+                backward: Some(BackwardKind::Efficient),
+            },
+            staged: None,
+            input_meter: MemoryMeter::new(),
+            work_meter: MemoryMeter::new(),
+            _storage: PhantomData,
+        }
+    }
+
+    fn staged_mut(&mut self) -> Result<&mut Staged<T>, AttnError> {
+        self.staged
+            .as_mut()
+            .ok_or_else(|| AttnError::State(format!("{}: nothing staged", self.info.name)))
+    }
+}
+
+impl<T: StorageElem> Backend for NoncausalBackend<T> {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
+        check_problem(&self.info, problem)?;
+        gpu_available()
+    }
+
+    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
+        self.supports(problem)?;
+        inputs.validate_for(problem)?;
+        self.staged = None;
+        let gpu = gpu()?;
+        let meter = &self.input_meter;
+        let map_code = match map_define(&problem.map) {
+            Some((_, code)) => code.parse().unwrap_or(0),
+            None => 0,
+        };
+        let phi_stage = if FeatureStage::needed(&problem.map) {
+            Some(FeatureStage::new(gpu, problem, T::PRECISION, meter)?)
+        } else {
+            None
+        };
+        let d_out = match &inputs.d_out {
+            Some(g) => Some(DeviceBuffer::upload_f64(gpu, meter, g.data())?),
+            None => None,
+        };
+        self.staged = Some(Staged {
+            problem: *problem,
+            variant: variant(T::PRECISION, map_code)?,
+            q: DeviceBuffer::upload_f64(gpu, meter, inputs.q.data())?,
+            k: DeviceBuffer::upload_f64(gpu, meter, inputs.k.data())?,
+            v: DeviceBuffer::upload_f64(gpu, meter, inputs.v.data())?,
+            d_out,
+            phi_stage,
+            forward: None,
+            grads: None,
+        });
+        gpu.synchronize()
+    }
+
+    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
+        let gpu = gpu()?;
+        let meter = self.work_meter.clone();
+        let staged = self.staged_mut()?;
+        staged.grads = None;
+        staged.forward = None;
+        meter.reset_peak();
+        let mut result = None;
+        let elapsed = gpu.time(|| {
+            result = Some(forward(gpu, &meter, staged)?);
+            Ok(())
+        })?;
+        staged.forward = result;
+        Ok(RunStats {
+            elapsed,
+            device_bytes: Some(meter.peak()),
+        })
+    }
+
+    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
+        let gpu = gpu()?;
+        let meter = self.work_meter.clone();
+        let staged = self.staged_mut()?;
+        if staged.forward.is_none() {
+            return Err(AttnError::State("run_backward before run_forward".into()));
+        }
+        if staged.d_out.is_none() {
+            return Err(AttnError::State(
+                "run_backward needs d_out in the staged inputs".into(),
+            ));
+        }
+        staged.grads = None;
+        meter.reset_peak();
+        let mut result = None;
+        let elapsed = gpu.time(|| {
+            result = Some(backward(gpu, &meter, staged)?);
+            Ok(())
+        })?;
+        staged.grads = result;
+        Ok(RunStats {
+            elapsed,
+            device_bytes: Some(meter.peak()),
+        })
+    }
+
+    fn output(&mut self) -> Result<Tensor, AttnError> {
+        let staged = self.staged_mut()?;
+        let forward = staged
+            .forward
+            .as_ref()
+            .ok_or_else(|| AttnError::State("output() before run_forward".into()))?;
+        Tensor::from_vec(staged.problem.shape.v_dims(), forward.out.download_f64()?)
+    }
+
+    fn grads(&mut self) -> Result<Grads, AttnError> {
+        let staged = self.staged_mut()?;
+        let [dq, dk, dv] = staged
+            .grads
+            .as_ref()
+            .ok_or_else(|| AttnError::State("grads() before run_backward".into()))?;
+        let shape = staged.problem.shape;
+        Ok(Grads {
+            dq: Tensor::from_vec(shape.qk_dims(), dq.download_f64()?)?,
+            dk: Tensor::from_vec(shape.qk_dims(), dk.download_f64()?)?,
+            dv: Tensor::from_vec(shape.v_dims(), dv.download_f64()?)?,
+        })
+    }
+
+    fn release(&mut self) {
+        self.staged = None;
+    }
+
+    fn flush_cache(&mut self) -> Result<(), AttnError> {
+        gpu()?.flush_l2()
+    }
+}
+
+/// Sizes of a run, as the kernels take them.
+struct Dims {
+    heads: usize,
+    n: usize,
+    d: usize,
+    m: usize,
+    c: usize,
+    eps: f32,
+    log2_decay: f32,
+    normalised: bool,
+}
+
+impl Dims {
+    fn of(problem: &Problem) -> Dims {
+        let shape = &problem.shape;
+        Dims {
+            heads: shape.bh(),
+            n: shape.seq,
+            d: shape.dk,
+            m: shape.dv,
+            c: problem.feature_dim(),
+            eps: problem.eps as f32,
+            log2_decay: if problem.has_decay() {
+                problem.decay.log2() as f32
+            } else {
+                0.0
+            },
+            normalised: problem.map.normalised(),
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.heads * self.n
+    }
+
+    fn state_len(&self) -> usize {
+        self.c * self.m + self.c
+    }
+}
+
+/// φ(Q) or φ(K) as the kernels read it: fp32 features of the φ stage, or raw storage with
+/// the fused map.
+fn operand<T>(features: Option<&DeviceBuffer<f32>>, raw: &DeviceBuffer<T>) -> (u64, i32) {
+    match features {
+        Some(f) => (f.device_address(), KIND_F32),
+        None => (raw.device_address(), KIND_MAPPED),
+    }
+}
+
+fn forward<T: StorageElem>(
+    gpu: &Gpu,
+    meter: &MemoryMeter,
+    staged: &Staged<T>,
+) -> Result<ForwardResult<T>, AttnError> {
+    let dims = Dims::of(&staged.problem);
+    let features = match &staged.phi_stage {
+        Some(stage) => Some(stage.forward(gpu, meter, &staged.q, &staged.k, dims.heads, dims.n)?),
+        None => None,
+    };
+    let (k_addr, k_kind) = operand(features.as_ref().map(|f| &f.k), &staged.k);
+    let state = reduce_outer_products(
+        gpu,
+        meter,
+        &staged.variant,
+        &dims,
+        (k_addr, k_kind),
+        staged.v.device_address(),
+        0,
+        0,
+        dims.log2_decay,
+    )?;
+    let out = DeviceBuffer::<T>::zeros(gpu, meter, dims.rows() * dims.m)?;
+    let (q_addr, q_kind) = operand(features.as_ref().map(|f| &f.q), &staged.q);
+    let scales = log_scales(features.as_ref());
+    rowgemm(
+        gpu,
+        &staged.variant,
+        &dims,
+        RowGemm {
+            mode: MODE_OUTPUT,
+            x: (q_addr, q_kind),
+            state: state.device_address(),
+            out: out.device_address(),
+            out_f32: false,
+            pre: 0,
+            inv_den: 0,
+            gd: 0,
+            log_scales: scales,
+        },
+    )?;
+    Ok(ForwardResult {
+        out,
+        state,
+        features,
+    })
+}
+
+fn log_scales(features: Option<&DeviceFeatures>) -> (u64, u64) {
+    match features {
+        Some(f) => (
+            address_of(f.q_log_scale.as_ref()),
+            address_of(f.k_log_scale.as_ref()),
+        ),
+        None => (0, 0),
+    }
+}
+
+fn backward<T: StorageElem>(
+    gpu: &Gpu,
+    meter: &MemoryMeter,
+    staged: &Staged<T>,
+) -> Result<[DeviceBuffer<T>; 3], AttnError> {
+    let dims = Dims::of(&staged.problem);
+    let fwd = staged
+        .forward
+        .as_ref()
+        .ok_or_else(|| AttnError::State("backward before forward".into()))?;
+    let g = staged
+        .d_out
+        .as_ref()
+        .ok_or_else(|| AttnError::State("backward without d_out".into()))?;
+    let features = fwd.features.as_ref();
+    let (q_op, k_op) = (
+        operand(features.map(|f| &f.q), &staged.q),
+        operand(features.map(|f| &f.k), &staged.k),
+    );
+    let scales = log_scales(features);
+    let rows = dims.rows();
+
+    // R, r = Σ_i Q̃_iᵀ gn_i, Σ_i Q̃_i gd_i; gn_i = G_i/den_i, gd_i = −(G_i·O_i)/den_i.
+    let (inv_den, gd) = if dims.normalised {
+        let inv_den = DeviceBuffer::<f32>::zeros(gpu, meter, rows)?;
+        let gd = DeviceBuffer::<f32>::zeros(gpu, meter, rows)?;
+        // gd needs O at full precision: f16/bf16 recompute it in fp32.
+        let out_f32 = if T::PRECISION == Precision::F32 {
+            None
+        } else {
+            let o = DeviceBuffer::<f32>::zeros(gpu, meter, rows * dims.m)?;
+            rowgemm(
+                gpu,
+                &staged.variant,
+                &dims,
+                RowGemm {
+                    mode: MODE_OUTPUT,
+                    x: q_op,
+                    state: fwd.state.device_address(),
+                    out: o.device_address(),
+                    out_f32: true,
+                    pre: 0,
+                    inv_den: 0,
+                    gd: 0,
+                    log_scales: scales,
+                },
+            )?;
+            Some(o)
+        };
+        let (o_addr, o_is_f32) = match &out_f32 {
+            Some(o) => (o.device_address(), 1i32),
+            None => (fwd.out.device_address(), 0i32),
+        };
+        row_terms(
+            gpu,
+            &staged.variant,
+            &dims,
+            q_op,
+            fwd.state.device_address(),
+            g.device_address(),
+            (o_addr, o_is_f32),
+            scales,
+            (inv_den.device_address(), gd.device_address()),
+        )?;
+        drop(out_f32);
+        (Some(inv_den), Some(gd))
+    } else {
+        (None, None)
+    };
+    let r_state = reduce_outer_products(
+        gpu,
+        meter,
+        &staged.variant,
+        &dims,
+        q_op,
+        g.device_address(),
+        address_of(inv_den.as_ref()),
+        address_of(gd.as_ref()),
+        0.0,
+    )?;
+
+    let mut dq = DeviceBuffer::<T>::zeros(gpu, meter, rows * dims.d)?;
+    let mut dk = DeviceBuffer::<T>::zeros(gpu, meter, rows * dims.d)?;
+    let dv = DeviceBuffer::<T>::zeros(gpu, meter, rows * dims.m)?;
+    // With a φ stage, ∂Q̃ and ∂K̃ come out in fp32 and go through the map's VJP.
+    let d_features = match features {
+        Some(_) => Some((
+            DeviceBuffer::<f32>::zeros(gpu, meter, rows * dims.c)?,
+            DeviceBuffer::<f32>::zeros(gpu, meter, rows * dims.c)?,
+        )),
+        None => None,
+    };
+    let (dq_target, dk_target, out_f32, pre_q, pre_k) = match &d_features {
+        Some((gq, gk)) => (gq.device_address(), gk.device_address(), true, 0, 0),
+        None => (
+            dq.device_address(),
+            dk.device_address(),
+            false,
+            staged.q.device_address(),
+            staged.k.device_address(),
+        ),
+    };
+    let with = |mode, x, state: &DeviceBuffer<f32>, out, out_f32, pre| RowGemm {
+        mode,
+        x,
+        state: state.device_address(),
+        out,
+        out_f32,
+        pre,
+        inv_den: address_of(inv_den.as_ref()),
+        gd: address_of(gd.as_ref()),
+        log_scales: scales,
+    };
+    let g_op = (g.device_address(), KIND_STORAGE);
+    let v_op = (staged.v.device_address(), KIND_STORAGE);
+    let variant = &staged.variant;
+    rowgemm(
+        gpu,
+        variant,
+        &dims,
+        with(MODE_GRAD_Q, g_op, &fwd.state, dq_target, out_f32, pre_q),
+    )?;
+    rowgemm(
+        gpu,
+        variant,
+        &dims,
+        with(MODE_GRAD_K, v_op, &r_state, dk_target, out_f32, pre_k),
+    )?;
+    rowgemm(
+        gpu,
+        variant,
+        &dims,
+        with(MODE_GRAD_V, k_op, &r_state, dv.device_address(), false, 0),
+    )?;
+
+    if let (Some(stage), Some(feats), Some((gq, gk))) =
+        (&staged.phi_stage, features, d_features.as_ref())
+    {
+        stage.backward(
+            gpu, &staged.q, &staged.k, feats, gq, gk, &mut dq, &mut dk, dims.heads, dims.n,
+        )?;
+    }
+    Ok([dq, dk, dv])
+}
+
+/// `[BH, C·M + C]`: Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j (see `la_nc_accumulate`), split over
+/// N across blocks when one block per tile would leave the GPU idle.
+#[allow(clippy::too_many_arguments)]
+fn reduce_outer_products(
+    gpu: &Gpu,
+    meter: &MemoryMeter,
+    variant: &KernelVariant,
+    dims: &Dims,
+    a: (u64, i32),
+    b: u64,
+    b_row_scale: u64,
+    v_row_scale: u64,
+    log2_decay: f32,
+) -> Result<DeviceBuffer<f32>, AttnError> {
+    let state_len = dims.state_len();
+    let state = DeviceBuffer::<f32>::zeros(gpu, meter, dims.heads * state_len)?;
+    let tiles = dims.c.div_ceil(TILE) * dims.m.div_ceil(TILE);
+    let wanted_blocks = 4 * gpu.info().sm_count as usize;
+    let max_splits = dims.n.div_ceil(MIN_ROWS_PER_SPLIT).clamp(1, 65_535);
+    let splits = wanted_blocks
+        .div_ceil((tiles * dims.heads).max(1))
+        .clamp(1, max_splits);
+    // Rows per split rounded to the 16-row step, then the splits that actually have rows.
+    let rows_per_split = dims.n.div_ceil(splits).div_ceil(16) * 16;
+    let splits = dims.n.div_ceil(rows_per_split).max(1);
+    let partial = if splits > 1 {
+        Some(DeviceBuffer::<f32>::zeros(
+            gpu,
+            meter,
+            dims.heads * splits * state_len,
+        )?)
+    } else {
+        None
+    };
+    let target = partial.as_ref().unwrap_or(&state).device_address();
+
+    let function = gpu.function(variant, "la_nc_accumulate")?;
+    let (n, c, m) = (
+        as_i32("sequence length N", dims.n)?,
+        as_i32("feature dim C", dims.c)?,
+        as_i32("value dim M", dims.m)?,
+    );
+    let rows_per_split_i32 = as_i32("rows per split", rows_per_split)?;
+    let mut args = gpu.stream().launch_builder(&function);
+    args.arg(&a.0)
+        .arg(&a.1)
+        .arg(&b)
+        .arg(&b_row_scale)
+        .arg(&v_row_scale)
+        .arg(&target)
+        .arg(&n)
+        .arg(&c)
+        .arg(&m)
+        .arg(&rows_per_split_i32)
+        .arg(&log2_decay);
+    let config = LaunchConfig {
+        grid_dim: (
+            u32::try_from(tiles).map_err(|_| AttnError::SizeOverflow("tiles".into()))?,
+            splits as u32,
+            u32::try_from(dims.heads).map_err(|_| AttnError::SizeOverflow("heads".into()))?,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: matches la_nc_accumulate's parameters; a is [BH,N,C], b [BH,N,M], the row
+    // scales [BH·N] or null, target [BH, splits, C·M+C].
+    unsafe { launch(args, gpu, config, "la_nc_accumulate") }?;
+
+    if let Some(partial) = &partial {
+        let function = gpu.function(variant, "la_nc_reduce")?;
+        let (partial_addr, state_addr) = (partial.device_address(), state.device_address());
+        let splits_i32 = splits as i32;
+        let (state_len_i64, heads_i64) = (state_len as i64, dims.heads as i64);
+        let mut args = gpu.stream().launch_builder(&function);
+        args.arg(&partial_addr)
+            .arg(&state_addr)
+            .arg(&splits_i32)
+            .arg(&state_len_i64)
+            .arg(&heads_i64);
+        let total = dims.heads * state_len;
+        let config = LaunchConfig {
+            grid_dim: (blocks_for(total, 256)?.min(65_535 * 16), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches la_nc_reduce; partial [BH, splits, len], state [BH, len].
+        unsafe { launch(args, gpu, config, "la_nc_reduce") }?;
+    }
+    Ok(state)
+}
+
+/// One `la_nc_rowgemm` launch (addresses are device pointers or 0).
+struct RowGemm {
+    mode: i32,
+    x: (u64, i32),
+    state: u64,
+    out: u64,
+    out_f32: bool,
+    pre: u64,
+    inv_den: u64,
+    gd: u64,
+    log_scales: (u64, u64),
+}
+
+fn rowgemm(
+    gpu: &Gpu,
+    variant: &KernelVariant,
+    dims: &Dims,
+    call: RowGemm,
+) -> Result<(), AttnError> {
+    let width = if call.mode == MODE_GRAD_Q || call.mode == MODE_GRAD_K {
+        dims.c
+    } else {
+        dims.m
+    };
+    let function = gpu.function(variant, "la_nc_rowgemm")?;
+    let (c, m, n) = (
+        as_i32("feature dim C", dims.c)?,
+        as_i32("value dim M", dims.m)?,
+        as_i32("sequence length N", dims.n)?,
+    );
+    let out_f32 = i32::from(call.out_f32);
+    let normalised = i32::from(dims.normalised);
+    let mut args = gpu.stream().launch_builder(&function);
+    args.arg(&call.mode)
+        .arg(&call.x.0)
+        .arg(&call.x.1)
+        .arg(&call.state)
+        .arg(&c)
+        .arg(&m)
+        .arg(&call.out)
+        .arg(&out_f32)
+        .arg(&call.pre)
+        .arg(&call.inv_den)
+        .arg(&call.gd)
+        .arg(&call.log_scales.0)
+        .arg(&call.log_scales.1)
+        .arg(&dims.eps)
+        .arg(&normalised)
+        .arg(&n)
+        .arg(&dims.log2_decay);
+    let config = LaunchConfig {
+        grid_dim: (
+            blocks_for(dims.n, TILE)?,
+            blocks_for(width, TILE)?,
+            u32::try_from(dims.heads).map_err(|_| AttnError::SizeOverflow("heads".into()))?,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: matches la_nc_rowgemm's 17 parameters; x is [BH,N,inner], state [BH,C·M+C],
+    // out [BH,N,width] of the type out_f32 says, pre [BH,N,width] storage or null.
+    unsafe { launch(args, gpu, config, "la_nc_rowgemm") }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn row_terms(
+    gpu: &Gpu,
+    variant: &KernelVariant,
+    dims: &Dims,
+    q: (u64, i32),
+    state: u64,
+    g: u64,
+    o: (u64, i32),
+    log_scales: (u64, u64),
+    outputs: (u64, u64),
+) -> Result<(), AttnError> {
+    let function = gpu.function(variant, "la_nc_row_terms")?;
+    let rows = dims.rows();
+    let rows_i64 = rows as i64;
+    let (n, c, m) = (
+        as_i32("sequence length N", dims.n)?,
+        as_i32("feature dim C", dims.c)?,
+        as_i32("value dim M", dims.m)?,
+    );
+    let mut args = gpu.stream().launch_builder(&function);
+    args.arg(&q.0)
+        .arg(&q.1)
+        .arg(&state)
+        .arg(&g)
+        .arg(&o.0)
+        .arg(&o.1)
+        .arg(&log_scales.0)
+        .arg(&log_scales.1)
+        .arg(&dims.eps)
+        .arg(&outputs.0)
+        .arg(&outputs.1)
+        .arg(&rows_i64)
+        .arg(&n)
+        .arg(&c)
+        .arg(&m);
+    let config = LaunchConfig {
+        grid_dim: (blocks_for(rows, 8)?, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: matches la_nc_row_terms; one warp per row of [BH·N].
+    unsafe { launch(args, gpu, config, "la_nc_row_terms") }
+}

@@ -1,0 +1,286 @@
+// feature_map.cu — the φ stage for feature maps that are not elementwise (SPEC §5), and its
+// vector-Jacobian products. Forms run these first and then their core with the identity
+// map on the fp32 features; elementwise maps (elu+1, relu, identity) are fused in the cores.
+//
+// Inputs x are [rows, D] in the storage type (rows = B·H·N); features φ are fp32 [rows, C].
+// Gradients g = ∂L/∂φ are fp32 [rows, C]; ∂L/∂x is written in the storage type.
+//
+//   softmax (rows):  φ_c = exp(x_c − max x) / Σ exp(x − max x)          C = D
+//                    ∂x = φ ⊙ (g − g·φ)
+//   efficient keys:  the same softmax, but over N for each (head, column)  C = D
+//   1+cos:           φ = [1, x/‖x‖] (x̂ = 0 for a zero row)                 C = D + 1
+//                    ∂x = (g₁.. − x̂ (x̂·g₁..)) / ‖x‖  (0 for a zero row)
+//   FAVOR+:          x' = x·D^{-1/4}, u_r = W_r·x' − ‖x'‖²/2, φ_r = exp(u_r − m)/√R
+//                    C = R; m = row max of u for queries, the head's max for keys (the f32
+//                    stabiliser of the CPU fast path). The caller scales ε by e^{−m_q − m_k},
+//                    so the shifts cancel in O and are constants for the gradient:
+//                    ∂x'_t = Σ_r g_r φ_r (W_rt − x'_t), ∂x = D^{-1/4} ∂x'.
+//
+// Mapping: row-wise kernels use one warp per row, 8 rows per 256-thread block; a lane holds
+// elements t = lane + 32·j, j < LA_DK_MAX/32, in registers. Column softmax: a block of
+// 32×8 threads owns 32 columns of one head and strides over N (coalesced along the columns).
+// FAVOR+ stages x' (exponents: lanes own features r) or g⊙φ (VJP: lanes own inputs t) in
+// shared memory per warp; W is fp32 [R, D] row-major.
+// Limits: D ≤ LA_DK_MAX ≤ 256 (class define), R ≤ 256 (LA_FAVOR_MAX_R), rows < 2^62.
+
+#ifndef LA_DK_MAX
+#define LA_DK_MAX 256
+#endif
+#define LA_FM_PER_LANE (LA_DK_MAX / LA_WARP)
+#define LA_FM_ROWS_PER_BLOCK 8
+#define LA_FAVOR_MAX_R 256
+
+// ---- softmax over the feature axis (softmax map; efficient attention's queries) ----------
+extern "C" __global__ void la_phi_softmax_rows(const la_storage_t* __restrict__ x,
+                                               float* __restrict__ phi, long long rows, int d) {
+    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
+    const int lane = threadIdx.x % LA_WARP;
+    if (row >= rows) return;
+    const la_index_t base = row * d;
+    float v[LA_FM_PER_LANE];
+    float best = LA_NEG_INF;
+#pragma unroll
+    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+        const int t = lane + j * LA_WARP;
+        v[j] = t < d ? la_load(x, base + t) : LA_NEG_INF;
+        best = fmaxf(best, v[j]);
+    }
+    best = la_warp_max(best);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+        const int t = lane + j * LA_WARP;
+        v[j] = t < d ? expf(v[j] - best) : 0.0f;
+        sum += v[j];
+    }
+    const float inv = 1.0f / la_warp_sum(sum);
+#pragma unroll
+    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+        const int t = lane + j * LA_WARP;
+        if (t < d) phi[base + t] = v[j] * inv;
+    }
+}
+
+extern "C" __global__ void la_vjp_softmax_rows(const float* __restrict__ phi,
+                                               const float* __restrict__ g,
+                                               la_storage_t* __restrict__ dx, long long rows,
+                                               int d) {
+    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
+    const int lane = threadIdx.x % LA_WARP;
+    if (row >= rows) return;
+    const la_index_t base = row * d;
+    float p[LA_FM_PER_LANE], gg[LA_FM_PER_LANE];
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+        const int t = lane + j * LA_WARP;
+        p[j] = t < d ? phi[base + t] : 0.0f;
+        gg[j] = t < d ? g[base + t] : 0.0f;
+        dot += p[j] * gg[j];
+    }
+    dot = la_warp_sum(dot);
+#pragma unroll
+    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+        const int t = lane + j * LA_WARP;
+        if (t < d) la_store(dx, base + t, p[j] * (gg[j] - dot));
+    }
+}
+
+// ---- softmax over N per (head, column): efficient attention's keys -----------------------
+// grid (ceil(d/32), heads), block (32, 8).
+extern "C" __global__ void la_phi_softmax_cols(const la_storage_t* __restrict__ x,
+                                               float* __restrict__ phi, int n, int d) {
+    __shared__ float scratch[8][LA_WARP];
+    const int col = blockIdx.x * LA_WARP + threadIdx.x;
+    const la_index_t head = (la_index_t)blockIdx.y * n * d;
+    const bool live = col < d;
+    float best = LA_NEG_INF;
+    for (int i = threadIdx.y; i < n; i += blockDim.y)
+        if (live) best = fmaxf(best, la_load(x, head + (la_index_t)i * d + col));
+    scratch[threadIdx.y][threadIdx.x] = best;
+    __syncthreads();
+    best = LA_NEG_INF;
+    for (int y = 0; y < (int)blockDim.y; ++y) best = fmaxf(best, scratch[y][threadIdx.x]);
+    __syncthreads();
+    float sum = 0.0f;
+    for (int i = threadIdx.y; i < n; i += blockDim.y)
+        if (live) sum += expf(la_load(x, head + (la_index_t)i * d + col) - best);
+    scratch[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    sum = 0.0f;
+    for (int y = 0; y < (int)blockDim.y; ++y) sum += scratch[y][threadIdx.x];
+    const float inv = 1.0f / sum;
+    for (int i = threadIdx.y; i < n; i += blockDim.y) {
+        if (!live) continue;
+        const la_index_t at = head + (la_index_t)i * d + col;
+        phi[at] = expf(la_load(x, at) - best) * inv;
+    }
+}
+
+extern "C" __global__ void la_vjp_softmax_cols(const float* __restrict__ phi,
+                                               const float* __restrict__ g,
+                                               la_storage_t* __restrict__ dx, int n, int d) {
+    __shared__ float scratch[8][LA_WARP];
+    const int col = blockIdx.x * LA_WARP + threadIdx.x;
+    const la_index_t head = (la_index_t)blockIdx.y * n * d;
+    const bool live = col < d;
+    float dot = 0.0f;
+    for (int i = threadIdx.y; i < n; i += blockDim.y) {
+        if (!live) continue;
+        const la_index_t at = head + (la_index_t)i * d + col;
+        dot += g[at] * phi[at];
+    }
+    scratch[threadIdx.y][threadIdx.x] = dot;
+    __syncthreads();
+    dot = 0.0f;
+    for (int y = 0; y < (int)blockDim.y; ++y) dot += scratch[y][threadIdx.x];
+    for (int i = threadIdx.y; i < n; i += blockDim.y) {
+        if (!live) continue;
+        const la_index_t at = head + (la_index_t)i * d + col;
+        la_store(dx, at, phi[at] * (g[at] - dot));
+    }
+}
+
+// ---- 1+cos: φ = [1, x̂] --------------------------------------------------------------------
+extern "C" __global__ void la_phi_cos_rows(const la_storage_t* __restrict__ x,
+                                           float* __restrict__ phi, long long rows, int d) {
+    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
+    const int lane = threadIdx.x % LA_WARP;
+    if (row >= rows) return;
+    const la_index_t in = row * d;
+    const la_index_t out = row * (d + 1);
+    float v[LA_FM_PER_LANE];
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+        const int t = lane + j * LA_WARP;
+        v[j] = t < d ? la_load(x, in + t) : 0.0f;
+        sq += v[j] * v[j];
+    }
+    sq = la_warp_sum(sq);
+    const float inv = sq > 0.0f ? rsqrtf(sq) : 0.0f;
+    if (lane == 0) phi[out] = 1.0f;
+#pragma unroll
+    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+        const int t = lane + j * LA_WARP;
+        if (t < d) phi[out + 1 + t] = v[j] * inv;
+    }
+}
+
+extern "C" __global__ void la_vjp_cos_rows(const la_storage_t* __restrict__ x,
+                                           const float* __restrict__ g,
+                                           la_storage_t* __restrict__ dx, long long rows, int d) {
+    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
+    const int lane = threadIdx.x % LA_WARP;
+    if (row >= rows) return;
+    const la_index_t in = row * d;
+    const la_index_t feat = row * (d + 1) + 1;
+    float v[LA_FM_PER_LANE], gg[LA_FM_PER_LANE];
+    float sq = 0.0f, dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+        const int t = lane + j * LA_WARP;
+        v[j] = t < d ? la_load(x, in + t) : 0.0f;
+        gg[j] = t < d ? g[feat + t] : 0.0f;
+        sq += v[j] * v[j];
+        dot += v[j] * gg[j];
+    }
+    sq = la_warp_sum(sq);
+    dot = la_warp_sum(dot);
+    // x̂·g = (x·g)/‖x‖, so ∂x = (g − x (x·g)/‖x‖²) / ‖x‖.
+    const float inv_norm = sq > 0.0f ? rsqrtf(sq) : 0.0f;
+    const float inv_sq = inv_norm * inv_norm;
+#pragma unroll
+    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+        const int t = lane + j * LA_WARP;
+        if (t < d) la_store(dx, in + t, (gg[j] - v[j] * dot * inv_sq) * inv_norm);
+    }
+}
+
+// ---- FAVOR+ --------------------------------------------------------------------------------
+// Pass 1: u = W x' − ‖x'‖²/2 into phi (fp32 [rows, R]) and each row's max into row_max.
+extern "C" __global__ void la_favor_exponents(const la_storage_t* __restrict__ x,
+                                              const float* __restrict__ w,
+                                              float* __restrict__ phi,
+                                              float* __restrict__ row_max, long long rows, int d,
+                                              int r, float scale) {
+    __shared__ float xs[LA_FM_ROWS_PER_BLOCK][LA_DK_MAX];
+    const int warp = threadIdx.x / LA_WARP;
+    const int lane = threadIdx.x % LA_WARP;
+    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + warp;
+    if (row >= rows) return;  // whole warps leave together; no block barrier below
+    const la_index_t in = row * d;
+    float sq = 0.0f;
+    for (int t = lane; t < d; t += LA_WARP) {
+        const float v = la_load(x, in + t) * scale;
+        xs[warp][t] = v;
+        sq += v * v;
+    }
+    sq = la_warp_sum(sq);  // the shuffles also order the shared writes within the warp
+    __syncwarp();
+    float best = LA_NEG_INF;
+    for (int f = lane; f < r; f += LA_WARP) {
+        const float* wr = w + (la_index_t)f * d;
+        float dot = 0.0f;
+        for (int t = 0; t < d; ++t) dot = fmaf(wr[t], xs[warp][t], dot);
+        const float u = dot - 0.5f * sq;
+        phi[row * r + f] = u;
+        best = fmaxf(best, u);
+    }
+    best = la_warp_max(best);
+    if (lane == 0) row_max[row] = best;
+}
+
+// Keys: the max over each head's rows. grid (heads), block 256.
+extern "C" __global__ void la_favor_head_max(const float* __restrict__ row_max,
+                                             float* __restrict__ head_max, int n) {
+    __shared__ float scratch[LA_WARP];
+    const float* mine = row_max + (la_index_t)blockIdx.x * n;
+    float best = LA_NEG_INF;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) best = fmaxf(best, mine[i]);
+    best = la_block_max(best, scratch);
+    if (threadIdx.x == 0) head_max[blockIdx.x] = best;
+}
+
+// Pass 2: φ = exp(u − shift)/√R in place; shift = row_max[row] (queries, per_row = 1) or
+// head_max[row / n] (keys, per_row = 0). log_scale = −shift per row (queries) or per head
+// (keys; every row of a head writes the same value): the ε scale the core uses.
+extern "C" __global__ void la_favor_exp(float* __restrict__ phi, const float* __restrict__ shift,
+                                        float* __restrict__ log_scale, long long rows, int n,
+                                        int r, int per_row) {
+    const long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (at >= rows * r) return;
+    const long long row = at / r;
+    const float m = per_row ? shift[row] : shift[row / n];
+    phi[at] = expf(phi[at] - m) * rsqrtf((float)r);
+    if (at % r == 0) log_scale[per_row ? row : row / n] = -m;
+}
+
+// ∂x_t = scale·(Σ_f W_ft t_f − x'_t Σ_f t_f), t_f = g_f φ_f.
+extern "C" __global__ void la_vjp_favor(const la_storage_t* __restrict__ x,
+                                        const float* __restrict__ w,
+                                        const float* __restrict__ phi,
+                                        const float* __restrict__ g,
+                                        la_storage_t* __restrict__ dx, long long rows, int d,
+                                        int r, float scale) {
+    __shared__ float ts[LA_FM_ROWS_PER_BLOCK][LA_FAVOR_MAX_R];
+    const int warp = threadIdx.x / LA_WARP;
+    const int lane = threadIdx.x % LA_WARP;
+    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + warp;
+    if (row >= rows) return;
+    float total = 0.0f;
+    for (int f = lane; f < r; f += LA_WARP) {
+        const float t = g[row * r + f] * phi[row * r + f];
+        ts[warp][f] = t;
+        total += t;
+    }
+    total = la_warp_sum(total);
+    __syncwarp();
+    const la_index_t in = row * d;
+    for (int t = lane; t < d; t += LA_WARP) {
+        float acc = 0.0f;
+        for (int f = 0; f < r; ++f) acc = fmaf(w[(la_index_t)f * d + t], ts[warp][f], acc);
+        const float xp = la_load(x, in + t) * scale;
+        la_store(dx, in + t, scale * (acc - xp * total));
+    }
+}
