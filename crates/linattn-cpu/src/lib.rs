@@ -1,7 +1,22 @@
-//! CPU linear attention (to be filled in by its owner).
+//! CPU linear attention.
+//!
+//! * [`oracle`]: the f64 reference. Plain loops, one file per form (parallel, recurrent,
+//!   cumsum, quadratic) and per backward (memory-efficient, stored states).
+//! * [`fast`]: the f32 path users run at long N: rayon over B·H, a C×M state kept in L1,
+//!   elementwise maps fused, the others through a φ stage; memory-efficient backward.
+//! * [`maps`]: every feature map of SPEC §5 and its vector-Jacobian product, in f64 and f32.
+//! * [`backends`]: all of the above behind [`linattn_core::Backend`].
+
+mod backend;
+pub mod fast;
+pub mod maps;
+pub mod oracle;
+
+pub use backend::{FastBackend, OracleBackend};
+
 use linattn_core::Backend;
 
-/// Every CPU linear-attention backend.
+/// Every CPU linear-attention backend: the f64 reference forms and the fast f32 path.
 pub fn backends() -> Vec<Box<dyn Backend>> {
-    Vec::new()
+    backend::all()
 }

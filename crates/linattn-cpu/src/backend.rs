@@ -1,0 +1,306 @@
+//! The CPU backends behind [`linattn_core::Backend`]: the f64 reference forms and the fast
+//! f32 path. Stage validates and converts (untimed); run_* time the compute only.
+
+use crate::fast::{self, GradsF32};
+use crate::oracle::{self, backward_stored::StoredForward};
+use linattn_core::{
+    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind, Form,
+    Grads, Inputs, Precision, Problem, RunStats, Tensor, TensorRole, Unsupported,
+};
+use std::time::Instant;
+
+pub(crate) fn all() -> Vec<Box<dyn Backend>> {
+    vec![
+        Box::new(OracleBackend::new(
+            "cpu-ref/noncausal/f64",
+            Form::Parallel,
+            Some(BackwardKind::Efficient),
+        )),
+        Box::new(OracleBackend::new(
+            "cpu-ref/causal_recurrent/f64",
+            Form::Recurrent,
+            Some(BackwardKind::Efficient),
+        )),
+        Box::new(OracleBackend::new(
+            "cpu-ref/causal_cumsum/f64",
+            Form::Cumsum,
+            None,
+        )),
+        Box::new(OracleBackend::new(
+            "cpu-ref/quadratic/f64",
+            Form::Quadratic,
+            None,
+        )),
+        Box::new(OracleBackend::new(
+            "cpu-ref/causal_recurrent+storedbwd/f64",
+            Form::Recurrent,
+            Some(BackwardKind::StoredStates),
+        )),
+        Box::new(OracleBackend::new(
+            "cpu-ref/noncausal+storedbwd/f64",
+            Form::Parallel,
+            Some(BackwardKind::StoredStates),
+        )),
+        Box::new(FastBackend::new("cpu/noncausal/f32", Form::Parallel)),
+        Box::new(FastBackend::new(
+            "cpu/causal_recurrent/f32",
+            Form::Recurrent,
+        )),
+    ]
+}
+
+fn no_stage() -> AttnError {
+    AttnError::State("nothing staged: call stage() first".into())
+}
+
+fn no_forward() -> AttnError {
+    AttnError::State("backward needs a forward on the staged inputs first".into())
+}
+
+/// One f64 reference form (see [`crate::oracle`]).
+pub struct OracleBackend {
+    info: BackendInfo,
+    form: Form,
+    staged: Option<(Problem, Inputs)>,
+    output: Option<Tensor>,
+    grads: Option<Grads>,
+    /// States kept by the forward of a stored-states backend.
+    stored: Option<StoredForward>,
+}
+
+impl OracleBackend {
+    /// `backward`: `Efficient` (SPEC §4), `StoredStates` (keeps every S_i) or none.
+    pub fn new(name: &str, form: Form, backward: Option<BackwardKind>) -> Self {
+        OracleBackend {
+            info: BackendInfo {
+                name: name.into(),
+                device: DeviceKind::Cpu,
+                precision: Precision::F64,
+                algorithm: Algorithm::Linear(form),
+                backward,
+            },
+            form,
+            staged: None,
+            output: None,
+            grads: None,
+            stored: None,
+        }
+    }
+}
+
+impl Backend for OracleBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
+        check_linear_form(&self.info, problem)
+    }
+
+    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
+        self.release();
+        inputs.validate_for(problem)?;
+        self.supports(problem)?;
+        self.staged = Some((*problem, inputs.clone()));
+        Ok(())
+    }
+
+    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
+        let (problem, inputs) = self.staged.as_ref().ok_or_else(no_stage)?;
+        self.grads = None;
+        let start = Instant::now();
+        if self.info.backward == Some(BackwardKind::StoredStates) {
+            let fwd = oracle::backward_stored::forward_storing(problem, inputs)?;
+            self.output = Some(fwd.output.clone());
+            self.stored = Some(fwd);
+        } else {
+            self.output = Some(oracle::forward_with(problem, inputs, self.form)?);
+        }
+        Ok(RunStats {
+            elapsed: start.elapsed(),
+            device_bytes: None,
+        })
+    }
+
+    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
+        let (problem, inputs) = self.staged.as_ref().ok_or_else(no_stage)?;
+        let kind = self
+            .info
+            .backward
+            .ok_or_else(|| Unsupported::Problem(format!("{} has no backward", self.info.name)))?;
+        inputs.require_d_out()?;
+        if self.output.is_none() {
+            return Err(no_forward());
+        }
+        let start = Instant::now();
+        let grads = match kind {
+            BackwardKind::StoredStates => {
+                let fwd = self.stored.as_ref().ok_or_else(no_forward)?;
+                oracle::backward_stored::backward_from(problem, inputs, fwd)?
+            }
+            _ => oracle::backward(problem, inputs)?.1,
+        };
+        let elapsed = start.elapsed();
+        self.grads = Some(grads);
+        Ok(RunStats {
+            elapsed,
+            device_bytes: None,
+        })
+    }
+
+    fn output(&mut self) -> Result<Tensor, AttnError> {
+        self.output
+            .clone()
+            .ok_or_else(|| AttnError::State("no output: run a forward first".into()))
+    }
+
+    fn grads(&mut self) -> Result<Grads, AttnError> {
+        self.grads
+            .clone()
+            .ok_or_else(|| AttnError::State("no gradients: run a backward first".into()))
+    }
+
+    fn release(&mut self) {
+        self.staged = None;
+        self.output = None;
+        self.grads = None;
+        self.stored = None;
+    }
+}
+
+/// Inputs converted to f32.
+struct StagedF32 {
+    problem: Problem,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    d_out: Option<Vec<f32>>,
+}
+
+/// The fast f32 path (see [`crate::fast`]).
+pub struct FastBackend {
+    info: BackendInfo,
+    staged: Option<StagedF32>,
+    output: Option<Vec<f32>>,
+    grads: Option<GradsF32>,
+}
+
+impl FastBackend {
+    /// `form`: [`Form::Parallel`] (non-causal) or [`Form::Recurrent`] (causal).
+    pub fn new(name: &str, form: Form) -> Self {
+        FastBackend {
+            info: BackendInfo {
+                name: name.into(),
+                device: DeviceKind::Cpu,
+                precision: Precision::F32,
+                algorithm: Algorithm::Linear(form),
+                backward: Some(BackwardKind::Efficient),
+            },
+            staged: None,
+            output: None,
+            grads: None,
+        }
+    }
+}
+
+/// f32 copy of a tensor; values beyond f32's range are rejected rather than turned into ∞.
+fn to_f32(t: &Tensor, role: TensorRole) -> Result<Vec<f32>, AttnError> {
+    let out = t.to_f32();
+    match out.iter().position(|x| !x.is_finite()) {
+        None => Ok(out),
+        Some(index) => Err(AttnError::NonFinite {
+            tensor: role.name(),
+            index,
+            value: f64::INFINITY.copysign(t.data()[index]),
+        }),
+    }
+}
+
+impl Backend for FastBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
+        check_linear_form(&self.info, problem)
+    }
+
+    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
+        self.release();
+        inputs.validate_for(problem)?;
+        self.supports(problem)?;
+        self.staged = Some(StagedF32 {
+            problem: *problem,
+            q: to_f32(&inputs.q, TensorRole::Q)?,
+            k: to_f32(&inputs.k, TensorRole::K)?,
+            v: to_f32(&inputs.v, TensorRole::V)?,
+            d_out: inputs
+                .d_out
+                .as_ref()
+                .map(|g| to_f32(g, TensorRole::DOut))
+                .transpose()?,
+        });
+        Ok(())
+    }
+
+    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
+        let st = self.staged.as_ref().ok_or_else(no_stage)?;
+        self.grads = None;
+        let start = Instant::now();
+        let out = fast::forward(&st.problem, &st.q, &st.k, &st.v)?;
+        let elapsed = start.elapsed();
+        self.output = Some(out);
+        Ok(RunStats {
+            elapsed,
+            device_bytes: None,
+        })
+    }
+
+    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
+        let st = self.staged.as_ref().ok_or_else(no_stage)?;
+        let d_out = st.d_out.as_ref().ok_or_else(|| {
+            AttnError::InvalidArgument("backward needs d_out (∂L/∂O), none was staged".into())
+        })?;
+        if self.output.is_none() {
+            return Err(no_forward());
+        }
+        let start = Instant::now();
+        // The memory-efficient backward recomputes the forward's states; O comes out again.
+        let (_, grads) = fast::backward(&st.problem, &st.q, &st.k, &st.v, d_out)?;
+        let elapsed = start.elapsed();
+        self.grads = Some(grads);
+        Ok(RunStats {
+            elapsed,
+            device_bytes: None,
+        })
+    }
+
+    fn output(&mut self) -> Result<Tensor, AttnError> {
+        let st = self.staged.as_ref().ok_or_else(no_stage)?;
+        let out = self
+            .output
+            .as_ref()
+            .ok_or_else(|| AttnError::State("no output: run a forward first".into()))?;
+        Tensor::from_slice(st.problem.shape.v_dims(), out)
+    }
+
+    fn grads(&mut self) -> Result<Grads, AttnError> {
+        let st = self.staged.as_ref().ok_or_else(no_stage)?;
+        let g = self
+            .grads
+            .as_ref()
+            .ok_or_else(|| AttnError::State("no gradients: run a backward first".into()))?;
+        let s = st.problem.shape;
+        Ok(Grads {
+            dq: Tensor::from_slice(s.qk_dims(), &g.dq)?,
+            dk: Tensor::from_slice(s.qk_dims(), &g.dk)?,
+            dv: Tensor::from_slice(s.v_dims(), &g.dv)?,
+        })
+    }
+
+    fn release(&mut self) {
+        self.staged = None;
+        self.output = None;
+        self.grads = None;
+    }
+}

@@ -1,0 +1,188 @@
+//! The f64 reference: plain loops, one file per form, written to be obviously right.
+//!
+//! Every form works on one (batch, head) at a time on φ(Q), φ(K) (computed once by
+//! [`crate::maps`]) and V, through a [`HeadCore`] that carries the sizes and options.
+//! Normalised maps divide by `φ(q)ᵀz + ε`; identity and efficient attention do not.
+//! Decay λ (SPEC §6): `S_i = λS_{i−1} + φ(k_i)v_iᵀ`; non-causal weights key j by `λ^{N−1−j}`.
+
+pub mod backward_efficient;
+pub mod backward_stored;
+pub mod causal_cumsum;
+pub mod causal_recurrent;
+pub mod noncausal_parallel;
+pub mod quadratic;
+
+use crate::maps::{Featurised, Operand, PreparedMap};
+use linattn_core::{AttnError, Form, Grads, Inputs, Problem, Tensor, Unsupported};
+
+/// Sizes and options shared by every per-head routine.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadCore {
+    /// Sequence length N.
+    pub n: usize,
+    /// Feature dim C.
+    pub c: usize,
+    /// Value dim M.
+    pub m: usize,
+    /// Divide by `φ(q)ᵀz + ε`.
+    pub normalised: bool,
+    pub eps: f64,
+    pub decay: f64,
+    pub causal: bool,
+}
+
+impl HeadCore {
+    pub fn new(problem: &Problem) -> Self {
+        HeadCore {
+            n: problem.shape.seq,
+            c: problem.feature_dim(),
+            m: problem.shape.dv,
+            normalised: problem.map.normalised(),
+            eps: problem.eps,
+            decay: problem.decay,
+            causal: problem.causality.is_causal(),
+        }
+    }
+    /// Non-causal weight of key j: `λ^{N−1−j}`.
+    pub fn key_weight(&self, j: usize) -> f64 {
+        self.decay.powi((self.n - 1 - j) as i32)
+    }
+}
+
+/// O by the reference form of the problem's causality: recurrent when causal, the parallel
+/// reduction otherwise.
+pub fn forward(problem: &Problem, inputs: &Inputs) -> Result<Tensor, AttnError> {
+    let form = if problem.causality.is_causal() {
+        Form::Recurrent
+    } else {
+        Form::Parallel
+    };
+    forward_with(problem, inputs, form)
+}
+
+/// O by a chosen form (quadratic, parallel, recurrent or cumsum).
+pub fn forward_with(problem: &Problem, inputs: &Inputs, form: Form) -> Result<Tensor, AttnError> {
+    inputs.validate_for(problem)?;
+    if !form.supports(problem.causality) {
+        return Err(Unsupported::Problem(format!(
+            "{form} form does not compute {} attention",
+            problem.causality
+        ))
+        .into());
+    }
+    let core = HeadCore::new(problem);
+    let map = PreparedMap::<f64>::exact(problem.map, problem.shape.dk);
+    let mut out = Tensor::zeros(problem.shape.v_dims())?;
+    for bh in 0..problem.shape.bh() {
+        let f = featurise_head(&map, inputs, bh, core.n);
+        let v = inputs.v.head(bh);
+        let o = out.head_mut(bh);
+        match form {
+            Form::Parallel => noncausal_parallel::forward_head(&core, &f.q, &f.k, v, o),
+            Form::Recurrent => causal_recurrent::forward_head(&core, &f.q, &f.k, v, o),
+            Form::Cumsum => causal_cumsum::forward_head(&core, &f.q, &f.k, v, o)?,
+            Form::Quadratic => quadratic::forward_head(&core, &f.q, &f.k, v, o)?,
+            Form::Chunked => {
+                return Err(Unsupported::Problem(
+                    "the CPU oracle has no chunked form (recurrent is its causal reference)".into(),
+                )
+                .into())
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// O and ∂L/∂Q, ∂L/∂K, ∂L/∂V by the memory-efficient backward of SPEC §4 (needs d_out).
+pub fn backward(problem: &Problem, inputs: &Inputs) -> Result<(Tensor, Grads), AttnError> {
+    backward_efficient::run(problem, inputs)
+}
+
+pub(crate) fn featurise_head(
+    map: &PreparedMap<f64>,
+    inputs: &Inputs,
+    bh: usize,
+    n: usize,
+) -> Featurised<f64> {
+    map.featurise(inputs.q.head(bh), inputs.k.head(bh), n)
+}
+
+/// Gradients of one head with respect to φ(Q), φ(K) and V.
+pub(crate) struct HeadGrads {
+    pub dqf: Vec<f64>,
+    pub dkf: Vec<f64>,
+    pub dv: Vec<f64>,
+}
+
+/// Runs `head_backward` on every head, then chains ∂L/∂φ through the map.
+pub(crate) fn backward_by_heads(
+    problem: &Problem,
+    inputs: &Inputs,
+    mut head_backward: impl FnMut(
+        &HeadCore,
+        &Featurised<f64>,
+        &[f64],
+        &[f64],
+        &mut [f64],
+    ) -> Result<HeadGrads, AttnError>,
+) -> Result<(Tensor, Grads), AttnError> {
+    inputs.validate_for(problem)?;
+    let d_out = inputs.require_d_out()?;
+    let core = HeadCore::new(problem);
+    let map = PreparedMap::<f64>::exact(problem.map, problem.shape.dk);
+    let (n, d) = (core.n, problem.shape.dk);
+    let mut out = Tensor::zeros(problem.shape.v_dims())?;
+    let mut grads = Grads {
+        dq: Tensor::zeros(problem.shape.qk_dims())?,
+        dk: Tensor::zeros(problem.shape.qk_dims())?,
+        dv: Tensor::zeros(problem.shape.v_dims())?,
+    };
+    for bh in 0..problem.shape.bh() {
+        let f = featurise_head(&map, inputs, bh, n);
+        let hg = head_backward(
+            &core,
+            &f,
+            inputs.v.head(bh),
+            d_out.head(bh),
+            out.head_mut(bh),
+        )?;
+        let (q, k) = (inputs.q.head(bh), inputs.k.head(bh));
+        debug_assert_eq!(q.len(), n * d);
+        map.vjp_head(Operand::Query, q, &f.q, &hg.dqf, n, grads.dq.head_mut(bh));
+        map.vjp_head(Operand::Key, k, &f.k, &hg.dkf, n, grads.dk.head_mut(bh));
+        grads.dv.head_mut(bh).copy_from_slice(&hg.dv);
+    }
+    Ok((out, grads))
+}
+
+/// `x · y` over equal-length slices.
+pub(crate) fn dot(x: &[f64], y: &[f64]) -> f64 {
+    x.iter().zip(y).map(|(a, b)| a * b).sum()
+}
+
+/// Writes `num / den` of one output row: `qf·S` over C, divided by `qf·z + ε` when normalised.
+pub(crate) fn read_out(core: &HeadCore, qf: &[f64], s: &[f64], z: &[f64], o: &mut [f64]) -> f64 {
+    o.fill(0.0);
+    for (a, s_row) in qf.iter().zip(s.chunks_exact(core.m)) {
+        for (oo, &sv) in o.iter_mut().zip(s_row) {
+            *oo += a * sv;
+        }
+    }
+    let den = if core.normalised {
+        dot(qf, z) + core.eps
+    } else {
+        1.0
+    };
+    o.iter_mut().for_each(|x| *x /= den);
+    den
+}
+
+/// `S ← λS + k vᵀ`, `z ← λz + k`.
+pub(crate) fn decay_and_add(core: &HeadCore, s: &mut [f64], z: &mut [f64], kf: &[f64], v: &[f64]) {
+    for (c, s_row) in s.chunks_exact_mut(core.m).enumerate() {
+        for (sv, &vv) in s_row.iter_mut().zip(v) {
+            *sv = core.decay * *sv + kf[c] * vv;
+        }
+        z[c] = core.decay * z[c] + kf[c];
+    }
+}
