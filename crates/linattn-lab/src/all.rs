@@ -37,7 +37,10 @@ pub fn run(args: AllArgs) -> Result<ExitCode, AttnError> {
     let check_code = check::run(parse(&[])?)?;
 
     let out = args.out.to_string_lossy().into_owned();
-    eprintln!("\n== linattn bench: N = 2^8 .. {} (results: {out})", args.n_max);
+    eprintln!(
+        "\n== linattn bench: N = 2^8 .. {} (results: {out})",
+        args.n_max
+    );
     let bench_args = parse::<bench::BenchArgs>(&[
         "--n-min",
         "2^8",

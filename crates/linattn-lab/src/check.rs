@@ -11,8 +11,8 @@
 //!   backend does not implement counts as n/a; an error or a panic inside a backend fails
 //!   that case with its message, and the run goes on.
 
-use crate::npy::write_atomically;
 use crate::registry;
+use crate::results::write_bytes_atomic;
 use linattn_core::{
     Algorithm, AttnError, Backend, Causality, DeviceKind, ErrorMetrics, FeatureMap, Grads, Inputs,
     Precision, Problem, Shape, Tensor, Unsupported,
@@ -575,7 +575,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
         };
         let text = serde_json::to_string_pretty(&report)
             .map_err(|e| AttnError::State(format!("serialising check results: {e}")))?;
-        write_atomically(path, text.as_bytes())?;
+        write_bytes_atomic(path, text.as_bytes())?;
         eprintln!("wrote {}", path.display());
     }
 

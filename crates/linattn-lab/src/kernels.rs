@@ -119,7 +119,13 @@ mod tests {
     fn arch_names_parse_or_are_refused() {
         assert_eq!(parse_arch("sm_90").unwrap(), Arch::SM90);
         assert_eq!(parse_arch("sm_80").unwrap(), Arch::SM80);
-        assert_eq!(parse_arch("sm_120").unwrap(), Arch { major: 12, minor: 0 });
+        assert_eq!(
+            parse_arch("sm_120").unwrap(),
+            Arch {
+                major: 12,
+                minor: 0
+            }
+        );
         for bad in ["compute_90", "sm_", "sm_9", "90", "sm_9a"] {
             assert!(parse_arch(bad).is_err(), "{bad}");
         }

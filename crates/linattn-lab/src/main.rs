@@ -22,7 +22,11 @@ use std::process::ExitCode;
 static ALLOC: CountingAllocator = CountingAllocator;
 
 #[derive(Parser)]
-#[command(name = "linattn", version, about = "Linear attention: every form, checked and timed")]
+#[command(
+    name = "linattn",
+    version,
+    about = "Linear attention: every form, checked and timed"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -6,10 +6,10 @@
 //! is an [`AttnError::BadFile`] saying exactly what is wrong with which file. Files are
 //! written by hand (a version 1.0 header, or 2.0 when the header is over 64 KiB), atomically.
 
+use crate::results::write_bytes_atomic;
 use linattn_core::{AttnError, Tensor};
 use std::fmt;
 use std::fs;
-use std::io::Write;
 use std::path::Path;
 
 /// The `.npy` magic string that opens every file.
@@ -205,33 +205,7 @@ fn encode_npy(tensor: &Tensor, dtype: NpyDtype) -> Vec<u8> {
 
 /// Writes `tensor` to `path` as a `.npy` file of `dtype`, atomically.
 pub fn write_npy(path: &Path, tensor: &Tensor, dtype: NpyDtype) -> Result<(), AttnError> {
-    write_atomically(path, &encode_npy(tensor, dtype))
-}
-
-/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`: a reader
-/// never sees a half-written file, and a failed run leaves any earlier file intact.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), AttnError> {
-    let io_err =
-        |what: &str, e: std::io::Error| AttnError::Io(format!("{what} {}: {e}", path.display()));
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| AttnError::InvalidArgument(format!("{} names no file", path.display())))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(file_name);
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp_path = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut file = fs::File::create(&tmp_path).map_err(|e| io_err("cannot create", e))?;
-        file.write_all(bytes)
-            .map_err(|e| io_err("cannot write", e))?;
-        file.sync_all().map_err(|e| io_err("cannot sync", e))?;
-        fs::rename(&tmp_path, path).map_err(|e| io_err("cannot rename onto", e))
-    })();
-    if result.is_err() {
-        // Best effort: the temporary file is garbage whatever went wrong.
-        let _ = fs::remove_file(&tmp_path);
-    }
-    result
+    write_bytes_atomic(path, &encode_npy(tensor, dtype))
 }
 
 #[cfg(test)]
