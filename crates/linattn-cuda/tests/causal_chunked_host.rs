@@ -1,0 +1,221 @@
+//! Host-side logic of `cuda/causal_chunked/*`: launch plans (grids, tails, shared memory,
+//! workspace), head-dim and map dispatch, variants, and typed errors without a GPU. Runs
+//! anywhere; no device needed.
+
+use linattn_core::{
+    AttnError, Backend, BackwardKind, Causality, FeatureMap, Form, Inputs, Precision, Problem,
+    Shape, Unsupported,
+};
+use linattn_cuda::causal_chunked::{
+    backends, kernel_variants, map_code, variant, ChunkedBackend, LaunchPlan, CHUNK, ENTRY_POINTS,
+};
+
+fn shape(bh: usize, n: usize, d: usize, m: usize) -> Shape {
+    Shape::new(1, bh, n, d, m)
+}
+
+#[test]
+fn chunk_count_covers_ragged_tails() {
+    for (n, chunks) in [
+        (1, 1),
+        (63, 1),
+        (64, 1),
+        (65, 2),
+        (1000, 16),
+        (262_144, 4096),
+    ] {
+        let plan = LaunchPlan::new(&shape(16, n, 64, 64)).unwrap();
+        assert_eq!(plan.num_chunks, chunks, "N = {n}");
+        assert!(plan.num_chunks * CHUNK >= n && (plan.num_chunks - 1) * CHUNK < n);
+        assert_eq!(plan.grid_value_tiles, (chunks as u32, 16, 1));
+        assert_eq!(plan.grid_key_tiles, (chunks as u32, 16, 1));
+    }
+}
+
+#[test]
+fn grids_tile_value_and_key_dims_by_64() {
+    let plan = LaunchPlan::new(&Shape::new(2, 3, 130, 128, 64)).unwrap();
+    assert_eq!(plan.num_chunks, 3);
+    assert_eq!(plan.heads, 6);
+    assert_eq!(plan.grid_value_tiles, (3, 6, 1)); // M/64 = 1
+    assert_eq!(plan.grid_key_tiles, (3, 6, 2)); // D/64 = 2
+                                                // one state per chunk: D·M matrix + D vector, fp32
+    assert_eq!(plan.state_stride, 128 * 64 + 128);
+    assert_eq!(plan.state_len, 6 * 3 * (128 * 64 + 128));
+    assert_eq!(plan.state_bytes(), 4 * plan.state_len as u64);
+    // scan: one thread per state element, 256 per block
+    assert_eq!(
+        plan.grid_scan,
+        ((128 * 64 + 128usize).div_ceil(256) as u32, 6, 1)
+    );
+}
+
+#[test]
+fn shared_memory_matches_the_kernel_layouts() {
+    // Padded strides: tokens 64+8, features D+8 / M+8; 16-bit tiles, fp32 states.
+    let small = LaunchPlan::new(&shape(1, 100, 64, 64)).unwrap();
+    assert_eq!(
+        small.smem_forward,
+        2 * 64 * 72 * 2 + 64 * 72 * 2 + 64 * 72 * 4 + 64 * 4
+    );
+    assert!(
+        small.smem_forward <= 48 * 1024,
+        "D = M = 64 forward fits without opt-in"
+    );
+    let large = LaunchPlan::new(&shape(1, 100, 128, 128)).unwrap();
+    assert_eq!(large.smem_forward, 79_360);
+    assert_eq!(large.smem_dk, 79_104);
+    assert_eq!(large.smem_dq, 79_104 + 64 * 72 * 2);
+    assert_eq!(large.smem_dv, 78_848);
+    assert_eq!(large.smem_state_fwd, (64 * 72 + 128 * 72) * 2);
+    assert_eq!(large.smem_state_bwd, (64 * 72 + 128 * 72) * 2);
+    // Every sm_80+ part opts in to ≥ 99 KB per block (sm_86/89); static shared ≤ 1 KB.
+    for p in [small, large] {
+        for bytes in [
+            p.smem_forward,
+            p.smem_dq,
+            p.smem_dk,
+            p.smem_dv,
+            p.smem_state_fwd,
+            p.smem_state_bwd,
+        ] {
+            assert!(bytes + 1024 <= 99 * 1024, "{bytes} B of shared memory");
+        }
+    }
+}
+
+#[test]
+fn plans_refuse_other_head_dims_and_too_many_heads() {
+    for (d, m) in [(32, 64), (64, 96), (256, 128), (16, 16)] {
+        let e = LaunchPlan::new(&shape(1, 10, d, m)).unwrap_err();
+        assert!(
+            matches!(e, AttnError::Unsupported(Unsupported::Problem(_))),
+            "{e}"
+        );
+    }
+    let e = LaunchPlan::new(&Shape::new(256, 257, 8, 64, 64)).unwrap_err();
+    assert!(e.to_string().contains("65535"), "{e}");
+    assert!(matches!(
+        LaunchPlan::new(&shape(1, 0, 64, 64)),
+        Err(AttnError::EmptyDim(_))
+    ));
+}
+
+#[test]
+fn backends_are_named_chunked_with_efficient_backward() {
+    let all = backends();
+    let names: Vec<&str> = all.iter().map(|b| b.name()).collect();
+    assert_eq!(
+        names,
+        ["cuda/causal_chunked/f16", "cuda/causal_chunked/bf16"]
+    );
+    for (b, p) in all.iter().zip([Precision::F16, Precision::BF16]) {
+        let info = b.info();
+        assert_eq!(info.precision, p);
+        assert_eq!(
+            info.algorithm,
+            linattn_core::Algorithm::Linear(Form::Chunked)
+        );
+        assert_eq!(info.backward, Some(BackwardKind::Efficient));
+    }
+}
+
+#[test]
+fn supports_names_the_backend_to_use_for_other_head_dims_and_maps() {
+    for backend in backends() {
+        let prec = backend.info().precision;
+        let p = Problem::new(
+            Shape::new(1, 2, 100, 32, 64),
+            Causality::Causal,
+            FeatureMap::EluPlusOne,
+        );
+        match backend.supports(&p) {
+            Err(Unsupported::Problem(msg)) => {
+                assert!(msg.contains("D, M in {64, 128}"), "{msg}");
+                assert!(
+                    msg.contains(&format!("cuda/causal_recurrent/{prec}")),
+                    "{msg}"
+                );
+                assert!(msg.contains("D=32, M=64"), "{msg}");
+            }
+            other => panic!("expected Problem, got {other:?}"),
+        }
+        for map in [FeatureMap::Softmax, FeatureMap::OnePlusCos] {
+            let p = Problem::new(Shape::new(1, 1, 10, 64, 64), Causality::Causal, map);
+            assert!(
+                matches!(backend.supports(&p), Err(Unsupported::Problem(ref m)) if m.contains("causal_recurrent")),
+                "{map}"
+            );
+        }
+        let p = Problem::new(
+            Shape::new(1, 1, 10, 64, 64),
+            Causality::NonCausal,
+            FeatureMap::Relu,
+        );
+        assert!(matches!(backend.supports(&p), Err(Unsupported::Problem(_))));
+        // Supported problems: Ok with a usable GPU, Unavailable without one; never Problem.
+        for (d, m) in [(64, 64), (64, 128), (128, 64), (128, 128)] {
+            for map in [
+                FeatureMap::EluPlusOne,
+                FeatureMap::Relu,
+                FeatureMap::Identity,
+            ] {
+                let p = Problem::new(Shape::new(2, 2, 65, d, m), Causality::Causal, map)
+                    .with_decay(0.9);
+                let r = backend.supports(&p);
+                assert!(
+                    matches!(r, Ok(()) | Err(Unsupported::Unavailable(_))),
+                    "{r:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn one_program_per_precision_and_head_dims() {
+    let all = kernel_variants();
+    assert_eq!(all.len(), 8);
+    for v in &all {
+        assert!(v.hot);
+        assert_eq!(v.entry_points, ENTRY_POINTS.map(String::from).to_vec());
+    }
+    let labels: std::collections::HashSet<String> = all.iter().map(|v| v.label()).collect();
+    assert_eq!(labels.len(), 8, "variants are distinct");
+    assert!(labels.contains("causal_chunked.cu[LA_STORAGE=2,CC_D=128,CC_M=64]"));
+    assert!(variant(Precision::F32, 64, 64).is_err());
+    assert!(variant(Precision::F16, 64, 80).is_err());
+}
+
+#[test]
+fn map_codes_follow_the_prelude() {
+    assert_eq!(map_code(&FeatureMap::Identity, Precision::F16), Ok(0));
+    assert_eq!(map_code(&FeatureMap::EluPlusOne, Precision::F16), Ok(1));
+    assert_eq!(map_code(&FeatureMap::Relu, Precision::BF16), Ok(2));
+    assert!(map_code(&FeatureMap::Softmax, Precision::F16).is_err());
+}
+
+#[test]
+fn runs_before_staging_are_typed_errors() {
+    let mut b = ChunkedBackend::<half::f16>::new();
+    assert!(matches!(
+        b.run_forward(),
+        Err(AttnError::State(_)) | Err(AttnError::Unsupported(_))
+    ));
+    assert!(matches!(b.output(), Err(AttnError::State(_))));
+    assert!(matches!(b.grads(), Err(AttnError::State(_))));
+    // Bad inputs never panic: a mismatched tensor is refused at staging (or the machine has
+    // no GPU, which is refused first).
+    let s = Shape::new(1, 1, 10, 64, 64);
+    let p = Problem::new(s, Causality::Causal, FeatureMap::EluPlusOne);
+    let mut x = Inputs::random(s, 3, true).unwrap();
+    x.v = linattn_core::Tensor::zeros([1, 1, 10, 32]).unwrap();
+    let e = b.stage(&p, &x).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            AttnError::ShapeMismatch(_) | AttnError::Unsupported(Unsupported::Unavailable(_))
+        ),
+        "{e}"
+    );
+}
