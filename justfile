@@ -32,10 +32,10 @@ table: build
     if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then python3 scripts/peers.py --out bench-results/latest-peers-$(hostname).json; else echo "peers skipped: no PyTorch with CUDA here"; fi
     {{bin}} report bench-results/latest-*$(hostname).json --out-dir bench-results/report
 
-# Compare a fresh sweep against this device's committed baseline; exit 1 on a regression.
-regress BASELINE="": build
-    {{bin}} bench --out /tmp/linattn-regress.json
-    {{bin}} compare {{ if BASELINE == "" { "bench-results/baseline-cpu.json" } else { BASELINE } }} /tmp/linattn-regress.json
+# Compare a fresh sweep (bench-results/regress-grid.toml) against this device's committed baseline, bench-results/<device-slug>/baseline.json; exit 1 on a regression.
+regress GRID="bench-results/regress-grid.toml": build
+    {{bin}} bench --grid {{GRID}} --out /tmp/linattn-regress.json --no-progress
+    {{bin}} compare auto /tmp/linattn-regress.json
 
 # Compile every kernel variant for sm_80 and sm_90 and print registers/spills per kernel.
 kernels: build

@@ -19,7 +19,8 @@ use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
-    /// The baseline results JSON.
+    /// The baseline results JSON, or `auto`: this device's committed baseline,
+    /// `bench-results/<device-slug>/baseline.json`, the device read from NEW.
     base: PathBuf,
     /// The new results JSON.
     new: PathBuf,
@@ -223,6 +224,14 @@ fn render(outcome: &Outcome) -> String {
     out
 }
 
+/// Where a device's committed baseline lives: one per device, so `just regress` compares
+/// like with like.
+pub(crate) fn baseline_path(device_name: &str) -> PathBuf {
+    PathBuf::from("bench-results")
+        .join(crate::results::slug(device_name))
+        .join("baseline.json")
+}
+
 pub fn run(args: CompareArgs) -> Result<ExitCode, AttnError> {
     if !(args.threshold.is_finite() && args.threshold >= 0.0) {
         return Err(AttnError::InvalidArgument(format!(
@@ -236,8 +245,14 @@ pub fn run(args: CompareArgs) -> Result<ExitCode, AttnError> {
             args.noise_k
         )));
     }
-    let base = ResultsFile::load(&args.base)?;
     let new = ResultsFile::load(&args.new)?;
+    let base_path = if args.base.as_os_str() == "auto" {
+        baseline_path(&new.environment.device_name)
+    } else {
+        args.base.clone()
+    };
+    eprintln!("baseline: {}", base_path.display());
+    let base = ResultsFile::load(&base_path)?;
     if base.environment.device_name != new.environment.device_name {
         eprintln!(
             "warning: the files come from different devices ('{}' vs '{}'): timings may not be comparable",
@@ -273,6 +288,14 @@ mod tests {
         (8..12)
             .map(|k| sample_cell("cpu/recurrent/f32", 1 << k, 1e-6 * (1u64 << k) as f64))
             .collect()
+    }
+
+    #[test]
+    fn baselines_are_per_device() {
+        assert_eq!(
+            baseline_path("NVIDIA H100 80GB HBM3"),
+            PathBuf::from("bench-results/nvidia-h100-80gb-hbm3/baseline.json")
+        );
     }
 
     #[test]
