@@ -28,9 +28,9 @@ bench *ARGS: build
 # The full comparison: check, sweep every backend (and peers when scripts/peers.py can run), then the markdown + SVG report.
 table: build
     {{bin}} check
-    {{bin}} bench --out bench-results/latest-$(hostname).json
-    if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then python3 scripts/peers.py --out bench-results/latest-peers-$(hostname).json; else echo "peers skipped: no PyTorch with CUDA here"; fi
-    {{bin}} report bench-results/latest-*$(hostname).json --out-dir bench-results/report
+    {{bin}} bench --causality causal,non-causal --out bench-results/latest/bench.json
+    if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then python3 scripts/peers.py --out bench-results/latest/peers.json; else echo "peers skipped: no PyTorch with CUDA here"; fi
+    {{bin}} report bench-results/latest/*.json --out-dir bench-results/latest
 
 # Compare a fresh sweep (bench-results/regress-grid.toml) against this device's committed baseline, bench-results/<device-slug>/baseline.json; exit 1 on a regression.
 regress GRID="bench-results/regress-grid.toml": build

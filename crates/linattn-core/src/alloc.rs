@@ -6,7 +6,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Lowest live bytes since the measurement started.
+static TROUGH: AtomicUsize = AtomicUsize::new(0);
+/// Largest rise of live bytes above an earlier trough since the measurement started: the
+/// memory a run built up, even when it first freed results of the previous run.
+static RISE: AtomicUsize = AtomicUsize::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// The system allocator plus two counters (relaxed atomics: a few ns per allocation).
@@ -32,13 +36,13 @@ unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from this allocator, i.e. from `System`, with this layout.
         unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        note_dealloc(layout.size());
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: same contract as GlobalAlloc::realloc, forwarded to `System`.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+            note_dealloc(layout.size());
             note_alloc(new_size);
         }
         p
@@ -48,7 +52,15 @@ unsafe impl GlobalAlloc for CountingAllocator {
 fn note_alloc(size: usize) {
     INSTALLED.store(true, Ordering::Relaxed);
     let live = LIVE.fetch_add(size, Ordering::Relaxed) + size;
-    PEAK.fetch_max(live, Ordering::Relaxed);
+    RISE.fetch_max(
+        live.saturating_sub(TROUGH.load(Ordering::Relaxed)),
+        Ordering::Relaxed,
+    );
+}
+
+fn note_dealloc(size: usize) {
+    let live = LIVE.fetch_sub(size, Ordering::Relaxed).saturating_sub(size);
+    TROUGH.fetch_min(live, Ordering::Relaxed);
 }
 
 /// Reading the meter.
@@ -63,15 +75,20 @@ impl HostMemory {
     pub fn live() -> usize {
         LIVE.load(Ordering::Relaxed)
     }
-    /// Starts a measurement: resets the peak to the live bytes and returns them (the baseline).
+    /// Starts a measurement and returns the live bytes (the baseline).
     pub fn start() -> usize {
         let live = LIVE.load(Ordering::Relaxed);
-        PEAK.store(live, Ordering::Relaxed);
+        TROUGH.store(live, Ordering::Relaxed);
+        RISE.store(0, Ordering::Relaxed);
         live
     }
-    /// Peak bytes above `baseline` since [`HostMemory::start`].
+    /// Peak extra bytes since [`HostMemory::start`]: the largest rise of live bytes above
+    /// the lowest point before it. At least the peak above `baseline`, and unlike it not
+    /// hidden when the run first frees the previous run's results (a backend dropping its
+    /// last output, autograd graph included, before computing the next).
     pub fn peak_above(baseline: usize) -> usize {
-        PEAK.load(Ordering::Relaxed).saturating_sub(baseline)
+        let _ = baseline; // the trough starts at the baseline, so the rise covers it
+        RISE.load(Ordering::Relaxed)
     }
 }
 
@@ -81,7 +98,13 @@ impl HostMemory {
         let text = std::fs::read_to_string("/proc/meminfo").ok()?;
         text.lines()
             .find_map(|l| l.strip_prefix("MemAvailable:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
             .map(|kib| kib * 1024)
     }
 
@@ -97,5 +120,24 @@ impl HostMemory {
             }),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The meter is global: these tests drive its counters directly rather than installing
+    // the allocator in the test binary.
+    #[test]
+    fn rise_counts_a_rebuild_after_a_free() {
+        LIVE.store(1000, Ordering::Relaxed);
+        let base = HostMemory::start();
+        note_dealloc(800); // the previous result is dropped: live 200
+        note_alloc(700); // the new one is built: live 900, rise 700 above the trough
+        note_alloc(100);
+        note_dealloc(300);
+        assert_eq!(HostMemory::live(), 700);
+        assert_eq!(HostMemory::peak_above(base), 800);
     }
 }

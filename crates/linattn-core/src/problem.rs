@@ -485,7 +485,11 @@ mod tests {
 
     #[test]
     fn validation_names_the_problem() {
-        let p = Problem::new(Shape::new(1, 0, 4, 8, 8), Causality::Causal, FeatureMap::Relu);
+        let p = Problem::new(
+            Shape::new(1, 0, 4, 8, 8),
+            Causality::Causal,
+            FeatureMap::Relu,
+        );
         assert_eq!(p.validate(), Err(AttnError::EmptyDim("heads (H)")));
         let p = Problem::new(
             Shape::new(1, 1, 4, 8, 8),
@@ -493,8 +497,12 @@ mod tests {
             FeatureMap::EfficientAttention,
         );
         assert!(matches!(p.validate(), Err(AttnError::InvalidArgument(_))));
-        let p = Problem::new(Shape::new(1, 1, 4, 8, 8), Causality::Causal, FeatureMap::Relu)
-            .with_decay(1.5);
+        let p = Problem::new(
+            Shape::new(1, 1, 4, 8, 8),
+            Causality::Causal,
+            FeatureMap::Relu,
+        )
+        .with_decay(1.5);
         assert!(matches!(p.validate(), Err(AttnError::InvalidArgument(_))));
         let huge = Shape::new(usize::MAX / 2, 4, 4, 4, 4);
         assert!(matches!(huge.validate(), Err(AttnError::SizeOverflow(_))));

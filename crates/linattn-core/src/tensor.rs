@@ -52,7 +52,10 @@ impl Tensor {
         Ok(Tensor { dims, data })
     }
     /// From any element type that widens to f64 (f32 output of a backend, say).
-    pub fn from_slice<T: Copy + Into<f64>>(dims: [usize; 4], data: &[T]) -> Result<Self, AttnError> {
+    pub fn from_slice<T: Copy + Into<f64>>(
+        dims: [usize; 4],
+        data: &[T],
+    ) -> Result<Self, AttnError> {
         Self::from_vec(dims, data.iter().map(|&x| x.into()).collect())
     }
     pub fn dims(&self) -> [usize; 4] {
@@ -247,7 +250,14 @@ mod tests {
         x.v.data_mut()[7] = f64::NAN;
         let p = Problem::new(s, crate::Causality::Causal, crate::FeatureMap::EluPlusOne);
         let e = x.validate_for(&p).unwrap_err();
-        assert!(matches!(e, AttnError::NonFinite { tensor: "v", index: 7, .. }));
+        assert!(matches!(
+            e,
+            AttnError::NonFinite {
+                tensor: "v",
+                index: 7,
+                ..
+            }
+        ));
 
         assert!(Tensor::from_vec([1, 1, 2, 2], vec![0.0; 3]).is_err());
     }

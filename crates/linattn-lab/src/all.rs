@@ -14,9 +14,10 @@ pub struct AllArgs {
     /// (too slow / out of memory) long before large N; the linear forms keep going.
     #[arg(long, default_value = "2^14")]
     n_max: String,
-    /// Where the sweep's JSON goes (the report goes to bench-results/report).
-    #[arg(long, default_value = "bench-results/latest.json")]
-    out: PathBuf,
+    /// Where the sweep's JSON, REPORT.md and the SVG plots go (git-ignored: commit a run
+    /// under bench-results/<device>/ deliberately, not by accident).
+    #[arg(long, default_value = "bench-results/latest")]
+    out_dir: PathBuf,
 }
 
 /// Parses a sub-command's arguments exactly as the CLI would, so `all` runs the same code
@@ -36,7 +37,12 @@ pub fn run(args: AllArgs) -> Result<ExitCode, AttnError> {
     eprintln!("== linattn check: every available backend against the f64 oracle");
     let check_code = check::run(parse(&[])?)?;
 
-    let out = args.out.to_string_lossy().into_owned();
+    let out = args
+        .out_dir
+        .join("bench.json")
+        .to_string_lossy()
+        .into_owned();
+    let out_dir = args.out_dir.to_string_lossy().into_owned();
     eprintln!(
         "\n== linattn bench: N = 2^8 .. {} (results: {out})",
         args.n_max
@@ -57,8 +63,8 @@ pub fn run(args: AllArgs) -> Result<ExitCode, AttnError> {
     ])?;
     let bench_code = bench::run(bench_args)?;
 
-    eprintln!("\n== linattn report: bench-results/report/REPORT.md");
-    let report_code = report::run(parse(&[&out, "--out-dir", "bench-results/report"])?)?;
+    eprintln!("\n== linattn report: {out_dir}/REPORT.md");
+    let report_code = report::run(parse(&[&out, "--out-dir", &out_dir])?)?;
 
     // The check's verdict decides: a failing backend must not hide behind a good table.
     Ok(
