@@ -7,7 +7,7 @@ use linattn_core::{
     check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind, Form,
     Grads, Inputs, Precision, Problem, RunStats, Tensor, TensorRole, Unsupported,
 };
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub(crate) fn all() -> Vec<Box<dyn Backend>> {
     vec![
@@ -57,6 +57,30 @@ fn no_forward() -> AttnError {
     AttnError::State("backward needs a forward on the staged inputs first".into())
 }
 
+fn no_output() -> AttnError {
+    AttnError::State("no output: run a forward first".into())
+}
+
+fn no_grads() -> AttnError {
+    AttnError::State("no gradients: run a backward first".into())
+}
+
+/// What both backends check before staging: the inputs fit the problem, and the problem is
+/// one this backend's form computes.
+fn validate_stage(info: &BackendInfo, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
+    inputs.validate_for(problem)?;
+    check_linear_form(info, problem)?;
+    Ok(())
+}
+
+/// Host-only runs allocate no device memory.
+fn host_stats(elapsed: Duration) -> RunStats {
+    RunStats {
+        elapsed,
+        device_bytes: None,
+    }
+}
+
 /// One f64 reference form (see [`crate::oracle`]).
 pub struct OracleBackend {
     info: BackendInfo,
@@ -99,8 +123,7 @@ impl Backend for OracleBackend {
 
     fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
         self.release();
-        inputs.validate_for(problem)?;
-        self.supports(problem)?;
+        validate_stage(&self.info, problem, inputs)?;
         self.staged = Some((*problem, inputs.clone()));
         Ok(())
     }
@@ -116,10 +139,7 @@ impl Backend for OracleBackend {
         } else {
             self.output = Some(oracle::forward_with(problem, inputs, self.form)?);
         }
-        Ok(RunStats {
-            elapsed: start.elapsed(),
-            device_bytes: None,
-        })
+        Ok(host_stats(start.elapsed()))
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
@@ -142,22 +162,15 @@ impl Backend for OracleBackend {
         };
         let elapsed = start.elapsed();
         self.grads = Some(grads);
-        Ok(RunStats {
-            elapsed,
-            device_bytes: None,
-        })
+        Ok(host_stats(elapsed))
     }
 
     fn output(&mut self) -> Result<Tensor, AttnError> {
-        self.output
-            .clone()
-            .ok_or_else(|| AttnError::State("no output: run a forward first".into()))
+        self.output.clone().ok_or_else(no_output)
     }
 
     fn grads(&mut self) -> Result<Grads, AttnError> {
-        self.grads
-            .clone()
-            .ok_or_else(|| AttnError::State("no gradients: run a backward first".into()))
+        self.grads.clone().ok_or_else(no_grads)
     }
 
     fn release(&mut self) {
@@ -227,8 +240,7 @@ impl Backend for FastBackend {
 
     fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
         self.release();
-        inputs.validate_for(problem)?;
-        self.supports(problem)?;
+        validate_stage(&self.info, problem, inputs)?;
         self.staged = Some(StagedF32 {
             problem: *problem,
             q: to_f32(&inputs.q, TensorRole::Q)?,
@@ -250,10 +262,7 @@ impl Backend for FastBackend {
         let out = fast::forward(&st.problem, &st.q, &st.k, &st.v)?;
         let elapsed = start.elapsed();
         self.output = Some(out);
-        Ok(RunStats {
-            elapsed,
-            device_bytes: None,
-        })
+        Ok(host_stats(elapsed))
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
@@ -269,27 +278,18 @@ impl Backend for FastBackend {
         let (_, grads) = fast::backward(&st.problem, &st.q, &st.k, &st.v, d_out)?;
         let elapsed = start.elapsed();
         self.grads = Some(grads);
-        Ok(RunStats {
-            elapsed,
-            device_bytes: None,
-        })
+        Ok(host_stats(elapsed))
     }
 
     fn output(&mut self) -> Result<Tensor, AttnError> {
         let st = self.staged.as_ref().ok_or_else(no_stage)?;
-        let out = self
-            .output
-            .as_ref()
-            .ok_or_else(|| AttnError::State("no output: run a forward first".into()))?;
+        let out = self.output.as_ref().ok_or_else(no_output)?;
         Tensor::from_slice(st.problem.shape.v_dims(), out)
     }
 
     fn grads(&mut self) -> Result<Grads, AttnError> {
         let st = self.staged.as_ref().ok_or_else(no_stage)?;
-        let g = self
-            .grads
-            .as_ref()
-            .ok_or_else(|| AttnError::State("no gradients: run a backward first".into()))?;
+        let g = self.grads.as_ref().ok_or_else(no_grads)?;
         let s = st.problem.shape;
         Ok(Grads {
             dq: Tensor::from_slice(s.qk_dims(), &g.dq)?,

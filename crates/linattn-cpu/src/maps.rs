@@ -44,45 +44,33 @@ pub trait Real:
     fn max(self, other: Self) -> Self;
 }
 
-impl Real for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn exp(self) -> Self {
-        f64::exp(self)
-    }
-    fn sqrt(self) -> Self {
-        f64::sqrt(self)
-    }
-    fn max(self, other: Self) -> Self {
-        f64::max(self, other)
-    }
+/// `Real` for a float type whose inherent `exp`, `sqrt` and `max` it forwards to.
+macro_rules! impl_real {
+    ($t:ident) => {
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            fn from_f64(x: f64) -> Self {
+                x as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn exp(self) -> Self {
+                $t::exp(self)
+            }
+            fn sqrt(self) -> Self {
+                $t::sqrt(self)
+            }
+            fn max(self, other: Self) -> Self {
+                $t::max(self, other)
+            }
+        }
+    };
 }
 
-impl Real for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn exp(self) -> Self {
-        f32::exp(self)
-    }
-    fn sqrt(self) -> Self {
-        f32::sqrt(self)
-    }
-    fn max(self, other: Self) -> Self {
-        f32::max(self, other)
-    }
-}
+impl_real!(f64);
+impl_real!(f32);
 
 /// Which operand a map is applied to (efficient attention treats them differently).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -245,17 +245,29 @@ fn parse_size(text: &str, what: &str) -> Result<usize, AttnError> {
     Ok(value)
 }
 
-fn parse_size_list(text: &str, what: &str) -> Result<Vec<usize>, AttnError> {
-    let values: Vec<usize> = text
+/// The comma-separated items of `text` (blanks skipped) through `parse`; an empty list is
+/// an error naming `what`.
+fn split_list<T>(
+    text: &str,
+    what: &str,
+    parse: impl Fn(&str) -> Result<T, AttnError>,
+) -> Result<Vec<T>, AttnError> {
+    let values: Vec<T> = text
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| parse_size(s, what))
+        .map(parse)
         .collect::<Result<_, _>>()?;
     if values.is_empty() {
         return Err(invalid(format!("{what}: empty list")));
     }
-    Ok(dedup_sorted(values))
+    Ok(values)
+}
+
+fn parse_size_list(text: &str, what: &str) -> Result<Vec<usize>, AttnError> {
+    Ok(dedup_sorted(split_list(text, what, |s| {
+        parse_size(s, what)
+    })?))
 }
 
 fn dedup_sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
@@ -268,16 +280,21 @@ fn parse_list<T: std::str::FromStr<Err = AttnError>>(
     text: &str,
     what: &str,
 ) -> Result<Vec<T>, AttnError> {
-    let values: Vec<T> = text
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::parse)
-        .collect::<Result<_, _>>()?;
-    if values.is_empty() {
-        return Err(invalid(format!("{what}: empty list")));
+    split_list(text, what, str::parse)
+}
+
+/// [`parse_list`] keeping the first occurrence of each value, in the order given.
+fn parse_unique<T: std::str::FromStr<Err = AttnError> + PartialEq>(
+    text: &str,
+    what: &str,
+) -> Result<Vec<T>, AttnError> {
+    let mut unique = Vec::new();
+    for value in parse_list::<T>(text, what)? {
+        if !unique.contains(&value) {
+            unique.push(value);
+        }
     }
-    Ok(values)
+    Ok(unique)
 }
 
 /// Powers of two from `min` to `max` inclusive.
@@ -362,32 +379,16 @@ fn resolve_grid(args: &BenchArgs) -> Result<Grid, AttnError> {
         Some(t) => dedup_sorted(parse_list::<Precision>(&t, "--precision")?),
         None => Vec::new(),
     };
-    let mut causality = Vec::new();
-    for c in parse_list::<Causality>(
-        pick_strs(&args.causality, &file.causality)
-            .as_deref()
-            .unwrap_or("causal"),
+    let strs_or = |flag: &Option<String>, f: &Option<StringList>, default: &str| {
+        pick_strs(flag, f).unwrap_or_else(|| default.to_string())
+    };
+    let causality = parse_unique::<Causality>(
+        &strs_or(&args.causality, &file.causality, "causal"),
         "--causality",
-    )? {
-        if !causality.contains(&c) {
-            causality.push(c);
-        }
-    }
-    let mut map = Vec::new();
-    for m in parse_list::<FeatureMap>(
-        pick_strs(&args.map, &file.map)
-            .as_deref()
-            .unwrap_or("elu+1"),
-        "--map",
-    )? {
-        if !map.contains(&m) {
-            map.push(m);
-        }
-    }
+    )?;
+    let map = parse_unique::<FeatureMap>(&strs_or(&args.map, &file.map, "elu+1"), "--map")?;
     let mode = dedup_sorted(parse_list::<Mode>(
-        pick_strs(&args.mode, &file.mode)
-            .as_deref()
-            .unwrap_or("forward,forward+backward"),
+        &strs_or(&args.mode, &file.mode, "forward,forward+backward"),
         "--mode",
     )?);
     let grid = Grid {
@@ -851,6 +852,21 @@ fn bench_cell(
         cell.message = Some(msg);
         cell
     };
+    // Out of memory also stops the series: a larger N will not fit either.
+    let fail_stopping_on_oom =
+        |series: &mut HashMap<String, SeriesState>, cell: Cell, e: &AttnError, msg: String| {
+            let status = classify(e);
+            if status == CellStatus::Oom {
+                series.insert(
+                    series_key.clone(),
+                    SeriesState::Stopped {
+                        seq: p.shape.seq,
+                        status,
+                    },
+                );
+            }
+            fail(cell, status, msg)
+        };
 
     if let Err(u) = guarded("supports", || backend.supports(p).map_err(AttnError::from)) {
         return fail(cell, classify(&u), u.to_string());
@@ -901,19 +917,7 @@ fn bench_cell(
     }
     let inputs = match ctx.inputs {
         Ok(i) => i,
-        Err(e) => {
-            let status = classify(e);
-            if status == CellStatus::Oom {
-                series.insert(
-                    series_key,
-                    SeriesState::Stopped {
-                        seq: p.shape.seq,
-                        status,
-                    },
-                );
-            }
-            return fail(cell, status, format!("inputs: {e}"));
-        }
+        Err(e) => return fail_stopping_on_oom(series, cell, e, format!("inputs: {e}")),
     };
 
     let result = guarded(&info.name, || {
@@ -922,19 +926,7 @@ fn bench_cell(
     backend.release();
     let m = match result {
         Ok(m) => m,
-        Err(e) => {
-            let status = classify(&e);
-            if status == CellStatus::Oom {
-                series.insert(
-                    series_key,
-                    SeriesState::Stopped {
-                        seq: p.shape.seq,
-                        status,
-                    },
-                );
-            }
-            return fail(cell, status, e.to_string());
-        }
+        Err(e) => return fail_stopping_on_oom(series, cell, &e, e.to_string()),
     };
     let Some(st) = SampleStats::of(&m.samples) else {
         return fail(cell, CellStatus::Error, "no finite time samples".into());

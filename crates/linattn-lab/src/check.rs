@@ -224,29 +224,26 @@ fn run_oracle(
 ) -> Result<Reference, String> {
     let inputs = key.inputs(inputs);
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<Reference, AttnError> {
-        match (key.softmax, with_grads) {
-            (false, false) => Ok(Reference {
-                output: linattn_cpu::oracle::forward(problem, &inputs)?,
+        if with_grads {
+            let (output, grads) = if key.softmax {
+                linattn_softmax::oracle::backward(problem, &inputs)?
+            } else {
+                linattn_cpu::oracle::backward(problem, &inputs)?
+            };
+            Ok(Reference {
+                output,
+                grads: Some(grads),
+            })
+        } else {
+            let output = if key.softmax {
+                linattn_softmax::oracle::forward(problem, &inputs)?
+            } else {
+                linattn_cpu::oracle::forward(problem, &inputs)?
+            };
+            Ok(Reference {
+                output,
                 grads: None,
-            }),
-            (false, true) => {
-                let (output, grads) = linattn_cpu::oracle::backward(problem, &inputs)?;
-                Ok(Reference {
-                    output,
-                    grads: Some(grads),
-                })
-            }
-            (true, false) => Ok(Reference {
-                output: linattn_softmax::oracle::forward(problem, &inputs)?,
-                grads: None,
-            }),
-            (true, true) => {
-                let (output, grads) = linattn_softmax::oracle::backward(problem, &inputs)?;
-                Ok(Reference {
-                    output,
-                    grads: Some(grads),
-                })
-            }
+            })
         }
     }));
     match result {

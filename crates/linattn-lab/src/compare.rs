@@ -290,6 +290,14 @@ mod tests {
             .collect()
     }
 
+    /// A copy of `base` whose cell `index` has its median multiplied by `factor`.
+    fn scaled(base: &ResultsFile, index: usize, factor: f64) -> ResultsFile {
+        let mut new = base.clone();
+        let m = new.cells[index].median_s.unwrap();
+        new.cells[index].median_s = Some(m * factor);
+        new
+    }
+
     #[test]
     fn baselines_are_per_device() {
         assert_eq!(
@@ -301,9 +309,7 @@ mod tests {
     #[test]
     fn a_twenty_percent_slowdown_is_the_only_regression() {
         let base = file(base_cells());
-        let mut new = base.clone();
-        let m = new.cells[2].median_s.unwrap();
-        new.cells[2].median_s = Some(m * 1.2);
+        let new = scaled(&base, 2, 1.2);
         let out = compare_files(&base, &new, 0.05, 2.0);
         let flagged: Vec<usize> = out
             .compared
@@ -327,9 +333,7 @@ mod tests {
     #[test]
     fn noise_hides_a_change_of_its_own_size() {
         let base = file(base_cells());
-        let mut new = base.clone();
-        let m = new.cells[2].median_s.unwrap();
-        new.cells[2].median_s = Some(m * 1.2);
+        let mut new = scaled(&base, 2, 1.2);
         new.cells[2].rel_stdev = Some(0.25);
         let out = compare_files(&base, &new, 0.05, 2.0);
         assert_eq!(out.regressions(), 0);
@@ -339,9 +343,7 @@ mod tests {
     #[test]
     fn below_threshold_is_unchanged_and_unmatched_cells_are_listed() {
         let base = file(base_cells());
-        let mut new = base.clone();
-        let m = new.cells[0].median_s.unwrap();
-        new.cells[0].median_s = Some(m * 1.04);
+        let mut new = scaled(&base, 0, 1.04);
         new.cells[0].rel_stdev = Some(0.0);
         new.cells.pop();
         new.cells.push(sample_cell("cpu/cumsum/f32", 1 << 8, 1e-3));

@@ -150,63 +150,18 @@ fn weights(q: &[f64], k: &[f64], n: usize, d: usize, map: Map, causal: bool) -> 
     a
 }
 
-/// Attention output `O = A V`, all heads; dims [B, H, N, D] and M.
-fn attention(
+/// [`weights`] of head `bh` of q, k with dims [B, H, N, D].
+fn head_weights(
     q: &[f64],
     k: &[f64],
-    v: &[f64],
     dims: [usize; 4],
-    m: usize,
+    bh: usize,
     map: Map,
     causal: bool,
 ) -> Vec<f64> {
-    let [b, h, n, d] = dims;
-    let mut o = vec![0.0; b * h * n * m];
-    for bh in 0..b * h {
-        let (qh, kh) = (&q[bh * n * d..][..n * d], &k[bh * n * d..][..n * d]);
-        let vh = &v[bh * n * m..][..n * m];
-        let a = weights(qh, kh, n, d, map, causal);
-        for i in 0..n {
-            for j in 0..n {
-                for c in 0..m {
-                    o[bh * n * m + i * m + c] += a[i * n + j] * vh[j * m + c];
-                }
-            }
-        }
-    }
-    o
-}
-
-/// `dV = Aᵀ dO`: the gradient of O = A·V with respect to V (A does not depend on V).
-fn grad_v(
-    q: &[f64],
-    k: &[f64],
-    g: &[f64],
-    dims: [usize; 4],
-    m: usize,
-    map: Map,
-    causal: bool,
-) -> Vec<f64> {
-    let [b, h, n, d] = dims;
-    let mut dv = vec![0.0; b * h * n * m];
-    for bh in 0..b * h {
-        let a = weights(
-            &q[bh * n * d..][..n * d],
-            &k[bh * n * d..][..n * d],
-            n,
-            d,
-            map,
-            causal,
-        );
-        for j in 0..n {
-            for i in 0..n {
-                for c in 0..m {
-                    dv[bh * n * m + j * m + c] += a[i * n + j] * g[bh * n * m + i * m + c];
-                }
-            }
-        }
-    }
-    dv
+    let [_, _, n, d] = dims;
+    let head = bh * n * d..(bh + 1) * n * d;
+    weights(&q[head.clone()], &k[head], n, d, map, causal)
 }
 
 /// max |got − want| / max |want|.
@@ -291,8 +246,49 @@ impl Case {
         args.extend_from_slice(extra);
         linattn(&args)
     }
+    /// `A X` per head, A the [`weights`] of this case's q, k and X `[B, H, N, M]`; with
+    /// `transpose`, `Aᵀ X`.
+    fn weights_times(&self, x: &[f64], map: Map, causal: bool, transpose: bool) -> Vec<f64> {
+        let [b, h, n, _] = self.dims;
+        let m = self.m;
+        let mut out = vec![0.0; b * h * n * m];
+        for bh in 0..b * h {
+            let a = head_weights(&self.q, &self.k, self.dims, bh, map, causal);
+            let (xh, oh) = (&x[bh * n * m..][..n * m], &mut out[bh * n * m..][..n * m]);
+            for i in 0..n {
+                for j in 0..n {
+                    let (row, col) = if transpose { (j, i) } else { (i, j) };
+                    for c in 0..m {
+                        oh[row * m + c] += a[i * n + j] * xh[col * m + c];
+                    }
+                }
+            }
+        }
+        out
+    }
+    /// Attention output `O = A V`.
     fn reference(&self, map: Map, causal: bool) -> Vec<f64> {
-        attention(&self.q, &self.k, &self.v, self.dims, self.m, map, causal)
+        self.weights_times(&self.v, map, causal, false)
+    }
+    /// Runs attend with `flags`, which must succeed, and checks o.npy: dtype `descr`, dims
+    /// [B, H, N, M], relative error against the definition at most `tol`. Returns the run.
+    fn attend_and_check(
+        &self,
+        flags: &[&str],
+        map: Map,
+        causal: bool,
+        descr: &str,
+        tol: f64,
+    ) -> Output {
+        let out = self.attend(flags);
+        assert!(out.status.success(), "{flags:?}: {}", stderr(&out));
+        let (got_descr, dims, o) = read_npy(&self.out_dir().join("o.npy"));
+        assert_eq!(got_descr, descr);
+        let [b, h, n, _] = self.dims;
+        assert_eq!(dims, vec![b, h, n, self.m]);
+        let err = relative_error(&self.reference(map, causal), &o);
+        assert!(err <= tol, "{flags:?}: relative error {err:e}");
+        out
     }
 }
 
@@ -321,13 +317,7 @@ fn f64_reference_backend_matches_the_definition() {
                 if let Some(f) = form {
                     flags.extend_from_slice(&["--form", f]);
                 }
-                let out = case.attend(&flags);
-                assert!(out.status.success(), "{flags:?}: {}", stderr(&out));
-                let (descr, dims, o) = read_npy(&case.out_dir().join("o.npy"));
-                assert_eq!(descr, "<f8");
-                assert_eq!(dims, vec![2, 2, 23, 7]);
-                let err = relative_error(&case.reference(map, causal), &o);
-                assert!(err <= 1e-10, "{flags:?}: relative error {err:e}");
+                case.attend_and_check(&flags, map, causal, "<f8", 1e-10);
             }
         }
     }
@@ -349,15 +339,9 @@ fn f32_fast_backend_matches_the_definition() {
                 map.name(),
                 causality_flag(causal),
             ];
-            let out = case.attend(&flags);
-            assert!(out.status.success(), "{flags:?}: {}", stderr(&out));
+            let out = case.attend_and_check(&flags, map, causal, "<f4", 1e-5);
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(stdout.contains("/f32"), "{stdout}");
-            let (descr, dims, o) = read_npy(&case.out_dir().join("o.npy"));
-            assert_eq!(descr, "<f4");
-            assert_eq!(dims, vec![1, 3, 70, 6]);
-            let err = relative_error(&case.reference(map, causal), &o);
-            assert!(err <= 1e-5, "{flags:?}: relative error {err:e}");
         }
     }
 }
@@ -381,15 +365,8 @@ fn gradients_are_written_and_dv_matches_the_definition() {
             assert!(values.iter().all(|x| x.is_finite()) && values.iter().any(|&x| x != 0.0));
         }
         let (_, _, dv) = read_npy(&case.out_dir().join("dv.npy"));
-        let want = grad_v(
-            &case.q,
-            &case.k,
-            &case.d_out,
-            case.dims,
-            case.m,
-            Map::EluPlusOne,
-            causal,
-        );
+        // `dV = Aᵀ dO`: the gradient of O = A·V with respect to V (A does not depend on V).
+        let want = case.weights_times(&case.d_out, Map::EluPlusOne, causal, true);
         let err = relative_error(&want, &dv);
         assert!(err <= 1e-10, "causal={causal}: dv relative error {err:e}");
     }

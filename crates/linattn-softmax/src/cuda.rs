@@ -16,7 +16,7 @@
 use crate::gemm_plan::{RowMajorGemm, Transpose};
 use crate::validate::{validate_inputs, NeedGrad};
 use cudarc::cublas::{sys as cublas_sys, CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use linattn_core::{
     Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind, Grads, Inputs, Precision,
     Problem, RunStats, Shape, Tensor, TensorRole, Unsupported,
@@ -249,6 +249,38 @@ where
             .as_ref()
             .ok_or_else(|| AttnError::State(format!("{}: no inputs staged", self.info.name)))
     }
+
+    /// What a pass does before allocating: checks its buffers fit, loads the row kernel
+    /// `entry` and the cuBLAS handle, and restarts the run meter's peak. Returns the kernel
+    /// and the meter the pass allocates through.
+    fn begin_pass(
+        &mut self,
+        gpu: &Gpu,
+        shape: &Shape,
+        backward: bool,
+        entry: &str,
+    ) -> Result<(CudaFunction, MemoryMeter), AttnError> {
+        self.ensure_fits(gpu, shape, backward)?;
+        let variant = self.variant()?.clone();
+        let rows_kernel = gpu.function(&variant, entry)?;
+        self.blas(gpu)?;
+        let meter = self.run_meter.clone();
+        meter.reset_peak();
+        Ok((rows_kernel, meter))
+    }
+}
+
+/// Elements of the `B·H` score (or score-gradient) matrices, `N × N` each.
+fn score_len(shape: &Shape) -> usize {
+    shape.bh() * shape.seq * shape.seq
+}
+
+/// A pass's time and the peak of the device memory it allocated.
+fn device_stats(elapsed: std::time::Duration, meter: &MemoryMeter) -> RunStats {
+    RunStats {
+        elapsed,
+        device_bytes: Some(meter.peak()),
+    }
 }
 
 impl<T> Default for CudaSoftmaxBackend<T>
@@ -409,14 +441,8 @@ where
         let shape = problem.shape;
         // Give back the previous run's buffers before checking what the next one needs.
         self.results = None;
-        self.ensure_fits(gpu, &shape, false)?;
-        let variant = self.variant()?.clone();
-        let forward_rows = gpu.function(&variant, FORWARD_ENTRY)?;
-        self.blas(gpu)?;
-        let meter = self.run_meter.clone();
-        meter.reset_peak();
-        let score_len = shape.bh() * shape.seq * shape.seq;
-        let mut probs = DeviceBuffer::<T>::zeros(gpu, &meter, score_len)?;
+        let (forward_rows, meter) = self.begin_pass(gpu, &shape, false, FORWARD_ENTRY)?;
+        let mut probs = DeviceBuffer::<T>::zeros(gpu, &meter, score_len(&shape))?;
         let mut out = DeviceBuffer::<T>::zeros(gpu, &meter, shape.v_len()?)?;
         let (staged, blas) = match (&self.staged, &self.blas) {
             (Some(s), Some(b)) => (s, b),
@@ -457,10 +483,7 @@ where
             out,
             grads: None,
         });
-        Ok(RunStats {
-            elapsed,
-            device_bytes: Some(meter.peak()),
-        })
+        Ok(device_stats(elapsed, &meter))
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
@@ -483,14 +506,8 @@ where
                 )))
             }
         }
-        self.ensure_fits(gpu, &shape, true)?;
-        let variant = self.variant()?.clone();
-        let backward_rows = gpu.function(&variant, BACKWARD_ENTRY)?;
-        self.blas(gpu)?;
-        let meter = self.run_meter.clone();
-        meter.reset_peak();
-        let score_len = shape.bh() * shape.seq * shape.seq;
-        let mut d_scores = DeviceBuffer::<T>::zeros(gpu, &meter, score_len)?;
+        let (backward_rows, meter) = self.begin_pass(gpu, &shape, true, BACKWARD_ENTRY)?;
+        let mut d_scores = DeviceBuffer::<T>::zeros(gpu, &meter, score_len(&shape))?;
         let mut dq = DeviceBuffer::<T>::zeros(gpu, &meter, shape.qk_len()?)?;
         let mut dk = DeviceBuffer::<T>::zeros(gpu, &meter, shape.qk_len()?)?;
         let mut dv = DeviceBuffer::<T>::zeros(gpu, &meter, shape.v_len()?)?;
@@ -553,10 +570,7 @@ where
         })?;
         drop(d_scores);
         results.grads = Some([dq, dk, dv]);
-        Ok(RunStats {
-            elapsed,
-            device_bytes: Some(meter.peak()),
-        })
+        Ok(device_stats(elapsed, &meter))
     }
 
     fn output(&mut self) -> Result<Tensor, AttnError> {

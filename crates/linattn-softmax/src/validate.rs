@@ -1,6 +1,6 @@
 //! Input checks shared by every softmax backend.
 
-use linattn_core::{AttnError, Inputs, Problem, TensorRole};
+use linattn_core::{AttnError, FeatureMap, Inputs, Problem};
 
 /// Whether the caller is about to compute gradients (then d_out must be present).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,29 +11,20 @@ pub(crate) enum NeedGrad {
 
 /// Shapes agree with the problem, every dim is non-zero, no element is NaN or ±Inf.
 /// Softmax attention ignores the feature map, ε and decay, so unlike
-/// `Inputs::validate_for` this does not reject options that only linear attention reads.
+/// `Inputs::validate_for` on the caller's problem this does not reject options that only
+/// linear attention reads.
 pub(crate) fn validate_inputs(
     problem: &Problem,
     inputs: &Inputs,
     need: NeedGrad,
 ) -> Result<(), AttnError> {
-    problem.shape.validate()?;
-    let shape = inputs.shape()?;
-    if shape != problem.shape {
-        return Err(AttnError::ShapeMismatch(format!(
-            "inputs are {shape}, problem is {}",
-            problem.shape
-        )));
-    }
-    inputs.q.check_finite(TensorRole::Q)?;
-    inputs.k.check_finite(TensorRole::K)?;
-    inputs.v.check_finite(TensorRole::V)?;
-    match (&inputs.d_out, need) {
-        (Some(g), _) => g.check_finite(TensorRole::DOut)?,
-        (None, NeedGrad::Yes) => {
-            inputs.require_d_out()?;
-        }
-        (None, NeedGrad::No) => {}
+    // elu+1, the default ε and no decay pass every option check of `Problem::validate` for
+    // either causality, so `validate_for` on this problem checks exactly the shape, the
+    // inputs' dims against it and their finiteness.
+    let shape_only = Problem::new(problem.shape, problem.causality, FeatureMap::EluPlusOne);
+    inputs.validate_for(&shape_only)?;
+    if need == NeedGrad::Yes {
+        inputs.require_d_out()?;
     }
     Ok(())
 }

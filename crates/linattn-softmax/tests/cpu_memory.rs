@@ -20,6 +20,20 @@ fn estimates_bound_the_measured_peak() {
     let slabs = gemm_workspace_allowance();
     let matrix = (shape.bh() * shape.seq * shape.seq * 4) as f64;
     let in_matrices = |bytes: u64| bytes as f64 / matrix;
+    // The estimate bounds the peak, and is less than twice it (slabs aside).
+    let assert_bounds = |label: &str, peak: u64, estimate: u64| {
+        println!(
+            "{label}: peak {:.2} N² matrices, estimate {:.2} (slabs {:.2})",
+            in_matrices(peak),
+            in_matrices(estimate),
+            in_matrices(slabs)
+        );
+        assert!(peak <= estimate, "{label}: {peak} > {estimate}");
+        assert!(
+            2 * peak >= estimate - slabs,
+            "{label}: estimate far too loose"
+        );
+    };
     for causality in [Causality::Causal, Causality::NonCausal] {
         let causal = causality.is_causal();
         let p = Problem::new(shape, causality, FeatureMap::EluPlusOne);
@@ -37,20 +51,7 @@ fn estimates_bound_the_measured_peak() {
                 Pass::Forward
             };
             let estimate = estimated_host_bytes(&shape, causal, pass).unwrap();
-            println!(
-                "{causality} {pass:?}: peak {:.2} N² matrices, estimate {:.2} (slabs {:.2})",
-                in_matrices(forward_peak),
-                in_matrices(estimate),
-                in_matrices(slabs)
-            );
-            assert!(
-                forward_peak <= estimate,
-                "{pass:?}: {forward_peak} > {estimate}"
-            );
-            assert!(
-                2 * forward_peak >= estimate - slabs,
-                "{pass:?}: estimate far too loose"
-            );
+            assert_bounds(&format!("{causality} {pass:?}"), forward_peak, estimate);
 
             if with_grad {
                 let base = HostMemory::start();
@@ -58,19 +59,8 @@ fn estimates_bound_the_measured_peak() {
                 // The estimate counts the graph the forward left alive too.
                 let total_peak = forward_peak + HostMemory::peak_above(base) as u64;
                 let estimate = estimated_host_bytes(&shape, causal, Pass::Backward).unwrap();
-                println!(
-                    "{causality} Backward: peak {:.2} N² matrices (graph included), estimate {:.2}",
-                    in_matrices(total_peak),
-                    in_matrices(estimate)
-                );
-                assert!(
-                    total_peak <= estimate,
-                    "backward: {total_peak} > {estimate}"
-                );
-                assert!(
-                    2 * total_peak >= estimate - slabs,
-                    "backward: estimate far too loose"
-                );
+                let label = format!("{causality} Backward (graph included)");
+                assert_bounds(&label, total_peak, estimate);
             }
         }
     }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_close, inputs, problem, BOTH};
+use common::{assert_forward_backward_close, inputs, problem, BOTH};
 use linattn_core::{
     Algorithm, AttnError, Backend, Causality, DeviceKind, Inputs, Precision, Shape, Unsupported,
 };
@@ -88,13 +88,10 @@ fn forward_and_gradients_match_the_oracle() {
             let x = as_stored(&inputs(shape, 70 + shape.seq as u64), precision);
             for causality in BOTH {
                 let p = problem(shape, causality);
-                let (out, grads) = backend.forward_backward(&p, &x).unwrap();
-                let (want_out, want) = oracle::backward(&p, &x).unwrap();
+                let got = backend.forward_backward(&p, &x).unwrap();
+                let want = oracle::backward(&p, &x).unwrap();
                 let case = format!("{} {shape} {causality}", backend.name());
-                assert_close(&format!("O {case}"), &want_out, &out, tol);
-                assert_close(&format!("dQ {case}"), &want.dq, &grads.dq, tol);
-                assert_close(&format!("dK {case}"), &want.dk, &grads.dk, tol);
-                assert_close(&format!("dV {case}"), &want.dv, &grads.dv, tol);
+                assert_forward_backward_close(&case, &want, &got, tol);
             }
         }
     }

@@ -73,24 +73,38 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<(), AttnError> {
     Ok(())
 }
 
-/// O (`[B,H,N,M]`) of linear attention in f32 from q, k (`[B,H,N,D]`) and v.
-pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
+/// Validates the problem and the lengths of q, k and v against it; returns the element
+/// counts of q/k and of v.
+fn check_operands(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+) -> Result<(usize, usize), AttnError> {
     problem.validate()?;
     let (qk_len, v_len) = (problem.shape.qk_len()?, problem.shape.v_len()?);
     check_len("q", q.len(), qk_len)?;
     check_len("k", k.len(), qk_len)?;
     check_len("v", v.len(), v_len)?;
+    Ok((qk_len, v_len))
+}
+
+/// O (`[B,H,N,M]`) of linear attention in f32 from q, k (`[B,H,N,D]`) and v.
+pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
+    let (_, v_len) = check_operands(problem, q, k, v)?;
     let cfg = Config::new(problem);
     let (nd, nm) = (cfg.n * cfg.d, cfg.n * cfg.m);
     let mut out = vec![0f32; v_len];
     out.par_chunks_mut(nm).enumerate().for_each(|(bh, o)| {
         let span = bh * nd..(bh + 1) * nd;
-        forward_head(
+        run_head(
             &cfg,
-            &q[span.clone()],
-            &k[span],
-            &v[bh * nm..(bh + 1) * nm],
-            o,
+            ForwardHead {
+                q: &q[span.clone()],
+                k: &k[span],
+                v: &v[bh * nm..(bh + 1) * nm],
+                o,
+            },
         );
     });
     Ok(out)
@@ -104,11 +118,7 @@ pub fn backward(
     v: &[f32],
     d_out: &[f32],
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    problem.validate()?;
-    let (qk_len, v_len) = (problem.shape.qk_len()?, problem.shape.v_len()?);
-    check_len("q", q.len(), qk_len)?;
-    check_len("k", k.len(), qk_len)?;
-    check_len("v", v.len(), v_len)?;
+    let (qk_len, v_len) = check_operands(problem, q, k, v)?;
     check_len("d_out", d_out.len(), v_len)?;
     let cfg = Config::new(problem);
     let (nd, nm) = (cfg.n * cfg.d, cfg.n * cfg.m);
@@ -131,7 +141,16 @@ pub fn backward(
                 v: &v[vs.clone()],
                 g: &d_out[vs],
             };
-            backward_head(&cfg, head, o, dq, dk, dv);
+            run_head(
+                &cfg,
+                BackwardHead {
+                    io: head,
+                    o,
+                    dq,
+                    dk,
+                    dv,
+                },
+            );
         });
     Ok((out, grads))
 }
@@ -222,50 +241,65 @@ impl HeadFeatures {
     }
 }
 
-fn forward_head(cfg: &Config, q: &[f32], k: &[f32], v: &[f32], o: &mut [f32]) {
+/// One head's computation, compiled for every (FMA, DECAY) pair; [`run_head`] picks the
+/// instance for this CPU and problem.
+trait HeadKernel {
+    fn run<const FMA: bool, const DECAY: bool>(self, cfg: &Config);
+}
+
+struct ForwardHead<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    o: &'a mut [f32],
+}
+
+impl HeadKernel for ForwardHead<'_> {
+    #[inline(always)]
+    fn run<const FMA: bool, const DECAY: bool>(self, cfg: &Config) {
+        forward_body::<FMA, DECAY>(cfg, self.q, self.k, self.v, self.o)
+    }
+}
+
+struct BackwardHead<'a> {
+    io: HeadIo<'a>,
+    o: &'a mut [f32],
+    dq: &'a mut [f32],
+    dk: &'a mut [f32],
+    dv: &'a mut [f32],
+}
+
+impl HeadKernel for BackwardHead<'_> {
+    #[inline(always)]
+    fn run<const FMA: bool, const DECAY: bool>(self, cfg: &Config) {
+        backward_body::<FMA, DECAY>(cfg, self.io, self.o, self.dq, self.dk, self.dv)
+    }
+}
+
+fn run_head(cfg: &Config, kernel: impl HeadKernel) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU supports avx2 and fma, checked just above.
-        unsafe { forward_head_avx2(cfg, q, k, v, o) };
+        unsafe { run_head_avx2(cfg, kernel) };
         return;
     }
-    forward_head_impl::<false>(cfg, q, k, v, o)
+    run_head_with::<false>(cfg, kernel)
 }
 
+/// The whole head (its kernels are `inline(always)`) compiled with avx2 and fma.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn forward_head_avx2(cfg: &Config, q: &[f32], k: &[f32], v: &[f32], o: &mut [f32]) {
-    forward_head_impl::<true>(cfg, q, k, v, o)
+unsafe fn run_head_avx2(cfg: &Config, kernel: impl HeadKernel) {
+    run_head_with::<true>(cfg, kernel)
 }
 
-fn backward_head(
-    cfg: &Config,
-    io: HeadIo,
-    o: &mut [f32],
-    dq: &mut [f32],
-    dk: &mut [f32],
-    dv: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports avx2 and fma, checked just above.
-        unsafe { backward_head_avx2(cfg, io, o, dq, dk, dv) };
-        return;
+#[inline(always)]
+fn run_head_with<const FMA: bool>(cfg: &Config, kernel: impl HeadKernel) {
+    if cfg.has_decay {
+        kernel.run::<FMA, true>(cfg)
+    } else {
+        kernel.run::<FMA, false>(cfg)
     }
-    backward_head_impl::<false>(cfg, io, o, dq, dk, dv)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn backward_head_avx2(
-    cfg: &Config,
-    io: HeadIo,
-    o: &mut [f32],
-    dq: &mut [f32],
-    dk: &mut [f32],
-    dv: &mut [f32],
-) {
-    backward_head_impl::<true>(cfg, io, o, dq, dk, dv)
 }
 
 /// Divides a numerator row by its denominator (`qᵀz + ε` when normalised); returns the
@@ -279,21 +313,6 @@ fn normalise(cfg: &Config, eps: f32, qz: f32, o: &mut [f32]) -> f32 {
     let inv = 1.0 / den;
     o.iter_mut().for_each(|x| *x *= inv);
     den
-}
-
-#[inline(always)]
-fn forward_head_impl<const FMA: bool>(
-    cfg: &Config,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    o: &mut [f32],
-) {
-    if cfg.has_decay {
-        forward_body::<FMA, true>(cfg, q, k, v, o)
-    } else {
-        forward_body::<FMA, false>(cfg, q, k, v, o)
-    }
 }
 
 #[inline(always)]
@@ -336,22 +355,6 @@ fn forward_body<const FMA: bool, const DECAY: bool>(
             let qz = readout::<FMA>(&s, &z, qf, orow);
             normalise(cfg, eps, qz, orow);
         }
-    }
-}
-
-#[inline(always)]
-fn backward_head_impl<const FMA: bool>(
-    cfg: &Config,
-    io: HeadIo,
-    o: &mut [f32],
-    dq: &mut [f32],
-    dk: &mut [f32],
-    dv: &mut [f32],
-) {
-    if cfg.has_decay {
-        backward_body::<FMA, true>(cfg, io, o, dq, dk, dv)
-    } else {
-        backward_body::<FMA, false>(cfg, io, o, dq, dk, dv)
     }
 }
 

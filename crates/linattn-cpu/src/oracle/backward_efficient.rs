@@ -74,6 +74,24 @@ pub(crate) fn head_backward(
     // Reverse scan for R_j, r_j (non-causal: one full sum).
     let mut dkf = vec![0.0; n * c];
     let mut dv = vec![0.0; n * m];
+    reverse_scan(core, qf, kf, v, &gn, &gd, &mut dkf, &mut dv);
+    HeadGrads { dqf, dkf, dv }
+}
+
+/// The reverse scan for `R_j`, `r_j` (non-causal: one full sum) from φ(Q), φ(K), V and the
+/// forward scan's `gn` (`n × m`), `gd` (`n`): writes `∂φ(k_j)` into `dkf`, `∂v_j` into `dv`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn reverse_scan(
+    core: &HeadCore,
+    qf: &[f64],
+    kf: &[f64],
+    v: &[f64],
+    gn: &[f64],
+    gd: &[f64],
+    dkf: &mut [f64],
+    dv: &mut [f64],
+) {
+    let (n, c, m) = (core.n, core.c, core.m);
     let mut r_mat = vec![0.0; c * m];
     let mut r_vec = vec![0.0; c];
     if !core.causal {
@@ -115,7 +133,6 @@ pub(crate) fn head_backward(
             &mut dv[j * m..(j + 1) * m],
         );
     }
-    HeadGrads { dqf, dkf, dv }
 }
 
 /// `gn_i`, `gd_i` and `∂φ(q_i) = S gn_i + z gd_i` for one output row.

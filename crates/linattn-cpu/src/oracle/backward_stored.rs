@@ -5,8 +5,10 @@
 //! `z` (there is only one), so there it differs from the efficient backward only in not
 //! recomputing. It exists for the memory contrast of SPEC §4.
 
-use super::backward_efficient::{accumulate_r, key_value_grads, output_row_grads};
-use super::{decay_and_add, featurise_head, noncausal_parallel::reduce_states, read_out, HeadCore};
+use super::backward_efficient::{output_row_grads, reverse_scan};
+use super::{
+    decay_and_add, featurise_head, noncausal_parallel::reduce_states, read_out_row, HeadCore,
+};
 use crate::maps::{Operand, PreparedMap};
 use linattn_core::{AttnError, Grads, HostMemory, Inputs, Problem, Tensor};
 
@@ -92,25 +94,13 @@ pub fn forward_storing(problem: &Problem, inputs: &Inputs) -> Result<StoredForwa
                 );
                 states[i * c * m..(i + 1) * c * m].copy_from_slice(&s);
                 key_sums[i * c..(i + 1) * c].copy_from_slice(&z);
-                den[i] = read_out(
-                    &core,
-                    &f.q[i * c..(i + 1) * c],
-                    &s,
-                    &z,
-                    &mut o[i * m..(i + 1) * m],
-                );
+                den[i] = read_out_row(&core, i, &f.q, &s, &z, o);
             }
             (states, key_sums)
         } else {
             let (s, z) = reduce_states(&core, &f.k, v);
-            for i in 0..n {
-                den[i] = read_out(
-                    &core,
-                    &f.q[i * c..(i + 1) * c],
-                    &s,
-                    &z,
-                    &mut o[i * m..(i + 1) * m],
-                );
+            for (i, den_i) in den.iter_mut().enumerate() {
+                *den_i = read_out_row(&core, i, &f.q, &s, &z, o);
             }
             (s, z)
         };
@@ -174,47 +164,7 @@ pub fn backward_from(
         }
         let mut dkf = vec![0.0; n * c];
         let dv = grads.dv.head_mut(bh);
-        let mut r_mat = vec![0.0; c * m];
-        let mut r_vec = vec![0.0; c];
-        if !core.causal {
-            for i in 0..n {
-                accumulate_r(
-                    &core,
-                    1.0,
-                    &mut r_mat,
-                    &mut r_vec,
-                    &h.qf[i * c..(i + 1) * c],
-                    &gn[i * m..(i + 1) * m],
-                    gd[i],
-                );
-            }
-        }
-        for j in (0..n).rev() {
-            let weight = if core.causal {
-                accumulate_r(
-                    &core,
-                    core.decay,
-                    &mut r_mat,
-                    &mut r_vec,
-                    &h.qf[j * c..(j + 1) * c],
-                    &gn[j * m..(j + 1) * m],
-                    gd[j],
-                );
-                1.0
-            } else {
-                core.key_weight(j)
-            };
-            key_value_grads(
-                &core,
-                weight,
-                &r_mat,
-                &r_vec,
-                &h.kf[j * c..(j + 1) * c],
-                &v[j * m..(j + 1) * m],
-                &mut dkf[j * c..(j + 1) * c],
-                &mut dv[j * m..(j + 1) * m],
-            );
-        }
+        reverse_scan(&core, &h.qf, &h.kf, v, &gn, &gd, &mut dkf, dv);
         map.vjp_head(
             Operand::Query,
             inputs.q.head(bh),

@@ -2,8 +2,8 @@
 //! (N×C×M), `P_i = λP_{i−1} + U_i` in place, then `O_i = φ(q_i)ᵀP_i / (φ(q_i)ᵀz_i + ε)`.
 //! O(N·C·M) memory on purpose: the trade-off SPEC §3 keeps to show.
 
-use super::{read_out, HeadCore};
-use linattn_core::{AttnError, HostMemory};
+use super::{read_out_row, reserve_f64, HeadCore};
+use linattn_core::AttnError;
 
 /// O of one head from φ(Q), φ(K) (`n × c`) and V (`n × m`); fails with a typed
 /// out-of-memory error when the N×C×M buffer would not fit.
@@ -15,12 +15,9 @@ pub fn forward_head(
     o: &mut [f64],
 ) -> Result<(), AttnError> {
     let (n, c, m) = (core.n, core.c, core.m);
-    let elems = n
-        .checked_mul(c)
-        .and_then(|x| x.checked_mul(m + 1))
-        .ok_or_else(|| AttnError::SizeOverflow(format!("cumsum states N={n} C={c} M={m}")))?;
-    HostMemory::ensure_available(
-        (elems as u64).saturating_mul(8),
+    reserve_f64(
+        n.checked_mul(c).and_then(|x| x.checked_mul(m + 1)),
+        || format!("cumsum states N={n} C={c} M={m}"),
         &format!("cumsum prefix states N·C·(M+1) = {n}·{c}·{}", m + 1),
     )?;
     let mut u = vec![0.0; n * c * m];
@@ -45,12 +42,13 @@ pub fn forward_head(
         }
     }
     for i in 0..n {
-        read_out(
+        read_out_row(
             core,
-            &qf[i * c..(i + 1) * c],
+            i,
+            qf,
             &u[i * c * m..(i + 1) * c * m],
             &zs[i * c..(i + 1) * c],
-            &mut o[i * m..(i + 1) * m],
+            o,
         );
     }
     Ok(())

@@ -13,7 +13,7 @@ pub mod noncausal_parallel;
 pub mod quadratic;
 
 use crate::maps::{Featurised, Operand, PreparedMap};
-use linattn_core::{AttnError, Form, Grads, Inputs, Problem, Tensor, Unsupported};
+use linattn_core::{AttnError, Form, Grads, HostMemory, Inputs, Problem, Tensor, Unsupported};
 
 /// Sizes and options shared by every per-head routine.
 #[derive(Debug, Clone, Copy)]
@@ -175,6 +175,38 @@ pub(crate) fn read_out(core: &HeadCore, qf: &[f64], s: &[f64], z: &[f64], o: &mu
     };
     o.iter_mut().for_each(|x| *x /= den);
     den
+}
+
+/// [`read_out`] of token i: row i of φ(Q) (`n × c`) against `s`, `z`, into row i of O
+/// (`n × m`).
+pub(crate) fn read_out_row(
+    core: &HeadCore,
+    i: usize,
+    qf: &[f64],
+    s: &[f64],
+    z: &[f64],
+    o: &mut [f64],
+) -> f64 {
+    let (c, m) = (core.c, core.m);
+    read_out(
+        core,
+        &qf[i * c..(i + 1) * c],
+        s,
+        z,
+        &mut o[i * m..(i + 1) * m],
+    )
+}
+
+/// Checks that a buffer of `elems` f64 (`None`: the count overflowed `usize`) fits in the
+/// available host memory before a form allocates it; returns the count.
+pub(crate) fn reserve_f64(
+    elems: Option<usize>,
+    overflow: impl FnOnce() -> String,
+    purpose: &str,
+) -> Result<usize, AttnError> {
+    let elems = elems.ok_or_else(|| AttnError::SizeOverflow(overflow()))?;
+    HostMemory::ensure_available((elems as u64).saturating_mul(8), purpose)?;
+    Ok(elems)
 }
 
 /// `S ← λS + k vᵀ`, `z ← λz + k`.

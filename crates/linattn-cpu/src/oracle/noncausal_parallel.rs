@@ -1,20 +1,13 @@
 //! Non-causal linear attention as one reduction: `S = Σ_j w_j φ(k_j)v_jᵀ`, `z = Σ_j w_j φ(k_j)`
 //! with `w_j = λ^{N−1−j}`, then `O_i = φ(q_i)ᵀS / (φ(q_i)ᵀz + ε)`.
 
-use super::{read_out, HeadCore};
+use super::{read_out_row, HeadCore};
 
 /// O of one head from φ(Q), φ(K) (`n × c`) and V (`n × m`).
 pub fn forward_head(core: &HeadCore, qf: &[f64], kf: &[f64], v: &[f64], o: &mut [f64]) {
-    let (n, c, m) = (core.n, core.c, core.m);
     let (s, z) = reduce_states(core, kf, v);
-    for i in 0..n {
-        read_out(
-            core,
-            &qf[i * c..(i + 1) * c],
-            &s,
-            &z,
-            &mut o[i * m..(i + 1) * m],
-        );
+    for i in 0..core.n {
+        read_out_row(core, i, qf, &s, &z, o);
     }
 }
 

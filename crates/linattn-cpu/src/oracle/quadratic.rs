@@ -3,8 +3,8 @@
 //! O(N²) memory on purpose: it shares no code path with the state-based forms, so it is an
 //! independent check of them.
 
-use super::{dot, HeadCore};
-use linattn_core::{AttnError, HostMemory};
+use super::{dot, reserve_f64, HeadCore};
+use linattn_core::AttnError;
 
 /// O of one head from φ(Q), φ(K) (`n × c`) and V (`n × m`); fails with a typed
 /// out-of-memory error when the N×N matrix would not fit.
@@ -16,11 +16,9 @@ pub fn forward_head(
     o: &mut [f64],
 ) -> Result<(), AttnError> {
     let (n, c, m) = (core.n, core.c, core.m);
-    let elems = n
-        .checked_mul(n)
-        .ok_or_else(|| AttnError::SizeOverflow(format!("quadratic similarity N×N, N={n}")))?;
-    HostMemory::ensure_available(
-        (elems as u64).saturating_mul(8),
+    let elems = reserve_f64(
+        n.checked_mul(n),
+        || format!("quadratic similarity N×N, N={n}"),
         &format!("similarity {n}×{n}"),
     )?;
     let mut a = vec![0.0; elems];
