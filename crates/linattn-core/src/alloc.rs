@@ -92,20 +92,30 @@ impl HostMemory {
     }
 }
 
+/// One `<field> <n> kB` line of /proc/meminfo, in bytes.
+fn meminfo_bytes(field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|kib| kib * 1024)
+}
+
 impl HostMemory {
     /// Bytes the OS reports as available (`MemAvailable` of /proc/meminfo), if readable.
     pub fn available() -> Option<u64> {
-        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("MemAvailable:"))
-            .and_then(|rest| {
-                rest.trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-            .map(|kib| kib * 1024)
+        meminfo_bytes("MemAvailable:")
+    }
+
+    /// Installed host memory (`MemTotal` of /proc/meminfo), if readable.
+    pub fn total() -> Option<u64> {
+        meminfo_bytes("MemTotal:")
     }
 
     /// Refuses, with a typed error, an allocation of `bytes` for `what` that would not fit in

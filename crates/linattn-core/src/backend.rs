@@ -69,6 +69,16 @@ pub struct RunStats {
     pub device_bytes: Option<u64>,
 }
 
+impl RunStats {
+    /// A host backend's run: its time; memory is left to the harness's counting allocator.
+    pub fn host(elapsed: Duration) -> Self {
+        RunStats {
+            elapsed,
+            device_bytes: None,
+        }
+    }
+}
+
 /// The one trait every implementation provides. The harness (`linattn check`, `bench`,
 /// `attend`) drives backends through it and nothing else.
 ///

@@ -7,7 +7,7 @@ use linattn_core::{
     check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind, Form,
     Grads, Inputs, Precision, Problem, RunStats, Tensor, TensorRole, Unsupported,
 };
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub(crate) fn all() -> Vec<Box<dyn Backend>> {
     vec![
@@ -73,14 +73,6 @@ fn validate_stage(info: &BackendInfo, problem: &Problem, inputs: &Inputs) -> Res
     Ok(())
 }
 
-/// Host-only runs allocate no device memory.
-fn host_stats(elapsed: Duration) -> RunStats {
-    RunStats {
-        elapsed,
-        device_bytes: None,
-    }
-}
-
 /// One f64 reference form (see [`crate::oracle`]).
 pub struct OracleBackend {
     info: BackendInfo,
@@ -139,7 +131,7 @@ impl Backend for OracleBackend {
         } else {
             self.output = Some(oracle::forward_with(problem, inputs, self.form)?);
         }
-        Ok(host_stats(start.elapsed()))
+        Ok(RunStats::host(start.elapsed()))
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
@@ -162,7 +154,7 @@ impl Backend for OracleBackend {
         };
         let elapsed = start.elapsed();
         self.grads = Some(grads);
-        Ok(host_stats(elapsed))
+        Ok(RunStats::host(elapsed))
     }
 
     fn output(&mut self) -> Result<Tensor, AttnError> {
@@ -262,7 +254,7 @@ impl Backend for FastBackend {
         let out = fast::forward(&st.problem, &st.q, &st.k, &st.v)?;
         let elapsed = start.elapsed();
         self.output = Some(out);
-        Ok(host_stats(elapsed))
+        Ok(RunStats::host(elapsed))
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
@@ -278,7 +270,7 @@ impl Backend for FastBackend {
         let (_, grads) = fast::backward(&st.problem, &st.q, &st.k, &st.v, d_out)?;
         let elapsed = start.elapsed();
         self.grads = Some(grads);
-        Ok(host_stats(elapsed))
+        Ok(RunStats::host(elapsed))
     }
 
     fn output(&mut self) -> Result<Tensor, AttnError> {

@@ -500,17 +500,7 @@ pub fn cpu_model() -> String {
 }
 
 pub fn host_memory_bytes() -> Option<u64> {
-    let text = fs::read_to_string("/proc/meminfo").ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .map(|kib| kib * 1024)
+    linattn_core::HostMemory::total()
 }
 
 /// What the GPU side can say about itself (filled by the bench from linattn-cuda).

@@ -11,7 +11,7 @@ use linattn_core::{
     AttnError, Backend, BackendInfo, BackwardKind, DeviceKind, Grads, HostMemory, Inputs,
     Precision, Problem, RunStats, Shape, Tensor, Unsupported,
 };
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Which pass a memory estimate is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,14 +202,6 @@ fn causal_mask(seq: usize, device: &Device) -> Result<CTensor, AttnError> {
     CTensor::from_vec(data, (seq, seq), device).map_err(candle_err("building the causal mask"))
 }
 
-/// A CPU pass allocates no device memory.
-fn host_stats(elapsed: Duration) -> RunStats {
-    RunStats {
-        elapsed,
-        device_bytes: None,
-    }
-}
-
 fn widen(t: &CTensor, what: &'static str) -> Result<Tensor, AttnError> {
     let dims: [usize; 4] = t
         .dims()
@@ -284,7 +276,7 @@ impl Backend for CandleCpuBackend {
         let out = attention(&staged.q, &staged.k, &staged.v, causal, &self.device)?;
         let elapsed = start.elapsed();
         self.output = Some(out);
-        Ok(host_stats(elapsed))
+        Ok(RunStats::host(elapsed))
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
@@ -317,7 +309,7 @@ impl Backend for CandleCpuBackend {
         let elapsed = start.elapsed();
         drop(store);
         self.grads = Some(grads);
-        Ok(host_stats(elapsed))
+        Ok(RunStats::host(elapsed))
     }
 
     fn output(&mut self) -> Result<Tensor, AttnError> {
