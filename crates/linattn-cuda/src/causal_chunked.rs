@@ -19,7 +19,7 @@
 
 use std::sync::OnceLock;
 
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, LaunchArgs, LaunchConfig, PushKernelArg};
 use linattn_core::{
     check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind,
     FeatureMap, Form, Grads, Inputs, Precision, Problem, RunStats, Shape, Tensor, Unsupported,
@@ -29,6 +29,7 @@ use crate::runtime::{
     self, as_i32, gpu, gpu_available, map_define, nvrtc_available, storage_define, DeviceBuffer,
     Gpu, KernelVariant, MemoryMeter, StorageElem,
 };
+use crate::staged::{self, DeviceInputs};
 
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_chunked.cu");
@@ -76,14 +77,12 @@ pub fn variant(precision: Precision, dk: usize, dv: usize) -> Result<KernelVaria
     }
     check_head_dims(dk, dv, precision)?;
     let (storage_name, storage_value) = storage_define(precision)?;
-    let mut variant = KernelVariant::new(SOURCE_NAME, SOURCE)
+    Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .define(storage_name, storage_value)
         .define("CC_D", dk)
-        .define("CC_M", dv);
-    for entry in ENTRY_POINTS {
-        variant = variant.entry(entry);
-    }
-    Ok(variant.hot())
+        .define("CC_M", dv)
+        .entries(&ENTRY_POINTS)
+        .hot())
 }
 
 /// Every (precision, D, M) program: what CI compiles for sm_80 and sm_90.
@@ -363,6 +362,15 @@ struct ScalarArgs {
 }
 
 impl ScalarArgs {
+    /// Pushes the scalars that end the parameter list of `cc_state_fwd`, `cc_state_bwd`,
+    /// `cc_dq`, `cc_dk` and `cc_dv`: n, num_chunks, log2_decay, map.
+    fn push_chunk_scalars<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+        b.arg(&self.n)
+            .arg(&self.num_chunks)
+            .arg(&self.log2_decay)
+            .arg(&self.map);
+    }
+
     fn new(problem: &Problem, plan: &LaunchPlan, map: i32) -> Result<Self, AttnError> {
         Ok(ScalarArgs {
             n: as_i32("sequence length N", problem.shape.seq)?,
@@ -377,6 +385,23 @@ impl ScalarArgs {
             map,
         })
     }
+}
+
+/// Launches a chunk kernel (`THREADS` per CTA) on `grid` with `shared` bytes of dynamic
+/// shared memory.
+///
+/// # Safety
+/// As for [`runtime::launch`]: `b` must match the kernel's parameters and the buffers the
+/// launch plan's extents.
+unsafe fn launch_chunk_kernel(
+    b: LaunchArgs<'_>,
+    gpu: &Gpu,
+    grid: (u32, u32, u32),
+    shared: u32,
+    name: &str,
+) -> Result<(), AttnError> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { runtime::launch(b, gpu, LaunchPlan::config(grid, THREADS, shared), name) }
 }
 
 struct Staged<T: StorageElem> {
@@ -410,20 +435,12 @@ impl<T: StorageElem> Staged<T> {
         let mut b = gpu.stream().launch_builder(&self.kernels.state_fwd);
         b.arg(self.k.slice())
             .arg(self.v.slice())
-            .arg(states.slice_mut())
-            .arg(&a.n)
-            .arg(&a.num_chunks)
-            .arg(&a.log2_decay)
-            .arg(&a.map);
+            .arg(states.slice_mut());
+        a.push_chunk_scalars(&mut b);
         // SAFETY: arguments match cc_state_fwd's parameters; k, v hold B·H·N·(D|M) elements
         // and states B·H·NC·stride, the extents the kernel indexes for this plan.
         unsafe {
-            runtime::launch(
-                b,
-                gpu,
-                LaunchPlan::config(p.grid_value_tiles, THREADS, p.smem_state_fwd),
-                "cc_state_fwd",
-            )
+            launch_chunk_kernel(b, gpu, p.grid_value_tiles, p.smem_state_fwd, "cc_state_fwd")
         }?;
         self.launch_scan(gpu, states, false)
     }
@@ -475,11 +492,7 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
         let variant = variant(T::PRECISION, shape.dk, shape.dv)?;
         let kernels = Kernels::load(gpu, &variant, &plan)?;
         let input_meter = MemoryMeter::new();
-        let upload = |t: &Tensor| DeviceBuffer::<T>::upload_f64(gpu, &input_meter, t.data());
-        let q = upload(&inputs.q)?;
-        let k = upload(&inputs.k)?;
-        let v = upload(&inputs.v)?;
-        let d_out = inputs.d_out.as_ref().map(upload).transpose()?;
+        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(gpu, &input_meter, inputs)?;
         self.staged = Some(Staged {
             problem: *problem,
             plan,
@@ -528,14 +541,7 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
                 .arg(&a.map);
             // SAFETY: arguments match cc_forward's parameters; buffers hold the extents of
             // this plan (q, k: B·H·N·D; v, out: B·H·N·M; den: B·H·N; states: state_len).
-            unsafe {
-                runtime::launch(
-                    b,
-                    gpu,
-                    LaunchPlan::config(p.grid_value_tiles, THREADS, p.smem_forward),
-                    "cc_forward",
-                )
-            }
+            unsafe { launch_chunk_kernel(b, gpu, p.grid_value_tiles, p.smem_forward, "cc_forward") }
         })?;
         drop(states);
         let device_bytes = st.work_meter.peak();
@@ -582,19 +588,11 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
                 .arg(out.slice())
                 .arg(d_out.slice())
                 .arg(den.slice())
-                .arg(states_rev.slice_mut())
-                .arg(&a.n)
-                .arg(&a.num_chunks)
-                .arg(&a.log2_decay)
-                .arg(&a.map);
+                .arg(states_rev.slice_mut());
+            a.push_chunk_scalars(&mut b);
             // SAFETY: arguments match cc_state_bwd's parameters; extents as for the forward.
             unsafe {
-                runtime::launch(
-                    b,
-                    gpu,
-                    LaunchPlan::config(p.grid_key_tiles, THREADS, p.smem_state_bwd),
-                    "cc_state_bwd",
-                )
+                launch_chunk_kernel(b, gpu, p.grid_key_tiles, p.smem_state_bwd, "cc_state_bwd")
             }?;
             st_ref.launch_scan(gpu, &mut states_rev, true)?;
 
@@ -610,21 +608,11 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
                     .arg(d_out.slice())
                     .arg(den.slice())
                     .arg(states.slice())
-                    .arg(grad.slice_mut())
-                    .arg(&a.n)
-                    .arg(&a.num_chunks)
-                    .arg(&a.log2_decay)
-                    .arg(&a.map);
+                    .arg(grad.slice_mut());
+                a.push_chunk_scalars(&mut b);
                 // SAFETY: arguments match cc_dq / cc_dk (same parameter list); dq, dk hold
                 // B·H·N·D elements, the rest as for the forward.
-                unsafe {
-                    runtime::launch(
-                        b,
-                        gpu,
-                        LaunchPlan::config(p.grid_key_tiles, THREADS, shared),
-                        name,
-                    )
-                }?;
+                unsafe { launch_chunk_kernel(b, gpu, p.grid_key_tiles, shared, name) }?;
             }
 
             let mut b = gpu.stream().launch_builder(&ks.dv);
@@ -633,20 +621,10 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
                 .arg(d_out.slice())
                 .arg(den.slice())
                 .arg(states_rev.slice())
-                .arg(dv.slice_mut())
-                .arg(&a.n)
-                .arg(&a.num_chunks)
-                .arg(&a.log2_decay)
-                .arg(&a.map);
+                .arg(dv.slice_mut());
+            a.push_chunk_scalars(&mut b);
             // SAFETY: arguments match cc_dv's parameters; dv holds B·H·N·M elements.
-            unsafe {
-                runtime::launch(
-                    b,
-                    gpu,
-                    LaunchPlan::config(p.grid_value_tiles, THREADS, p.smem_dv),
-                    "cc_dv",
-                )
-            }
+            unsafe { launch_chunk_kernel(b, gpu, p.grid_value_tiles, p.smem_dv, "cc_dv") }
         })?;
         drop(states_fwd);
         drop(states_rev);
@@ -665,7 +643,7 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
             .out
             .as_ref()
             .ok_or_else(|| AttnError::State(format!("{name}: no forward has run")))?;
-        Tensor::from_vec(st.problem.shape.v_dims(), out.download_f64()?)
+        staged::download_output(&st.problem.shape, out)
     }
 
     fn grads(&mut self) -> Result<Grads, AttnError> {
@@ -675,12 +653,7 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
             .grads
             .as_ref()
             .ok_or_else(|| AttnError::State(format!("{name}: no backward has run")))?;
-        let shape = st.problem.shape;
-        Ok(Grads {
-            dq: Tensor::from_vec(shape.qk_dims(), dq.download_f64()?)?,
-            dk: Tensor::from_vec(shape.qk_dims(), dk.download_f64()?)?,
-            dv: Tensor::from_vec(shape.v_dims(), dv.download_f64()?)?,
-        })
+        staged::download_grads(&st.problem.shape, dq, dk, dv)
     }
 
     fn release(&mut self) {

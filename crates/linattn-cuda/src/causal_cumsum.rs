@@ -13,7 +13,6 @@
 //!
 //! Kernels: `kernels/causal_cumsum.cu` (its header gives the math, the mapping and the limits).
 
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
@@ -24,9 +23,10 @@ use linattn_core::{
 };
 
 use crate::causal_recurrent::{
-    self as recurrent, buffer_or_placeholder, check_problem, CoreDims, ForwardState, GradState,
-    MapClass, StagedInputs,
+    self as recurrent, buffer_or_placeholder, check_problem, CoreDims, ForwardState, MapClass,
+    ScanRuns, StagedInputs,
 };
+use crate::feature_map::log_scales;
 use crate::runtime::{
     self, as_i32, blocks_for, storage_define, DeviceBuffer, Gpu, KernelVariant, MemoryMeter,
     StorageElem,
@@ -53,16 +53,13 @@ const MAX_OUTER_BLOCKS: usize = 1 << 16;
 /// The module of `causal_cumsum.cu` for one precision and map class.
 pub fn variant(precision: Precision, map: MapClass) -> Result<KernelVariant, Unsupported> {
     let (storage_key, storage_value) = storage_define(precision)?;
-    let mut variant = KernelVariant::new(SOURCE_NAME, SOURCE)
+    Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .define(storage_key, storage_value)
         .define("LA_MAP", map.la_map())
         .define("LA_NORMALISED", u32::from(map.normalised()))
         .define("CS_QK_F32", u32::from(map.qk_f32()))
-        .hot();
-    for entry in ENTRY_POINTS {
-        variant = variant.entry(entry);
-    }
-    Ok(variant)
+        .hot()
+        .entries(&ENTRY_POINTS))
 }
 
 /// Precisions with a cumsum backend.
@@ -291,7 +288,7 @@ fn cumsum_forward<T: StorageElem>(
     let mut features = None;
     let elapsed = gpu.time(|| {
         features = recurrent::run_feature_stage(gpu, meter, staged)?;
-        let scales = recurrent::log_scales(features.as_ref());
+        let scales = log_scales(features.as_ref());
         match &features {
             Some(f) => launch_forward(
                 gpu,
@@ -333,12 +330,7 @@ fn cumsum_forward<T: StorageElem>(
 /// `cuda/causal_cumsum/<precision>`.
 pub struct CumsumBackend<T: StorageElem> {
     info: BackendInfo,
-    input_meter: MemoryMeter,
-    work_meter: MemoryMeter,
-    staged: Option<StagedInputs<T>>,
-    forward: Option<ForwardState<T>>,
-    grads: Option<GradState<T>>,
-    _element: PhantomData<T>,
+    runs: ScanRuns<T>,
 }
 
 impl<T: StorageElem> CumsumBackend<T> {
@@ -352,19 +344,8 @@ impl<T: StorageElem> CumsumBackend<T> {
                 // The recurrent form's memory-efficient backward (module docs).
                 backward: Some(BackwardKind::Efficient),
             },
-            input_meter: MemoryMeter::new(),
-            work_meter: MemoryMeter::new(),
-            staged: None,
-            forward: None,
-            grads: None,
-            _element: PhantomData,
+            runs: ScanRuns::new(),
         }
-    }
-
-    fn staged(&self) -> Result<&StagedInputs<T>, AttnError> {
-        self.staged.as_ref().ok_or_else(|| {
-            AttnError::State(format!("{}: stage() inputs before running", self.info.name))
-        })
     }
 }
 
@@ -400,71 +381,27 @@ impl<T: StorageElem> Backend for CumsumBackend<T> {
     fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
         self.release();
         self.supports(problem)?;
-        let gpu = runtime::gpu()?;
-        self.staged = Some(StagedInputs::upload(
-            gpu,
-            &self.input_meter,
-            problem,
-            inputs,
-        )?);
-        Ok(())
+        self.runs.stage(problem, inputs)
     }
 
     fn run_forward(&mut self) -> Result<RunStats, AttnError> {
-        let gpu = runtime::gpu()?;
-        self.forward = None;
-        self.grads = None;
-        self.work_meter.reset_peak();
-        let staged = self.staged()?;
-        let (forward, elapsed) = cumsum_forward(gpu, &self.work_meter, staged)?;
-        self.forward = Some(forward);
-        Ok(RunStats {
-            elapsed,
-            device_bytes: Some(self.work_meter.peak()),
-        })
+        self.runs.run_forward(&self.info.name, cumsum_forward)
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
-        let gpu = runtime::gpu()?;
-        self.grads = None;
-        self.work_meter.reset_peak();
-        let staged = self.staged()?;
-        let fwd = self.forward.as_ref().ok_or_else(|| {
-            AttnError::State(format!(
-                "{}: run_forward() before run_backward()",
-                self.info.name
-            ))
-        })?;
-        let (grads, elapsed) = recurrent::recurrent_backward(gpu, &self.work_meter, staged, fwd)?;
-        self.grads = Some(grads);
-        Ok(RunStats {
-            elapsed,
-            device_bytes: Some(self.work_meter.peak()),
-        })
+        self.runs.run_backward(&self.info.name)
     }
 
     fn output(&mut self) -> Result<Tensor, AttnError> {
-        let staged = self.staged()?;
-        let fwd = self
-            .forward
-            .as_ref()
-            .ok_or_else(|| AttnError::State(format!("{}: no forward has run", self.info.name)))?;
-        recurrent::download_output(staged, fwd)
+        self.runs.output(&self.info.name)
     }
 
     fn grads(&mut self) -> Result<Grads, AttnError> {
-        let staged = self.staged()?;
-        let grads = self
-            .grads
-            .as_ref()
-            .ok_or_else(|| AttnError::State(format!("{}: no backward has run", self.info.name)))?;
-        recurrent::download_grads(staged, grads)
+        self.runs.grads(&self.info.name)
     }
 
     fn release(&mut self) {
-        self.grads = None;
-        self.forward = None;
-        self.staged = None;
+        self.runs.release();
     }
 
     fn flush_cache(&mut self) -> Result<(), AttnError> {

@@ -18,7 +18,7 @@
 //! the core runs with `CR_QK_F32` (identity map, normaliser on, FAVOR+'s per-token ε scale)
 //! and writes fp32 ∂φ(Q), ∂φ(K), which the stage chains through φ.
 
-use std::marker::PhantomData;
+use std::time::Duration;
 
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::{bf16, f16};
@@ -27,11 +27,12 @@ use linattn_core::{
     FeatureMap, Form, Grads, Inputs, Precision, Problem, RunStats, Tensor, Unsupported,
 };
 
-use crate::feature_map::{DeviceFeatures, FeatureStage};
+use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
 use crate::runtime::{
-    self, address_of, as_i32, blocks_for, check_head_dim, head_dim_class, storage_define,
-    DeviceBuffer, Gpu, KernelVariant, MemoryMeter, StorageElem,
+    self, as_i32, blocks_for, check_head_dim, head_dim_class, storage_define, DeviceBuffer, Gpu,
+    KernelVariant, MemoryMeter, StorageElem,
 };
+use crate::staged::{self, DeviceInputs};
 
 pub const SOURCE_NAME: &str = "causal_recurrent.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_recurrent.cu");
@@ -124,17 +125,14 @@ pub fn variant(
             runtime::HEAD_DIM_CLASSES
         )));
     }
-    let mut variant = KernelVariant::new(SOURCE_NAME, SOURCE)
+    Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .define(storage_key, storage_value)
         .define("LA_MAP", map.la_map())
         .define("LA_NORMALISED", u32::from(map.normalised()))
         .define("CR_QK_F32", u32::from(map.qk_f32()))
         .define("CR_A_MAX", a_class)
-        .hot();
-    for entry in ENTRY_POINTS {
-        variant = variant.entry(entry);
-    }
-    Ok(variant)
+        .hot()
+        .entries(&ENTRY_POINTS))
 }
 
 /// Every variant (3 precisions × 4 map classes × 4 head-dim classes), for the compile-all
@@ -395,7 +393,7 @@ pub(crate) fn launch_backward<T: DeviceRepr, Q: DeviceRepr>(
     gpu: &Gpu,
     precision: Precision,
     dims: &CoreDims,
-    b: BackwardBuffers<'_, T, Q>,
+    mut b: BackwardBuffers<'_, T, Q>,
 ) -> Result<(), AttnError> {
     let (n, c, m) = dims.ints()?;
     let c_module = module(precision, dims, ScanRole::Dv)?;
@@ -440,42 +438,9 @@ pub(crate) fn launch_backward<T: DeviceRepr, Q: DeviceRepr>(
             // SAFETY: matches cr_dq_from_states; states hold tokens·C·M, z_states tokens·C.
             unsafe { runtime::launch(args, gpu, config, "cr_dq_from_states") }?;
         }
-        None => {
-            let function = gpu.function(&m_module, "cr_backward_dq")?;
-            let config = scan_launch(ScanRole::Dq, dims.c, dims.m, dims.batch_heads, normalised)?;
-            let mut args = gpu.stream().launch_builder(&function);
-            args.arg(b.q)
-                .arg(b.k)
-                .arg(b.v)
-                .arg(b.d_out)
-                .arg(b.den)
-                .arg(&*b.gd)
-                .arg(&mut *b.dq)
-                .arg(&n)
-                .arg(&c)
-                .arg(&m)
-                .arg(&dims.decay);
-            // SAFETY: matches cr_backward_dq.
-            unsafe { runtime::launch(args, gpu, config, "cr_backward_dq") }?;
-        }
+        None => launch_feature_grad_scan(gpu, &m_module, dims, ScanRole::Dq, &mut b)?,
     }
-
-    let function = gpu.function(&m_module, "cr_backward_dk")?;
-    let config = scan_launch(ScanRole::Dk, dims.c, dims.m, dims.batch_heads, normalised)?;
-    let mut args = gpu.stream().launch_builder(&function);
-    args.arg(b.q)
-        .arg(b.k)
-        .arg(b.v)
-        .arg(b.d_out)
-        .arg(b.den)
-        .arg(&*b.gd)
-        .arg(&mut *b.dk)
-        .arg(&n)
-        .arg(&c)
-        .arg(&m)
-        .arg(&dims.decay);
-    // SAFETY: matches cr_backward_dk.
-    unsafe { runtime::launch(args, gpu, config, "cr_backward_dk") }?;
+    launch_feature_grad_scan(gpu, &m_module, dims, ScanRole::Dk, &mut b)?;
 
     let function = gpu.function(&c_module, "cr_backward_dv")?;
     let config = scan_launch(ScanRole::Dv, dims.c, dims.m, dims.batch_heads, normalised)?;
@@ -491,6 +456,46 @@ pub(crate) fn launch_backward<T: DeviceRepr, Q: DeviceRepr>(
         .arg(&dims.decay);
     // SAFETY: matches cr_backward_dv.
     unsafe { runtime::launch(args, gpu, config, "cr_backward_dv") }
+}
+
+/// Enqueues the ∂Q (`role` = Dq, into `b.dq`) or ∂K (`role` = Dk, into `b.dk`) scan: both
+/// kernels take the same parameter list and run from the M-rows module.
+fn launch_feature_grad_scan<T: DeviceRepr, Q: DeviceRepr>(
+    gpu: &Gpu,
+    m_module: &KernelVariant,
+    dims: &CoreDims,
+    role: ScanRole,
+    b: &mut BackwardBuffers<'_, T, Q>,
+) -> Result<(), AttnError> {
+    let (entry, grad) = match role {
+        ScanRole::Dq => ("cr_backward_dq", &mut *b.dq),
+        ScanRole::Dk => ("cr_backward_dk", &mut *b.dk),
+        other => return Err(AttnError::State(format!("{other:?} is not a ∂Q/∂K scan"))),
+    };
+    let (n, c, m) = dims.ints()?;
+    let function = gpu.function(m_module, entry)?;
+    let config = scan_launch(
+        role,
+        dims.c,
+        dims.m,
+        dims.batch_heads,
+        dims.map.normalised(),
+    )?;
+    let mut args = gpu.stream().launch_builder(&function);
+    args.arg(b.q)
+        .arg(b.k)
+        .arg(b.v)
+        .arg(b.d_out)
+        .arg(b.den)
+        .arg(&*b.gd)
+        .arg(grad)
+        .arg(&n)
+        .arg(&c)
+        .arg(&m)
+        .arg(&dims.decay);
+    // SAFETY: matches cr_backward_dq / cr_backward_dk (same parameter list); grad holds
+    // tokens·C elements of Q, the rest as `launch_backward` documents.
+    unsafe { runtime::launch(args, gpu, config, entry) }
 }
 
 fn as_u32_grid_x(n: usize) -> Result<u32, AttnError> {
@@ -525,19 +530,19 @@ impl<T: StorageElem> StagedInputs<T> {
         inputs: &Inputs,
     ) -> Result<Self, AttnError> {
         inputs.validate_for(problem)?;
-        let upload = |t: &Tensor| DeviceBuffer::<T>::upload_f64(gpu, meter, t.data());
         let features = if FeatureStage::needed(&problem.map) {
             Some(FeatureStage::new(gpu, problem, T::PRECISION, meter)?)
         } else {
             None
         };
+        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(gpu, meter, inputs)?;
         Ok(StagedInputs {
             problem: *problem,
             dims: CoreDims::of(problem),
-            q: upload(&inputs.q)?,
-            k: upload(&inputs.k)?,
-            v: upload(&inputs.v)?,
-            d_out: inputs.d_out.as_ref().map(upload).transpose()?,
+            q,
+            k,
+            v,
+            d_out,
             features,
         })
     }
@@ -560,16 +565,119 @@ pub(crate) struct GradState<T> {
     pub dv: DeviceBuffer<T>,
 }
 
-/// `cuda/causal_recurrent/<precision>` and `cuda/causal_recurrent+storedbwd/<precision>`.
-pub struct RecurrentBackend<T: StorageElem> {
-    info: BackendInfo,
-    stored_states: bool,
+/// Staged inputs and run results of a scan backend, with the bookkeeping the recurrent and
+/// cumsum backends share: they differ only in their forward (the backward, the downloads
+/// and the state checks are the same).
+pub(crate) struct ScanRuns<T: StorageElem> {
+    /// Staged inputs (and FAVOR+'s W): not part of `device_bytes`.
     input_meter: MemoryMeter,
+    /// Outputs and workspace: `device_bytes` is its peak during a run.
     work_meter: MemoryMeter,
     staged: Option<StagedInputs<T>>,
     forward: Option<ForwardState<T>>,
     grads: Option<GradState<T>>,
-    _element: PhantomData<T>,
+}
+
+impl<T: StorageElem> ScanRuns<T> {
+    pub fn new() -> Self {
+        ScanRuns {
+            input_meter: MemoryMeter::new(),
+            work_meter: MemoryMeter::new(),
+            staged: None,
+            forward: None,
+            grads: None,
+        }
+    }
+
+    /// `name` is the backend's, for error messages.
+    fn staged(&self, name: &str) -> Result<&StagedInputs<T>, AttnError> {
+        self.staged
+            .as_ref()
+            .ok_or_else(|| AttnError::State(format!("{name}: stage() inputs before running")))
+    }
+
+    /// Validates and uploads `inputs` (the caller has released and checked `supports`).
+    pub fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
+        let gpu = runtime::gpu()?;
+        self.staged = Some(StagedInputs::upload(
+            gpu,
+            &self.input_meter,
+            problem,
+            inputs,
+        )?);
+        Ok(())
+    }
+
+    /// Runs `forward` on the staged inputs against the work meter.
+    pub fn run_forward<F>(&mut self, name: &str, forward: F) -> Result<RunStats, AttnError>
+    where
+        F: FnOnce(
+            &Gpu,
+            &MemoryMeter,
+            &StagedInputs<T>,
+        ) -> Result<(ForwardState<T>, Duration), AttnError>,
+    {
+        let gpu = runtime::gpu()?;
+        // Results of an earlier run are dropped before the new peak is measured.
+        self.forward = None;
+        self.grads = None;
+        self.work_meter.reset_peak();
+        let staged = self.staged(name)?;
+        let (forward, elapsed) = forward(gpu, &self.work_meter, staged)?;
+        self.forward = Some(forward);
+        Ok(RunStats {
+            elapsed,
+            device_bytes: Some(self.work_meter.peak()),
+        })
+    }
+
+    /// The recurrent form's backward of the last forward.
+    pub fn run_backward(&mut self, name: &str) -> Result<RunStats, AttnError> {
+        let gpu = runtime::gpu()?;
+        self.grads = None;
+        self.work_meter.reset_peak();
+        let staged = self.staged(name)?;
+        let fwd = self.forward.as_ref().ok_or_else(|| {
+            AttnError::State(format!("{name}: run_forward() before run_backward()"))
+        })?;
+        let (grads, elapsed) = recurrent_backward(gpu, &self.work_meter, staged, fwd)?;
+        self.grads = Some(grads);
+        Ok(RunStats {
+            elapsed,
+            device_bytes: Some(self.work_meter.peak()),
+        })
+    }
+
+    pub fn output(&self, name: &str) -> Result<Tensor, AttnError> {
+        let staged = self.staged(name)?;
+        let fwd = self
+            .forward
+            .as_ref()
+            .ok_or_else(|| AttnError::State(format!("{name}: no forward has run")))?;
+        staged::download_output(&staged.problem.shape, &fwd.out)
+    }
+
+    pub fn grads(&self, name: &str) -> Result<Grads, AttnError> {
+        let staged = self.staged(name)?;
+        let grads = self
+            .grads
+            .as_ref()
+            .ok_or_else(|| AttnError::State(format!("{name}: no backward has run")))?;
+        staged::download_grads(&staged.problem.shape, &grads.dq, &grads.dk, &grads.dv)
+    }
+
+    pub fn release(&mut self) {
+        self.grads = None;
+        self.forward = None;
+        self.staged = None;
+    }
+}
+
+/// `cuda/causal_recurrent/<precision>` and `cuda/causal_recurrent+storedbwd/<precision>`.
+pub struct RecurrentBackend<T: StorageElem> {
+    info: BackendInfo,
+    stored_states: bool,
+    runs: ScanRuns<T>,
 }
 
 impl<T: StorageElem> RecurrentBackend<T> {
@@ -589,19 +697,8 @@ impl<T: StorageElem> RecurrentBackend<T> {
                 backward: Some(backward),
             },
             stored_states,
-            input_meter: MemoryMeter::new(),
-            work_meter: MemoryMeter::new(),
-            staged: None,
-            forward: None,
-            grads: None,
-            _element: PhantomData,
+            runs: ScanRuns::new(),
         }
-    }
-
-    fn staged(&self) -> Result<&StagedInputs<T>, AttnError> {
-        self.staged.as_ref().ok_or_else(|| {
-            AttnError::State(format!("{}: stage() inputs before running", self.info.name))
-        })
     }
 }
 
@@ -650,16 +747,6 @@ pub(crate) fn run_feature_stage<T: StorageElem>(
     }
 }
 
-/// Device addresses of FAVOR+'s ε scales (0 = none).
-pub(crate) fn log_scales(features: Option<&DeviceFeatures>) -> (u64, u64) {
-    features.map_or((0, 0), |f| {
-        (
-            address_of(f.q_log_scale.as_ref()),
-            address_of(f.k_log_scale.as_ref()),
-        )
-    })
-}
-
 /// Runs the forward of `staged` (φ stage first for maps that are not fused), allocating its
 /// outputs against `meter`; `store_states` selects `cr_forward_stored`.
 pub(crate) fn recurrent_forward<T: StorageElem>(
@@ -667,7 +754,7 @@ pub(crate) fn recurrent_forward<T: StorageElem>(
     meter: &MemoryMeter,
     staged: &StagedInputs<T>,
     store_states: bool,
-) -> Result<(ForwardState<T>, std::time::Duration), AttnError> {
+) -> Result<(ForwardState<T>, Duration), AttnError> {
     let dims = staged.dims;
     let normalised = dims.map.normalised();
     let mut out = DeviceBuffer::<T>::zeros(gpu, meter, dims.len(dims.m)?)?;
@@ -736,7 +823,7 @@ pub(crate) fn recurrent_backward<T: StorageElem>(
     meter: &MemoryMeter,
     staged: &StagedInputs<T>,
     fwd: &ForwardState<T>,
-) -> Result<(GradState<T>, std::time::Duration), AttnError> {
+) -> Result<(GradState<T>, Duration), AttnError> {
     let dims = staged.dims;
     let d_out = staged.d_out.as_ref().ok_or_else(|| {
         AttnError::InvalidArgument("backward needs d_out (∂L/∂O), none was staged".into())
@@ -814,26 +901,6 @@ pub(crate) fn recurrent_backward<T: StorageElem>(
     Ok((GradState { dq, dk, dv }, elapsed))
 }
 
-/// O widened to f64 as a [B, H, N, M] tensor.
-pub(crate) fn download_output<T: StorageElem>(
-    staged: &StagedInputs<T>,
-    fwd: &ForwardState<T>,
-) -> Result<Tensor, AttnError> {
-    Tensor::from_vec(staged.problem.shape.v_dims(), fwd.out.download_f64()?)
-}
-
-pub(crate) fn download_grads<T: StorageElem>(
-    staged: &StagedInputs<T>,
-    grads: &GradState<T>,
-) -> Result<Grads, AttnError> {
-    let shape = staged.problem.shape;
-    Ok(Grads {
-        dq: Tensor::from_vec(shape.qk_dims(), grads.dq.download_f64()?)?,
-        dk: Tensor::from_vec(shape.qk_dims(), grads.dk.download_f64()?)?,
-        dv: Tensor::from_vec(shape.v_dims(), grads.dv.download_f64()?)?,
-    })
-}
-
 impl<T: StorageElem> Backend for RecurrentBackend<T> {
     fn info(&self) -> &BackendInfo {
         &self.info
@@ -847,73 +914,31 @@ impl<T: StorageElem> Backend for RecurrentBackend<T> {
     fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
         self.release();
         self.supports(problem)?;
-        let gpu = runtime::gpu()?;
-        self.staged = Some(StagedInputs::upload(
-            gpu,
-            &self.input_meter,
-            problem,
-            inputs,
-        )?);
-        Ok(())
+        self.runs.stage(problem, inputs)
     }
 
     fn run_forward(&mut self) -> Result<RunStats, AttnError> {
-        let gpu = runtime::gpu()?;
-        // Results of an earlier run are dropped before the new peak is measured.
-        self.forward = None;
-        self.grads = None;
-        self.work_meter.reset_peak();
-        let staged = self.staged()?;
-        let (forward, elapsed) =
-            recurrent_forward(gpu, &self.work_meter, staged, self.stored_states)?;
-        self.forward = Some(forward);
-        Ok(RunStats {
-            elapsed,
-            device_bytes: Some(self.work_meter.peak()),
-        })
+        let store_states = self.stored_states;
+        self.runs
+            .run_forward(&self.info.name, |gpu, meter, staged| {
+                recurrent_forward(gpu, meter, staged, store_states)
+            })
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
-        let gpu = runtime::gpu()?;
-        self.grads = None;
-        self.work_meter.reset_peak();
-        let staged = self.staged()?;
-        let fwd = self.forward.as_ref().ok_or_else(|| {
-            AttnError::State(format!(
-                "{}: run_forward() before run_backward()",
-                self.info.name
-            ))
-        })?;
-        let (grads, elapsed) = recurrent_backward(gpu, &self.work_meter, staged, fwd)?;
-        self.grads = Some(grads);
-        Ok(RunStats {
-            elapsed,
-            device_bytes: Some(self.work_meter.peak()),
-        })
+        self.runs.run_backward(&self.info.name)
     }
 
     fn output(&mut self) -> Result<Tensor, AttnError> {
-        let staged = self.staged()?;
-        let fwd = self
-            .forward
-            .as_ref()
-            .ok_or_else(|| AttnError::State(format!("{}: no forward has run", self.info.name)))?;
-        download_output(staged, fwd)
+        self.runs.output(&self.info.name)
     }
 
     fn grads(&mut self) -> Result<Grads, AttnError> {
-        let staged = self.staged()?;
-        let grads = self
-            .grads
-            .as_ref()
-            .ok_or_else(|| AttnError::State(format!("{}: no backward has run", self.info.name)))?;
-        download_grads(staged, grads)
+        self.runs.grads(&self.info.name)
     }
 
     fn release(&mut self) {
-        self.grads = None;
-        self.forward = None;
-        self.staged = None;
+        self.runs.release();
     }
 
     fn flush_cache(&mut self) -> Result<(), AttnError> {

@@ -19,8 +19,8 @@
 use linattn_core::{AttnError, Backend, FeatureMap, Precision, Problem, Unsupported};
 
 use crate::runtime::{
-    as_i32, blocks_for, check_head_dim, head_dim_class, launch, storage_define, DeviceBuffer, Gpu,
-    KernelVariant, MemoryMeter, StorageElem, HEAD_DIM_CLASSES,
+    address_of, as_i32, blocks_for, check_head_dim, head_dim_class, launch, storage_define,
+    DeviceBuffer, Gpu, KernelVariant, MemoryMeter, StorageElem, HEAD_DIM_CLASSES,
 };
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
@@ -53,13 +53,10 @@ pub fn backends() -> Vec<Box<dyn Backend>> {
 /// The variant for a storage precision and key-dim class.
 pub fn variant(precision: Precision, dk_class: usize) -> Result<KernelVariant, Unsupported> {
     let (name, value) = storage_define(precision)?;
-    let mut variant = KernelVariant::new("feature_map.cu", SOURCE)
+    Ok(KernelVariant::new("feature_map.cu", SOURCE)
         .define(name, value)
-        .define("LA_DK_MAX", dk_class);
-    for entry in ENTRY_POINTS {
-        variant = variant.entry(entry);
-    }
-    Ok(variant)
+        .define("LA_DK_MAX", dk_class)
+        .entries(&ENTRY_POINTS))
 }
 
 /// Every storage precision × key-dim class.
@@ -83,6 +80,16 @@ pub struct DeviceFeatures {
     pub q_log_scale: Option<DeviceBuffer<f32>>,
     /// −(key head shift), `[BH]`.
     pub k_log_scale: Option<DeviceBuffer<f32>>,
+}
+
+/// Device addresses of FAVOR+'s ε scales (0 = none: other maps, or no φ stage).
+pub(crate) fn log_scales(features: Option<&DeviceFeatures>) -> (u64, u64) {
+    features.map_or((0, 0), |f| {
+        (
+            address_of(f.q_log_scale.as_ref()),
+            address_of(f.k_log_scale.as_ref()),
+        )
+    })
 }
 
 /// A prepared φ stage for one problem and precision (FAVOR+'s W uploaded once).
@@ -228,7 +235,8 @@ impl FeatureStage {
     ) -> Result<(), AttnError> {
         let rows = heads * n;
         match self.map {
-            FeatureMap::Softmax => {
+            FeatureMap::Softmax | FeatureMap::EfficientAttention => {
+                // Both maps softmax a query over its features.
                 self.vjp_rows(
                     gpu,
                     "la_vjp_softmax_rows",
@@ -237,33 +245,27 @@ impl FeatureStage {
                     dq,
                     rows,
                 )?;
-                self.vjp_rows(
-                    gpu,
-                    "la_vjp_softmax_rows",
-                    features.k.device_address(),
-                    g_k,
-                    dk,
-                    rows,
-                )?;
-            }
-            FeatureMap::EfficientAttention => {
-                self.vjp_rows(
-                    gpu,
-                    "la_vjp_softmax_rows",
-                    features.q.device_address(),
-                    g_q,
-                    dq,
-                    rows,
-                )?;
-                self.cols_kernel(
-                    gpu,
-                    "la_vjp_softmax_cols",
-                    features.k.device_address(),
-                    g_k.device_address(),
-                    dk.device_address(),
-                    heads,
-                    n,
-                )?;
+                if self.map == FeatureMap::Softmax {
+                    self.vjp_rows(
+                        gpu,
+                        "la_vjp_softmax_rows",
+                        features.k.device_address(),
+                        g_k,
+                        dk,
+                        rows,
+                    )?;
+                } else {
+                    // Efficient attention softmaxes keys over the sequence instead.
+                    self.cols_kernel(
+                        gpu,
+                        "la_vjp_softmax_cols",
+                        features.k.device_address(),
+                        g_k.device_address(),
+                        dk.device_address(),
+                        heads,
+                        n,
+                    )?;
+                }
             }
             FeatureMap::OnePlusCos => {
                 self.vjp_rows(gpu, "la_vjp_cos_rows", q.device_address(), g_q, dq, rows)?;

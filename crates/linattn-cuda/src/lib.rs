@@ -15,6 +15,7 @@ pub mod causal_recurrent;
 pub mod feature_map;
 pub mod noncausal;
 pub mod runtime;
+mod staged;
 
 use linattn_core::{AttnError, Backend, Unsupported};
 

@@ -21,11 +21,12 @@ use linattn_core::{
     Grads, Inputs, Precision, Problem, RunStats, Tensor, Unsupported,
 };
 
-use crate::feature_map::{DeviceFeatures, FeatureStage};
+use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
 use crate::runtime::{
     address_of, as_i32, blocks_for, check_head_dim, gpu, gpu_available, launch, map_define,
     storage_define, DeviceBuffer, Gpu, KernelVariant, MemoryMeter, StorageElem,
 };
+use crate::staged::{self, DeviceInputs};
 
 /// kernels/noncausal.cu.
 pub const SOURCE: &str = include_str!("../../../kernels/noncausal.cu");
@@ -63,14 +64,11 @@ pub fn backends() -> Vec<Box<dyn Backend>> {
 /// The variant for a storage precision and fused map code (0 identity, 1 elu+1, 2 relu).
 pub fn variant(precision: Precision, map_code: u32) -> Result<KernelVariant, Unsupported> {
     let (name, value) = storage_define(precision)?;
-    let mut variant = KernelVariant::new("noncausal.cu", SOURCE)
+    Ok(KernelVariant::new("noncausal.cu", SOURCE)
         .define(name, value)
         .define("LA_MAP", map_code)
-        .hot();
-    for entry in ENTRY_POINTS {
-        variant = variant.entry(entry);
-    }
-    Ok(variant)
+        .hot()
+        .entries(&ENTRY_POINTS))
 }
 
 /// Every storage precision × fused map.
@@ -177,16 +175,13 @@ impl<T: StorageElem> Backend for NoncausalBackend<T> {
         } else {
             None
         };
-        let d_out = match &inputs.d_out {
-            Some(g) => Some(DeviceBuffer::upload_f64(gpu, meter, g.data())?),
-            None => None,
-        };
+        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(gpu, meter, inputs)?;
         self.staged = Some(Staged {
             problem: *problem,
             variant: variant(T::PRECISION, map_code)?,
-            q: DeviceBuffer::upload_f64(gpu, meter, inputs.q.data())?,
-            k: DeviceBuffer::upload_f64(gpu, meter, inputs.k.data())?,
-            v: DeviceBuffer::upload_f64(gpu, meter, inputs.v.data())?,
+            q,
+            k,
+            v,
             d_out,
             phi_stage,
             forward: None,
@@ -201,17 +196,9 @@ impl<T: StorageElem> Backend for NoncausalBackend<T> {
         let staged = self.staged_mut()?;
         staged.grads = None;
         staged.forward = None;
-        meter.reset_peak();
-        let mut result = None;
-        let elapsed = gpu.time(|| {
-            result = Some(forward(gpu, &meter, staged)?);
-            Ok(())
-        })?;
+        let (result, stats) = timed_run(gpu, &meter, || forward(gpu, &meter, staged))?;
         staged.forward = result;
-        Ok(RunStats {
-            elapsed,
-            device_bytes: Some(meter.peak()),
-        })
+        Ok(stats)
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
@@ -227,17 +214,9 @@ impl<T: StorageElem> Backend for NoncausalBackend<T> {
             ));
         }
         staged.grads = None;
-        meter.reset_peak();
-        let mut result = None;
-        let elapsed = gpu.time(|| {
-            result = Some(backward(gpu, &meter, staged)?);
-            Ok(())
-        })?;
+        let (result, stats) = timed_run(gpu, &meter, || backward(gpu, &meter, staged))?;
         staged.grads = result;
-        Ok(RunStats {
-            elapsed,
-            device_bytes: Some(meter.peak()),
-        })
+        Ok(stats)
     }
 
     fn output(&mut self) -> Result<Tensor, AttnError> {
@@ -246,7 +225,7 @@ impl<T: StorageElem> Backend for NoncausalBackend<T> {
             .forward
             .as_ref()
             .ok_or_else(|| AttnError::State("output() before run_forward".into()))?;
-        Tensor::from_vec(staged.problem.shape.v_dims(), forward.out.download_f64()?)
+        staged::download_output(&staged.problem.shape, &forward.out)
     }
 
     fn grads(&mut self) -> Result<Grads, AttnError> {
@@ -255,12 +234,7 @@ impl<T: StorageElem> Backend for NoncausalBackend<T> {
             .grads
             .as_ref()
             .ok_or_else(|| AttnError::State("grads() before run_backward".into()))?;
-        let shape = staged.problem.shape;
-        Ok(Grads {
-            dq: Tensor::from_vec(shape.qk_dims(), dq.download_f64()?)?,
-            dk: Tensor::from_vec(shape.qk_dims(), dk.download_f64()?)?,
-            dv: Tensor::from_vec(shape.v_dims(), dv.download_f64()?)?,
-        })
+        staged::download_grads(&staged.problem.shape, dq, dk, dv)
     }
 
     fn release(&mut self) {
@@ -270,6 +244,28 @@ impl<T: StorageElem> Backend for NoncausalBackend<T> {
     fn flush_cache(&mut self) -> Result<(), AttnError> {
         gpu()?.flush_l2()
     }
+}
+
+/// Resets `meter`'s peak, then times `launches` (allocations included): what they built
+/// (always `Some` once `gpu.time` succeeds) and the run's stats.
+fn timed_run<R>(
+    gpu: &Gpu,
+    meter: &MemoryMeter,
+    launches: impl FnOnce() -> Result<R, AttnError>,
+) -> Result<(Option<R>, RunStats), AttnError> {
+    meter.reset_peak();
+    let mut result = None;
+    let elapsed = gpu.time(|| {
+        result = Some(launches()?);
+        Ok(())
+    })?;
+    Ok((
+        result,
+        RunStats {
+            elapsed,
+            device_bytes: Some(meter.peak()),
+        },
+    ))
 }
 
 /// Sizes of a run, as the kernels take them.
@@ -344,39 +340,22 @@ fn forward<T: StorageElem>(
         dims.log2_decay,
     )?;
     let out = DeviceBuffer::<T>::zeros(gpu, meter, dims.rows() * dims.m)?;
-    let (q_addr, q_kind) = operand(features.as_ref().map(|f| &f.q), &staged.q);
+    let q_op = operand(features.as_ref().map(|f| &f.q), &staged.q);
     let scales = log_scales(features.as_ref());
-    rowgemm(
+    output_rowgemm(
         gpu,
         &staged.variant,
         &dims,
-        RowGemm {
-            mode: MODE_OUTPUT,
-            x: (q_addr, q_kind),
-            state: state.device_address(),
-            out: out.device_address(),
-            out_f32: false,
-            pre: 0,
-            inv_den: 0,
-            gd: 0,
-            log_scales: scales,
-        },
+        q_op,
+        &state,
+        (out.device_address(), false),
+        scales,
     )?;
     Ok(ForwardResult {
         out,
         state,
         features,
     })
-}
-
-fn log_scales(features: Option<&DeviceFeatures>) -> (u64, u64) {
-    match features {
-        Some(f) => (
-            address_of(f.q_log_scale.as_ref()),
-            address_of(f.k_log_scale.as_ref()),
-        ),
-        None => (0, 0),
-    }
 }
 
 fn backward<T: StorageElem>(
@@ -410,21 +389,14 @@ fn backward<T: StorageElem>(
             None
         } else {
             let o = DeviceBuffer::<f32>::zeros(gpu, meter, rows * dims.m)?;
-            rowgemm(
+            output_rowgemm(
                 gpu,
                 &staged.variant,
                 &dims,
-                RowGemm {
-                    mode: MODE_OUTPUT,
-                    x: q_op,
-                    state: fwd.state.device_address(),
-                    out: o.device_address(),
-                    out_f32: true,
-                    pre: 0,
-                    inv_den: 0,
-                    gd: 0,
-                    log_scales: scales,
-                },
+                q_op,
+                &fwd.state,
+                (o.device_address(), true),
+                scales,
             )?;
             Some(o)
         };
@@ -626,6 +598,35 @@ struct RowGemm {
     inv_den: u64,
     gd: u64,
     log_scales: (u64, u64),
+}
+
+/// O = φ(Q)S / (φ(Q)z + ε) from `state` into `out` (address, whether fp32 rather than
+/// storage): the forward's output and the backward's fp32 recomputation of it.
+fn output_rowgemm(
+    gpu: &Gpu,
+    variant: &KernelVariant,
+    dims: &Dims,
+    q: (u64, i32),
+    state: &DeviceBuffer<f32>,
+    (out, out_f32): (u64, bool),
+    log_scales: (u64, u64),
+) -> Result<(), AttnError> {
+    rowgemm(
+        gpu,
+        variant,
+        dims,
+        RowGemm {
+            mode: MODE_OUTPUT,
+            x: q,
+            state: state.device_address(),
+            out,
+            out_f32,
+            pre: 0,
+            inv_den: 0,
+            gd: 0,
+            log_scales,
+        },
+    )
 }
 
 fn rowgemm(

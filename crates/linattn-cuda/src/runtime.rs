@@ -294,6 +294,13 @@ impl KernelVariant {
         self
     }
 
+    /// [`entry`](Self::entry) for each of `names`, in order.
+    pub fn entries(self, names: &[&str]) -> Self {
+        names
+            .iter()
+            .fold(self, |variant, &name| variant.entry(name))
+    }
+
     pub fn hot(mut self) -> Self {
         self.hot = true;
         self

@@ -3,46 +3,17 @@
 //! not depend on linattn-cpu). Odd N (1, 63, 65, 1000) exercise the zero-padded tail chunk.
 //! Needs a CUDA GPU: without one every test prints `skipped: <reason>` and returns.
 
+// φ and φ' of the fused maps come from the shared oracle file; the recurrences below are
+// this file's own.
+#[path = "causal_recurrent_reference.rs"]
+mod oracle;
+
 use linattn_core::{
     Backend, Causality, ErrorMetrics, FeatureMap, Grads, Inputs, Problem, Shape, Tensor,
     Unsupported,
 };
 use linattn_cuda::causal_chunked::ChunkedBackend;
 use linattn_cuda::runtime::StorageElem;
-
-fn phi(map: FeatureMap, x: f64) -> f64 {
-    match map {
-        FeatureMap::EluPlusOne => {
-            if x > 0.0 {
-                x + 1.0
-            } else {
-                x.exp()
-            }
-        }
-        FeatureMap::Relu => x.max(0.0),
-        _ => x,
-    }
-}
-
-fn phi_grad(map: FeatureMap, x: f64) -> f64 {
-    match map {
-        FeatureMap::EluPlusOne => {
-            if x > 0.0 {
-                1.0
-            } else {
-                x.exp()
-            }
-        }
-        FeatureMap::Relu => {
-            if x > 0.0 {
-                1.0
-            } else {
-                0.0
-            }
-        }
-        _ => 1.0,
-    }
-}
 
 /// O and the gradients of L = Σ O ⊙ d_out, by the plain recurrences, per head.
 fn reference(problem: &Problem, x: &Inputs) -> (Tensor, Grads) {
@@ -58,8 +29,8 @@ fn reference(problem: &Problem, x: &Inputs) -> (Tensor, Grads) {
     let mut dv = Tensor::zeros(s.v_dims()).unwrap();
     for bh in 0..s.bh() {
         let (q, k, v, g) = (x.q.head(bh), x.k.head(bh), x.v.head(bh), g_all.head(bh));
-        let qt: Vec<f64> = q.iter().map(|&a| phi(map, a)).collect();
-        let kt: Vec<f64> = k.iter().map(|&a| phi(map, a)).collect();
+        let qt: Vec<f64> = q.iter().map(|&a| oracle::phi(&map, a)).collect();
+        let kt: Vec<f64> = k.iter().map(|&a| oracle::phi(&map, a)).collect();
         let mut gn = vec![0.0; n * m];
         let mut gd = vec![0.0; n];
         let mut state = vec![0.0; d * m];
@@ -89,7 +60,7 @@ fn reference(problem: &Problem, x: &Inputs) -> (Tensor, Grads) {
             }
             for a in 0..d {
                 let sg: f64 = (0..m).map(|e| state[a * m + e] * gn[i * m + e]).sum();
-                dqh[i * d + a] = (sg + z[a] * gd[i]) * phi_grad(map, q[i * d + a]);
+                dqh[i * d + a] = (sg + z[a] * gd[i]) * oracle::phi_grad(&map, q[i * d + a]);
             }
         }
         let mut r_state = vec![0.0; d * m];
@@ -106,7 +77,7 @@ fn reference(problem: &Problem, x: &Inputs) -> (Tensor, Grads) {
             }
             for a in 0..d {
                 let rv: f64 = (0..m).map(|e| r_state[a * m + e] * v[j * m + e]).sum();
-                dkh[j * d + a] = (rv + r_vec[a]) * phi_grad(map, k[j * d + a]);
+                dkh[j * d + a] = (rv + r_vec[a]) * oracle::phi_grad(&map, k[j * d + a]);
             }
             for e in 0..m {
                 dvh[j * m + e] = (0..d).map(|a| r_state[a * m + e] * kt[j * d + a]).sum();
@@ -204,7 +175,7 @@ fn reference_agrees_with_the_quadratic_form() {
         let mut num = vec![0.0; 64];
         for j in 0..=i {
             let sim: f64 = (0..64)
-                .map(|a| phi(p.map, q[i * 64 + a]) * phi(p.map, k[j * 64 + a]))
+                .map(|a| oracle::phi(&p.map, q[i * 64 + a]) * oracle::phi(&p.map, k[j * 64 + a]))
                 .sum::<f64>()
                 * 0.8f64.powi((i - j) as i32);
             den += sim;

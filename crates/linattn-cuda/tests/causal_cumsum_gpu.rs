@@ -2,24 +2,18 @@
 //! `causal_recurrent_reference.rs`, its exact device bytes (O(N·C·M) workspace) and its clean
 //! `OutOfMemory`. Without a GPU every test prints `skipped: <reason>` and returns.
 
+mod common;
 #[path = "causal_recurrent_reference.rs"]
 mod reference;
 
-use linattn_core::{
-    AttnError, Backend, Causality, ErrorMetrics, FeatureMap, Inputs, Precision, Problem, Shape,
-    Tensor,
-};
+use common::{assert_close, check_against_oracle, gpu_or_skip, Oracle};
+use linattn_core::{AttnError, Backend, Causality, FeatureMap, Inputs, Precision, Problem, Shape};
 use linattn_cuda::causal_cumsum;
 
-fn gpu_or_skip() -> bool {
-    match linattn_cuda::gpu_available() {
-        Ok(()) => true,
-        Err(reason) => {
-            eprintln!("skipped: {reason}");
-            false
-        }
-    }
-}
+const ORACLE: Oracle = Oracle {
+    forward: reference::forward,
+    backward: reference::backward,
+};
 
 fn backend(precision: Precision) -> Box<dyn Backend> {
     let name = format!("cuda/causal_cumsum/{precision}");
@@ -27,16 +21,6 @@ fn backend(precision: Precision) -> Box<dyn Backend> {
         .into_iter()
         .find(|b| b.name() == name)
         .unwrap_or_else(|| panic!("no backend named {name}"))
-}
-
-fn assert_close(what: &str, reference: &Tensor, got: &Tensor, tolerance: f64) {
-    let metrics = ErrorMetrics::compare(reference.data(), got.data());
-    assert!(
-        metrics.passes(tolerance),
-        "{what}: rms ratio {:e} (tolerance {tolerance:e}), {} non-finite",
-        metrics.rms_ratio,
-        metrics.non_finite
-    );
 }
 
 /// N chosen so the √N chunking leaves ragged last chunks (7 → 3, 65 → 9, 1000 → 32).
@@ -69,28 +53,8 @@ fn cumsum_matches_oracle() {
         return;
     }
     for precision in [Precision::F32, Precision::F16] {
-        let round: fn(f64) -> f64 = match precision {
-            Precision::F16 => |x| half::f16::from_f64(x).to_f64(),
-            _ => |x| x as f32 as f64,
-        };
         for (i, problem) in cases().iter().enumerate() {
-            let mut b = backend(precision);
-            let inputs = Inputs::random(problem.shape, 200 + i as u64, true)
-                .unwrap()
-                .rounded(round);
-            let label = format!("{} {problem}", b.name());
-            let (out, g) = b.forward_backward(problem, &inputs).unwrap();
-            let tolerance = precision.rms_tolerance();
-            assert_close(
-                &format!("{label} O"),
-                &reference::forward(problem, &inputs),
-                &out,
-                tolerance,
-            );
-            let want = reference::backward(problem, &inputs);
-            assert_close(&format!("{label} dQ"), &want.dq, &g.dq, tolerance);
-            assert_close(&format!("{label} dK"), &want.dk, &g.dk, tolerance);
-            assert_close(&format!("{label} dV"), &want.dv, &g.dv, tolerance);
+            check_against_oracle(backend(precision), problem, 200 + i as u64, true, &ORACLE);
         }
     }
 }

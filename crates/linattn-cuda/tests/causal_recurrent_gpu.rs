@@ -3,24 +3,15 @@
 //! the backend's precision, oracle fed the same rounded inputs). Without a GPU every test
 //! prints `skipped: <reason>` and returns.
 
+mod common;
 #[path = "causal_recurrent_reference.rs"]
 mod reference;
 
+use common::{assert_close, gpu_or_skip, Oracle};
 use linattn_core::{
-    AttnError, Backend, Causality, ErrorMetrics, FeatureMap, Inputs, Precision, Problem, Shape,
-    Tensor, Unsupported,
+    AttnError, Backend, Causality, FeatureMap, Inputs, Precision, Problem, Shape, Unsupported,
 };
 use linattn_cuda::causal_recurrent;
-
-fn gpu_or_skip() -> bool {
-    match linattn_cuda::gpu_available() {
-        Ok(()) => true,
-        Err(reason) => {
-            eprintln!("skipped: {reason}");
-            false
-        }
-    }
-}
 
 fn backend(name: &str) -> Box<dyn Backend> {
     causal_recurrent::backends()
@@ -30,60 +21,14 @@ fn backend(name: &str) -> Box<dyn Backend> {
         .unwrap_or_else(|| panic!("no backend named {name}"))
 }
 
-/// Rounds through the backend's storage type so the oracle sees the same operands.
-fn rounder(precision: Precision) -> fn(f64) -> f64 {
-    match precision {
-        Precision::F64 => |x| x,
-        Precision::F32 => |x| x as f32 as f64,
-        Precision::F16 => |x| half::f16::from_f64(x).to_f64(),
-        Precision::BF16 => |x| half::bf16::from_f64(x).to_f64(),
-    }
-}
-
-fn assert_close(what: &str, reference: &Tensor, got: &Tensor, tolerance: f64) {
-    assert_eq!(reference.dims(), got.dims(), "{what}: dims");
-    let metrics = ErrorMetrics::compare(reference.data(), got.data());
-    assert!(
-        metrics.passes(tolerance),
-        "{what}: rms ratio {:e} (tolerance {tolerance:e}), max abs {:e}, {} non-finite",
-        metrics.rms_ratio,
-        metrics.max_abs,
-        metrics.non_finite
-    );
-}
+const ORACLE: Oracle = Oracle {
+    forward: reference::forward,
+    backward: reference::backward,
+};
 
 /// Forward (and backward when `grads`) of `name` on `problem` against the quadratic oracle.
 pub fn check_against_oracle(name: &str, problem: &Problem, seed: u64, grads: bool) {
-    let mut b = backend(name);
-    let precision = b.info().precision;
-    let tolerance = precision.rms_tolerance();
-    let inputs = Inputs::random(problem.shape, seed, grads)
-        .unwrap()
-        .rounded(rounder(precision));
-    b.supports(problem)
-        .unwrap_or_else(|e| panic!("{name} on {problem}: {e}"));
-    let label = format!("{name} {problem}");
-    if grads {
-        let (out, g) = b.forward_backward(problem, &inputs).unwrap();
-        assert_close(
-            &format!("{label} O"),
-            &reference::forward(problem, &inputs),
-            &out,
-            tolerance,
-        );
-        let want = reference::backward(problem, &inputs);
-        assert_close(&format!("{label} dQ"), &want.dq, &g.dq, tolerance);
-        assert_close(&format!("{label} dK"), &want.dk, &g.dk, tolerance);
-        assert_close(&format!("{label} dV"), &want.dv, &g.dv, tolerance);
-    } else {
-        let out = b.forward(problem, &inputs).unwrap();
-        assert_close(
-            &format!("{label} O"),
-            &reference::forward(problem, &inputs),
-            &out,
-            tolerance,
-        );
-    }
+    common::check_against_oracle(backend(name), problem, seed, grads, &ORACLE);
 }
 
 /// Shapes with odd N (1, 7, 63, 65, 1000: none a multiple of the token tile), M not a

@@ -8,7 +8,7 @@
 
 #![allow(dead_code)]
 
-use linattn_core::{FeatureMap, Grads, Inputs, Problem, Tensor};
+use linattn_core::{FeatureMap, Grads, Inputs, Problem, Shape, Tensor};
 
 /// φ of the elementwise maps.
 pub fn phi(map: &FeatureMap, x: f64) -> f64 {
@@ -133,6 +133,20 @@ struct Head<'a> {
     m: usize,
 }
 
+impl<'a> Head<'a> {
+    /// Head `bh` of `x`, whose shape is `s`.
+    fn of(s: &Shape, x: &'a Inputs, bh: usize) -> Self {
+        Head {
+            q: x.q.head(bh),
+            k: x.k.head(bh),
+            v: x.v.head(bh),
+            n: s.seq,
+            d: s.dk,
+            m: s.dv,
+        }
+    }
+}
+
 fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
@@ -158,14 +172,7 @@ pub fn forward(p: &Problem, x: &Inputs) -> Tensor {
     let s = p.shape;
     let mut out = Tensor::zeros(s.v_dims()).expect("dims");
     for bh in 0..s.bh() {
-        let h = Head {
-            q: x.q.head(bh),
-            k: x.k.head(bh),
-            v: x.v.head(bh),
-            n: s.seq,
-            d: s.dk,
-            m: s.dv,
-        };
+        let h = Head::of(&s, x, bh);
         let (w, _, _) = weights(p, &h);
         let o = out.head_mut(bh);
         for i in 0..h.n {
@@ -227,14 +234,7 @@ pub fn backward(p: &Problem, x: &Inputs) -> Grads {
         dv: Tensor::zeros(s.v_dims()).expect("dims"),
     };
     for bh in 0..s.bh() {
-        let h = Head {
-            q: x.q.head(bh),
-            k: x.k.head(bh),
-            v: x.v.head(bh),
-            n: s.seq,
-            d: s.dk,
-            m: s.dv,
-        };
+        let h = Head::of(&s, x, bh);
         let g = g_all.head(bh);
         let (n, d, m) = (h.n, h.d, h.m);
         let c_dim = p.feature_dim();

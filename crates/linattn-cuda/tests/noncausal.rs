@@ -5,22 +5,14 @@
 //!
 //! Tests needing a GPU print `skipped: <reason>` and return when none is available.
 
+mod common;
+
+use common::gpu_or_skip;
 use linattn_core::{
     Backend, Causality, FeatureMap, Inputs, Problem, Shape, Unsupported, DEFAULT_FAVOR_SEED,
 };
 use linattn_cuda::noncausal::NoncausalBackend;
 use linattn_cuda::runtime::gpu_available;
-
-fn gpu_or_skip() -> bool {
-    match gpu_available() {
-        Ok(()) => true,
-        Err(reason) => {
-            // Unsupported::Unavailable displays as "skipped: <reason>".
-            eprintln!("{reason}");
-            false
-        }
-    }
-}
 
 fn problem(batch: usize, heads: usize, n: usize, d: usize, m: usize, map: FeatureMap) -> Problem {
     Problem::new(Shape::new(batch, heads, n, d, m), Causality::NonCausal, map)

@@ -2,22 +2,14 @@
 //! error, never a panic. With one: buffers round-trip, the meter counts exactly, impossible
 //! allocations are `OutOfMemory`, events time work, the L2 flush and bandwidth probe run.
 
+mod common;
+
+use common::gpu_or_skip;
 use linattn_core::{AttnError, Precision};
 use linattn_cuda::runtime::{
     gpu, gpu_available, DeviceBuffer, MemoryMeter, StorageElem, CHECKED_ALLOCATION_BYTES,
 };
 use linattn_cuda::{device_info, measure_copy_bandwidth, memory_info};
-
-fn gpu_or_skip() -> bool {
-    match gpu_available() {
-        Ok(()) => true,
-        Err(reason) => {
-            // Unsupported::Unavailable displays as "skipped: <reason>".
-            eprintln!("{reason}");
-            false
-        }
-    }
-}
 
 #[test]
 fn without_a_gpu_everything_is_a_typed_error() {
