@@ -4,7 +4,8 @@
 #
 #   OUT=/some/dir scripts/gpu_run.sh
 #
-# Steps: nvidia-smi, `linattn check --long`, `linattn bench` (B=4 H=16 D=M=64,
+# Steps: nvidia-smi, `linattn check --long`, compute-sanitizer memcheck and racecheck over
+# `linattn check`, `linattn bench` (B=4 H=16 D=M=64,
 # N=2^10..2^20, forward and forward+backward), scripts/peers.py, `linattn report`.
 # Every step runs even when an earlier one fails; each step's exit code is logged to
 # $OUT/steps.log and the script exits non-zero when any step failed.
@@ -15,7 +16,7 @@
 #
 # Environment knobs: OUT (default ./gpu-out), LINATTN (binary path), N_MIN/N_MAX,
 # CELL_SECONDS (sampling budget per cell, default 0.25), BACKENDS (default cuda/*),
-# STEPS (subset of "smi check bench peers report", default all: a device call is limited to
+# STEPS (subset of "smi check sanitize bench peers report", default all: a device call is limited to
 # 10 minutes, so long sweeps can be split across calls), BENCH_EXTRA / PEERS_EXTRA (extra
 # arguments), PYTHON (default python3).
 #
@@ -32,7 +33,7 @@ N_MIN="${N_MIN:-2^10}"
 N_MAX="${N_MAX:-2^20}"
 CELL_SECONDS="${CELL_SECONDS:-0.25}"
 BACKENDS="${BACKENDS:-cuda/*}"
-STEPS="${STEPS:-smi check bench peers report}"
+STEPS="${STEPS:-smi check sanitize bench peers report}"
 wants() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 DETAIL="$OUT/detail"
 mkdir -p "$OUT" "$DETAIL"
@@ -79,6 +80,14 @@ step() {
 
 if wants smi; then step nvidia-smi nvidia-smi; fi
 if wants check; then step check "$LINATTN" check --long --json "$OUT/check.json"; fi
+# compute-sanitizer on the default grid (odd N 1..1000, every head-dim class): 0 errors wanted.
+# --error-exitcode makes a reported error fail the step even when the check itself passes.
+if wants sanitize; then
+    for tool in memcheck racecheck; do
+        step "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+            "$LINATTN" check --backends "$BACKENDS"
+    done
+fi
 if wants bench; then
     step bench "$LINATTN" bench --n-min "$N_MIN" --n-max "$N_MAX" \
         --batch 4 --heads 16 --dk 64 --dv 64 --backends "$BACKENDS" \
