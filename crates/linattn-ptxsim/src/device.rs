@@ -1,0 +1,378 @@
+//! The simulated device: memory, modules, launches.
+
+use std::cell::RefCell;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+
+use crate::arch::SimArch;
+use crate::error::SimError;
+use crate::exec::cta::{Counters, CtaRunner, LaunchCtx};
+use crate::exec::memory::GlobalMemory;
+use crate::ir::{Kernel, Program, Ty};
+use crate::parse::parse_program;
+
+/// Which checkers run. Memcheck and synccheck cannot be turned off: an access outside
+/// memory or a barrier that can never complete stops the kernel either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checks {
+    pub racecheck: bool,
+    pub initcheck: bool,
+}
+
+impl Default for Checks {
+    fn default() -> Self {
+        Checks {
+            racecheck: true,
+            initcheck: true,
+        }
+    }
+}
+
+/// A kernel argument as the host passes it (by value).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arg {
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+}
+
+impl Arg {
+    fn bytes(&self) -> Vec<u8> {
+        match *self {
+            Arg::U32(v) => v.to_le_bytes().to_vec(),
+            Arg::I32(v) => v.to_le_bytes().to_vec(),
+            Arg::U64(v) => v.to_le_bytes().to_vec(),
+            Arg::I64(v) => v.to_le_bytes().to_vec(),
+            Arg::F32(v) => v.to_le_bytes().to_vec(),
+            Arg::F64(v) => v.to_le_bytes().to_vec(),
+        }
+    }
+
+    fn is_float(&self) -> bool {
+        matches!(self, Arg::F32(_) | Arg::F64(_))
+    }
+}
+
+/// Grid, block and shared memory of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub dynamic_shared_bytes: u32,
+}
+
+/// What a launch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaunchStats {
+    pub ctas: u64,
+    pub counters: Counters,
+    /// Host time the simulation took (not a GPU time).
+    pub wall: Duration,
+}
+
+/// A loaded PTX module.
+#[derive(Debug, Clone)]
+pub struct Module {
+    program: Arc<Program>,
+}
+
+impl Module {
+    pub fn kernel(&self, name: &str) -> Result<&Kernel, SimError> {
+        self.program.kernels.get(name).ok_or_else(|| {
+            let mut known: Vec<&str> = self.program.kernels.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            SimError::NoKernel {
+                name: name.to_string(),
+                known: known.join(", "),
+            }
+        })
+    }
+
+    pub fn kernel_names(&self) -> Vec<&str> {
+        self.program.kernels.keys().map(String::as_str).collect()
+    }
+
+    pub fn target(&self) -> &str {
+        &self.program.target
+    }
+}
+
+/// One simulated GPU.
+pub struct Device {
+    arch: SimArch,
+    memory: RwLock<GlobalMemory>,
+    checks: Checks,
+}
+
+thread_local! {
+    static RUNNER: RefCell<CtaRunner> = RefCell::new(CtaRunner::new());
+}
+
+impl Device {
+    /// A device of `arch` with `memory_bytes` of global memory.
+    pub fn new(arch: SimArch, memory_bytes: u64) -> Device {
+        Device {
+            arch,
+            memory: RwLock::new(GlobalMemory::new(memory_bytes)),
+            checks: Checks::default(),
+        }
+    }
+
+    pub fn with_checks(mut self, checks: Checks) -> Device {
+        self.checks = checks;
+        self
+    }
+
+    pub fn arch(&self) -> SimArch {
+        self.arch
+    }
+
+    pub fn checks(&self) -> Checks {
+        self.checks
+    }
+
+    fn memory(&self) -> std::sync::RwLockReadGuard<'_, GlobalMemory> {
+        self.memory.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn memory_mut(&self) -> std::sync::RwLockWriteGuard<'_, GlobalMemory> {
+        self.memory.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Parses PTX and places its `.global` variables in device memory.
+    pub fn load(&self, ptx: &str) -> Result<Module, SimError> {
+        let mut memory = self.memory_mut();
+        let program = parse_program(ptx, &mut |var| {
+            let address = memory.alloc(var.init.len() as u64, true)?;
+            memory.write(address, &var.init)?;
+            Ok(address)
+        })?;
+        Ok(Module {
+            program: Arc::new(program),
+        })
+    }
+
+    /// `bytes` of device memory whose contents are undefined (initcheck flags reads before
+    /// writes).
+    pub fn alloc(&self, bytes: u64) -> Result<u64, SimError> {
+        self.memory_mut().alloc(bytes, false)
+    }
+
+    /// `bytes` of zeroed device memory.
+    pub fn alloc_zeroed(&self, bytes: u64) -> Result<u64, SimError> {
+        self.memory_mut().alloc(bytes, true)
+    }
+
+    pub fn free(&self, address: u64) -> Result<(), SimError> {
+        self.memory_mut().free(address)
+    }
+
+    pub fn write(&self, address: u64, data: &[u8]) -> Result<(), SimError> {
+        self.memory().write(address, data)
+    }
+
+    pub fn read(&self, address: u64, out: &mut [u8]) -> Result<(), SimError> {
+        self.memory().read(address, out)
+    }
+
+    pub fn fill(&self, address: u64, bytes: u64, value: u8) -> Result<(), SimError> {
+        self.memory().fill(address, bytes, value)
+    }
+
+    /// Device-to-device copy.
+    pub fn copy(&self, dst: u64, src: u64, bytes: u64) -> Result<(), SimError> {
+        let memory = self.memory();
+        let mut chunk = vec![0u8; bytes.min(1 << 22) as usize];
+        let mut done = 0;
+        while done < bytes {
+            let n = (bytes - done).min(chunk.len() as u64) as usize;
+            memory.read(src + done, &mut chunk[..n])?;
+            memory.write(dst + done, &chunk[..n])?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    /// (free, total) bytes.
+    pub fn memory_info(&self) -> (u64, u64) {
+        let memory = self.memory();
+        (memory.capacity() - memory.used(), memory.capacity())
+    }
+
+    /// Runs `kernel` of `module` over the grid. CTAs run in parallel on the host's cores;
+    /// the first fault (lowest CTA index within the first wave that has one) is returned.
+    pub fn launch(
+        &self,
+        module: &Module,
+        kernel: &str,
+        config: &LaunchConfig,
+        args: &[Arg],
+    ) -> Result<LaunchStats, SimError> {
+        let start = Instant::now();
+        let k = module.kernel(kernel)?;
+        let params = pack_params(k, args)?;
+        let shared_bytes = self.check_config(k, config)?;
+        let memory = self.memory();
+        let view = memory.view();
+        let ctx = LaunchCtx {
+            kernel: k,
+            params: &params,
+            memory: &view,
+            grid: config.grid,
+            block: config.block,
+            shared_bytes,
+            checks: self.checks,
+        };
+        let [gx, gy, gz] = config.grid.map(u64::from);
+        let total = gx * gy * gz;
+        let wave = (rayon::current_num_threads() as u64 * 8).max(1);
+        let mut counters = Counters::default();
+        let mut first = 0;
+        while first < total {
+            let last = (first + wave).min(total);
+            let results: Vec<(Result<(), SimError>, Counters)> = (first..last)
+                .into_par_iter()
+                .map(|index| {
+                    let cta = [
+                        (index % gx) as u32,
+                        ((index / gx) % gy) as u32,
+                        (index / (gx * gy)) as u32,
+                    ];
+                    RUNNER.with(|runner| {
+                        let mut runner = runner.borrow_mut();
+                        runner.counters = Counters::default();
+                        let result = runner.run(&ctx, cta);
+                        (result, runner.counters)
+                    })
+                })
+                .collect();
+            for (result, c) in results {
+                result?;
+                counters.add(&c);
+            }
+            first = last;
+        }
+        Ok(LaunchStats {
+            ctas: total,
+            counters,
+            wall: start.elapsed(),
+        })
+    }
+
+    /// Checks grid, block and shared memory against the kernel and the architecture;
+    /// returns the CTA's total shared bytes.
+    fn check_config(&self, k: &Kernel, config: &LaunchConfig) -> Result<u32, SimError> {
+        let a = &self.arch;
+        let fail = |reason: String| SimError::Launch {
+            kernel: k.name.clone(),
+            reason,
+        };
+        let [bx, by, bz] = config.block;
+        let [gx, gy, gz] = config.grid;
+        if config.grid.contains(&0) || config.block.contains(&0) {
+            return Err(fail(format!(
+                "empty grid ({gx},{gy},{gz}) or block ({bx},{by},{bz})"
+            )));
+        }
+        for (axis, (&g, &max)) in config.grid.iter().zip(&a.max_grid_dims).enumerate() {
+            if g > max {
+                return Err(fail(format!(
+                    "grid dimension {} = {g} exceeds {max} on {}",
+                    ["x", "y", "z"][axis],
+                    a.name
+                )));
+            }
+        }
+        for (axis, (&b, &max)) in config.block.iter().zip(&a.max_block_dims).enumerate() {
+            if b > max {
+                return Err(fail(format!(
+                    "block dimension {} = {b} exceeds {max}",
+                    ["x", "y", "z"][axis]
+                )));
+            }
+        }
+        let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
+        if threads > u64::from(a.max_threads_per_block) {
+            return Err(fail(format!(
+                "{threads} threads per block (max {})",
+                a.max_threads_per_block
+            )));
+        }
+        if let Some(max) = k.max_threads {
+            if threads > max.iter().map(|&m| u64::from(m)).product::<u64>() {
+                return Err(fail(format!(
+                    "{threads} threads per block but the kernel declares .maxntid {max:?}"
+                )));
+            }
+        }
+        if let Some(req) = k.required_threads {
+            if req != config.block {
+                return Err(fail(format!(
+                    "block {:?} but the kernel declares .reqntid {req:?}",
+                    config.block
+                )));
+            }
+        }
+        if k.static_shared_bytes > a.max_static_shared {
+            return Err(fail(format!(
+                "{} bytes of static shared memory (max {})",
+                k.static_shared_bytes, a.max_static_shared
+            )));
+        }
+        let total = if k.uses_dynamic_shared || config.dynamic_shared_bytes > 0 {
+            u64::from(k.dynamic_shared_offset) + u64::from(config.dynamic_shared_bytes)
+        } else {
+            u64::from(k.static_shared_bytes)
+        };
+        if total > u64::from(a.max_shared_optin) {
+            return Err(fail(format!(
+                "{total} bytes of shared memory (static {} + dynamic {}) exceed the {} bytes \
+                 {} allows a CTA",
+                k.static_shared_bytes, config.dynamic_shared_bytes, a.max_shared_optin, a.name
+            )));
+        }
+        Ok(total as u32)
+    }
+}
+
+/// Packs `args` into the parameter buffer, checking count, sizes and float/integer kind.
+fn pack_params(k: &Kernel, args: &[Arg]) -> Result<Vec<u8>, SimError> {
+    let fail = |reason: String| SimError::Launch {
+        kernel: k.name.clone(),
+        reason,
+    };
+    if args.len() != k.params.len() {
+        return Err(fail(format!(
+            "the kernel takes {} parameters, {} given",
+            k.params.len(),
+            args.len()
+        )));
+    }
+    let mut buffer = vec![0u8; k.param_bytes as usize];
+    for (i, (param, arg)) in k.params.iter().zip(args).enumerate() {
+        let bytes = arg.bytes();
+        if bytes.len() as u32 != param.bytes {
+            return Err(fail(format!(
+                "parameter {i} ({}) is {} bytes, the argument {arg:?} is {}",
+                param.name,
+                param.bytes,
+                bytes.len()
+            )));
+        }
+        let float_param = matches!(param.ty, Ty::F32 | Ty::F64);
+        if float_param != arg.is_float() {
+            return Err(fail(format!(
+                "parameter {i} ({}) is .{:?}, the argument is {arg:?}",
+                param.name, param.ty
+            )));
+        }
+        let at = param.offset as usize;
+        buffer[at..at + bytes.len()].copy_from_slice(&bytes);
+    }
+    Ok(buffer)
+}

@@ -1,0 +1,10 @@
+//! Execution: device memory, one CTA's warps and shared memory, the instruction semantics.
+
+pub(crate) mod access;
+pub(crate) mod alu;
+pub(crate) mod collective;
+pub mod cta;
+pub(crate) mod float;
+pub(crate) mod memory;
+pub(crate) mod shared;
+pub(crate) mod warp;

@@ -1,0 +1,35 @@
+//! `linattn-ptxsim`: runs the PTX that NVRTC produces for the linattn kernels on the CPU,
+//! under the CUDA execution model, with compute-sanitizer-style checkers.
+//!
+//! * [`Device`] — simulated global memory (allocations with guard gaps, a "written" shadow),
+//!   modules ([`Device::load`] parses PTX text), launches ([`Device::launch`]) over a grid of
+//!   CTAs that run in parallel on the host's cores.
+//! * Execution: warps of 32 lanes with per-lane program counters (independent thread
+//!   scheduling; lanes at the lowest PC run together, so divergent paths reconverge where
+//!   they meet), per-lane registers stored lane-contiguous so a warp instruction is one
+//!   vectorisable loop, `bar.sync`, `bar.warp.sync`, `shfl.sync`, `atom`, and
+//!   `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}` with the PTX ISA fragment layout.
+//! * Checkers, each a [`SimError::Fault`] naming kernel, PTX line, CTA, thread and address:
+//!   memcheck (bounds and alignment of every global and shared access; always on),
+//!   racecheck (shared-memory accesses of different threads not ordered by `bar.sync`, or
+//!   within a warp by `bar.warp.sync`), initcheck (reads of global or shared memory never
+//!   written), synccheck (barriers and warp collectives reached by part of the threads they
+//!   need; always on).
+//!
+//! What it proves: the kernel's PTX, as NVRTC emitted it for the target, computes the right
+//! values under the PTX execution and memory model for the launches simulated. What it
+//! cannot: anything ptxas does after PTX (register allocation, scheduling, SASS bugs),
+//! timing, bit-exact `.approx` results (see `exec::float`), tensor-core accumulation order,
+//! driver behaviour, and inter-CTA ordering beyond one interleaving.
+
+pub mod arch;
+mod device;
+pub mod error;
+pub mod exec;
+pub mod ir;
+pub mod parse;
+
+pub use arch::SimArch;
+pub use device::{Arg, Checks, Device, LaunchConfig, LaunchStats, Module};
+pub use error::{Checker, Fault, SimError, Site};
+pub use exec::cta::Counters;

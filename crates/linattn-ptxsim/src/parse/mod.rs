@@ -1,0 +1,638 @@
+//! PTX text → [`Program`]: module directives, `.global` variables, entries with their
+//! parameters, registers, shared variables, labels and decoded instructions.
+//!
+//! Anything the simulator does not model (`.func`/`call`, `.local`, `.const` banks,
+//! textures, an unknown opcode or modifier) is a [`SimError::Parse`] naming the line.
+
+mod instr;
+pub mod lex;
+
+use std::collections::HashMap;
+
+use crate::error::SimError;
+use crate::ir::{Address, Bank, GlobalVar, Kernel, Param, Program, Reg, Special, Src, Ty};
+use lex::{parse_float, parse_int, Statement, StatementKind};
+
+fn error(line: u32, text: &str, message: impl Into<String>) -> SimError {
+    SimError::Parse {
+        line,
+        text: text.chars().take(160).collect(),
+        message: message.into(),
+    }
+}
+
+/// Parses a whole module. `place_global` gives each module-scope `.global` variable its
+/// device address (the caller allocates and initialises it).
+pub fn parse_program(
+    text: &str,
+    place_global: &mut dyn FnMut(&GlobalVar) -> Result<u64, SimError>,
+) -> Result<Program, SimError> {
+    let statements = lex::statements(text);
+    let mut program = Program {
+        target: String::new(),
+        version: String::new(),
+        kernels: HashMap::new(),
+        globals: Vec::new(),
+    };
+    let mut module = ModuleScope::default();
+    let mut i = 0;
+    while i < statements.len() {
+        let s = &statements[i];
+        i += 1;
+        match s.kind {
+            StatementKind::Plain => module_directive(s, &mut program, &mut module, place_global)?,
+            StatementKind::Open if s.text.contains(".entry") => {
+                let body_start = i;
+                let mut depth = 1;
+                while i < statements.len() && depth > 0 {
+                    match statements[i].kind {
+                        StatementKind::Open => depth += 1,
+                        StatementKind::Close => depth -= 1,
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                if depth > 0 {
+                    return Err(error(s.line, &s.text, "entry body is not closed"));
+                }
+                let kernel = build_kernel(s, &statements[body_start..i - 1], &module)?;
+                program.kernels.insert(kernel.name.clone(), kernel);
+            }
+            StatementKind::Open if s.text.contains(".func") => {
+                return Err(error(
+                    s.line,
+                    &s.text,
+                    "device functions (.func) are not simulated: kernels must be fully inlined",
+                ))
+            }
+            _ => {
+                return Err(error(
+                    s.line,
+                    &s.text,
+                    "unexpected statement at module scope",
+                ))
+            }
+        }
+    }
+    if program.target.is_empty() {
+        return Err(error(1, "", "no .target directive"));
+    }
+    Ok(program)
+}
+
+/// Module-scope names an entry may refer to.
+#[derive(Default)]
+struct ModuleScope {
+    globals: HashMap<String, u64>,
+    /// Module-scope `.shared` variables: (size, align).
+    shared: Vec<(String, u32, u32)>,
+    /// `.extern .shared` arrays (dynamic shared memory): name → align.
+    dynamic: HashMap<String, u32>,
+}
+
+fn module_directive(
+    s: &Statement,
+    program: &mut Program,
+    module: &mut ModuleScope,
+    place_global: &mut dyn FnMut(&GlobalVar) -> Result<u64, SimError>,
+) -> Result<(), SimError> {
+    let words: Vec<&str> = s.text.split_whitespace().collect();
+    match words.first().copied() {
+        Some(".version") => program.version = words.get(1).unwrap_or(&"").to_string(),
+        Some(".target") => program.target = words[1..].join(" "),
+        Some(".address_size") => {
+            if words.get(1) != Some(&"64") {
+                return Err(error(s.line, &s.text, "only .address_size 64 is simulated"));
+            }
+        }
+        Some(".file") | Some(".section") => {}
+        _ => {
+            let decl = VarDecl::parse(s)?;
+            match (decl.space.as_str(), decl.external) {
+                (".global", false) => {
+                    let var = GlobalVar {
+                        name: decl.name.clone(),
+                        align: decl.align,
+                        init: decl.init_bytes(s)?,
+                    };
+                    let address = place_global(&var)?;
+                    module.globals.insert(var.name.clone(), address);
+                    program.globals.push(var);
+                }
+                (".shared", false) => {
+                    let size = decl.size();
+                    module.shared.push((decl.name, size, decl.align))
+                }
+                (".shared", true) => {
+                    module.dynamic.insert(decl.name, decl.align.max(16));
+                }
+                _ => {
+                    return Err(error(
+                        s.line,
+                        &s.text,
+                        format!("module-scope {} is not simulated", decl.space),
+                    ))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `[.visible|.extern] .space [.align N] .type name[count] [= init]`.
+struct VarDecl {
+    space: String,
+    external: bool,
+    align: u32,
+    ty: Ty,
+    name: String,
+    count: Option<u32>,
+    init: Option<String>,
+}
+
+impl VarDecl {
+    fn parse(s: &Statement) -> Result<VarDecl, SimError> {
+        let (decl, init) = match s.text.split_once('=') {
+            Some((d, i)) => (d, Some(i.trim().to_string())),
+            None => (s.text.as_str(), None),
+        };
+        let mut space = String::new();
+        let mut external = false;
+        let mut align = 0;
+        let mut ty = None;
+        let mut name = None;
+        let mut words = decl.split_whitespace();
+        while let Some(w) = words.next() {
+            match w {
+                ".visible" | ".weak" | ".common" => {}
+                ".extern" => external = true,
+                ".global" | ".shared" | ".const" | ".local" | ".param" => space = w.to_string(),
+                ".align" => {
+                    align = words
+                        .next()
+                        .and_then(|a| a.parse().ok())
+                        .ok_or_else(|| error(s.line, &s.text, "bad .align"))?
+                }
+                _ if w.starts_with('.') => {
+                    ty = Some(
+                        Ty::parse(&w[1..])
+                            .ok_or_else(|| error(s.line, &s.text, format!("unknown type {w}")))?,
+                    )
+                }
+                _ => name = Some(w.to_string()),
+            }
+        }
+        let ty = ty.ok_or_else(|| error(s.line, &s.text, "declaration without a type"))?;
+        let name = name.ok_or_else(|| error(s.line, &s.text, "declaration without a name"))?;
+        let (name, count) = match name.split_once('[') {
+            Some((base, rest)) => {
+                let inside = rest.trim_end_matches(']');
+                let count = if inside.is_empty() {
+                    None
+                } else {
+                    Some(
+                        inside
+                            .parse()
+                            .map_err(|_| error(s.line, &s.text, "bad array size"))?,
+                    )
+                };
+                (base.to_string(), count)
+            }
+            None => (name, Some(1)),
+        };
+        let align = if align == 0 { ty.bytes().max(1) } else { align };
+        Ok(VarDecl {
+            space,
+            external,
+            align,
+            ty,
+            name,
+            count,
+            init,
+        })
+    }
+
+    fn size(&self) -> u32 {
+        self.ty.bytes() * self.count.unwrap_or(0)
+    }
+
+    fn init_bytes(&self, s: &Statement) -> Result<Vec<u8>, SimError> {
+        let size = self.size() as usize;
+        let mut bytes = vec![0u8; size];
+        if let Some(init) = &self.init {
+            let values: Vec<&str> = init
+                .trim_matches(|c| c == '{' || c == '}')
+                .split(',')
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .collect();
+            let width = self.ty.bytes() as usize;
+            for (k, value) in values.iter().enumerate() {
+                let bits = if self.ty.is_float() {
+                    let x = parse_float(value)
+                        .or_else(|| parse_int(value).map(|v| v as i64 as f64))
+                        .ok_or_else(|| error(s.line, &s.text, "bad initialiser"))?;
+                    if width == 4 {
+                        u64::from((x as f32).to_bits())
+                    } else {
+                        x.to_bits()
+                    }
+                } else {
+                    parse_int(value).ok_or_else(|| error(s.line, &s.text, "bad initialiser"))?
+                };
+                let at = k * width;
+                if at + width > size {
+                    return Err(error(
+                        s.line,
+                        &s.text,
+                        "initialiser longer than the variable",
+                    ));
+                }
+                bytes[at..at + width].copy_from_slice(&bits.to_le_bytes()[..width]);
+            }
+        }
+        Ok(bytes)
+    }
+}
+
+/// Register names of one entry: `%r<N>` ranges by prefix, plus single names.
+#[derive(Default)]
+struct Registers {
+    ranges: HashMap<String, (Bank, u32, u32)>,
+    single: HashMap<String, Reg>,
+    counts: [u32; 3],
+}
+
+impl Registers {
+    fn bank_of(ty: Ty) -> Bank {
+        match ty {
+            Ty::Pred => Bank::Pred,
+            t if t.bytes() == 8 => Bank::R64,
+            _ => Bank::R32,
+        }
+    }
+
+    fn slot(bank: Bank) -> usize {
+        match bank {
+            Bank::Pred => 0,
+            Bank::R32 => 1,
+            Bank::R64 => 2,
+        }
+    }
+
+    fn declare(&mut self, s: &Statement) -> Result<(), SimError> {
+        // .reg .f32 %f<647>;   .reg .b32 %r1, %r2;
+        let rest = s.text.trim_start_matches(".reg").trim();
+        let (ty_word, names) = rest
+            .split_once(char::is_whitespace)
+            .ok_or_else(|| error(s.line, &s.text, "bad .reg"))?;
+        let ty = ty_word
+            .strip_prefix('.')
+            .and_then(Ty::parse)
+            .ok_or_else(|| error(s.line, &s.text, "bad .reg type"))?;
+        let bank = Self::bank_of(ty);
+        for name in names.split(',').map(str::trim) {
+            if let Some((prefix, count)) = name.split_once('<') {
+                let count: u32 = count
+                    .trim_end_matches('>')
+                    .parse()
+                    .map_err(|_| error(s.line, &s.text, "bad register count"))?;
+                let base = self.counts[Self::slot(bank)];
+                self.counts[Self::slot(bank)] += count;
+                self.ranges.insert(prefix.to_string(), (bank, base, count));
+            } else {
+                let index = self.counts[Self::slot(bank)];
+                self.counts[Self::slot(bank)] += 1;
+                self.single.insert(name.to_string(), Reg { bank, index });
+            }
+        }
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Option<Reg> {
+        if let Some(reg) = self.single.get(name) {
+            return Some(*reg);
+        }
+        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return None;
+        }
+        let (prefix, number) = name.split_at(name.len() - digits);
+        let number: u32 = number.parse().ok()?;
+        let &(bank, base, count) = self.ranges.get(prefix)?;
+        (number < count).then_some(Reg {
+            bank,
+            index: base + number,
+        })
+    }
+}
+
+/// What an instruction's operands may name.
+pub(crate) struct Scope<'a> {
+    regs: Registers,
+    labels: HashMap<String, u32>,
+    params: HashMap<String, u32>,
+    /// Shared symbols → offset in the CTA's shared window.
+    shared: HashMap<String, u64>,
+    globals: &'a HashMap<String, u64>,
+}
+
+impl Scope<'_> {
+    pub(crate) fn reg(&self, name: &str) -> Option<Reg> {
+        self.regs.get(name)
+    }
+
+    pub(crate) fn label(&self, name: &str) -> Option<u32> {
+        self.labels.get(name).copied()
+    }
+
+    /// A symbol used as a value (`mov.u64 %rd, sym`): its address.
+    fn symbol(&self, name: &str) -> Option<u64> {
+        self.shared
+            .get(name)
+            .or_else(|| self.globals.get(name))
+            .copied()
+    }
+
+    /// A source operand of type `ty`.
+    pub(crate) fn src(&self, text: &str, ty: Ty) -> Option<Src> {
+        let t = text.trim();
+        if let Some(special) = special(t) {
+            return Some(Src::Special(special));
+        }
+        if t.starts_with('%') {
+            return self.reg(t).map(Src::Reg);
+        }
+        if ty.is_float() {
+            if let Some(x) = parse_float(t) {
+                return Some(Src::Imm(match ty.bytes() {
+                    8 => x.to_bits(),
+                    _ => u64::from((x as f32).to_bits()),
+                }));
+            }
+        }
+        if let Some(bits) = parse_int(t) {
+            let bits = match ty.bytes() {
+                1 => bits & 0xff,
+                2 => bits & 0xffff,
+                4 => bits & 0xffff_ffff,
+                _ => bits,
+            };
+            return Some(Src::Imm(bits));
+        }
+        self.symbol(t).map(Src::Imm)
+    }
+
+    /// `[reg]`, `[reg+imm]`, `[reg+-imm]`, `[symbol]`, `[symbol+imm]`, `[imm]`.
+    pub(crate) fn address(&self, text: &str) -> Option<Address> {
+        let inner = text.trim().strip_prefix('[')?.strip_suffix(']')?.trim();
+        let (base, offset) = match inner.find('+') {
+            Some(at) => (
+                inner[..at].trim(),
+                parse_int(inner[at + 1..].trim())? as i64,
+            ),
+            // `get`: an empty `[]` (or a multi-byte first character) must not panic.
+            None => match inner.get(1..).and_then(|rest| rest.find('-')) {
+                Some(at) => (
+                    inner[..at + 1].trim(),
+                    (parse_int(inner[at + 2..].trim())? as i64).wrapping_neg(),
+                ),
+                None => (inner, 0),
+            },
+        };
+        if base.starts_with('%') {
+            return Some(Address {
+                base: Some(self.reg(base)?),
+                offset,
+            });
+        }
+        if let Some(&param) = self.params.get(base) {
+            return Some(Address {
+                base: None,
+                offset: i64::from(param) + offset,
+            });
+        }
+        if let Some(address) = self.symbol(base) {
+            return Some(Address {
+                base: None,
+                offset: address as i64 + offset,
+            });
+        }
+        parse_int(base).map(|a| Address {
+            base: None,
+            offset: a as i64 + offset,
+        })
+    }
+}
+
+fn special(name: &str) -> Option<Special> {
+    let axis = |s: &str| match s {
+        "x" => Some(0u8),
+        "y" => Some(1),
+        "z" => Some(2),
+        _ => None,
+    };
+    if let Some((base, dim)) = name.split_once('.') {
+        let a = axis(dim)?;
+        return Some(match base {
+            "%tid" => Special::Tid(a),
+            "%ntid" => Special::Ntid(a),
+            "%ctaid" => Special::Ctaid(a),
+            "%nctaid" => Special::Nctaid(a),
+            _ => return None,
+        });
+    }
+    match name {
+        "%laneid" => Some(Special::LaneId),
+        "%warpid" => Some(Special::WarpId),
+        "%nwarpid" => Some(Special::NWarpId),
+        _ => None,
+    }
+}
+
+/// An entry header: name, parameters, parameter bytes, [`.maxntid`, `.reqntid`].
+type Header = (String, Vec<Param>, u32, [Option<[u32; 3]>; 2]);
+
+/// Parameter list and performance directives of an entry header.
+fn parse_header(s: &Statement) -> Result<Header, SimError> {
+    let text = &s.text;
+    let after_entry = text
+        .split_once(".entry")
+        .ok_or_else(|| error(s.line, text, "no .entry"))?
+        .1;
+    let open = after_entry.find('(').unwrap_or(after_entry.len());
+    let name = after_entry[..open].trim().to_string();
+    let (param_text, directives) = if open < after_entry.len() {
+        let close = after_entry
+            .rfind(')')
+            .ok_or_else(|| error(s.line, text, "parameter list not closed"))?;
+        (&after_entry[open + 1..close], &after_entry[close + 1..])
+    } else {
+        ("", after_entry)
+    };
+    let mut params = Vec::new();
+    let mut offset = 0u32;
+    for p in param_text
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let decl = VarDecl::parse(&Statement {
+            line: s.line,
+            text: p.to_string(),
+            kind: StatementKind::Plain,
+        })?;
+        if decl.space != ".param" {
+            return Err(error(s.line, p, "kernel parameter must be .param"));
+        }
+        let bytes = decl.size();
+        let align = decl.align.max(1);
+        offset = offset.div_ceil(align) * align;
+        params.push(Param {
+            name: decl.name,
+            ty: decl.ty,
+            bytes,
+            align,
+            offset,
+        });
+        offset += bytes;
+    }
+    let mut limits = [None, None];
+    let mut words = directives.split_whitespace().peekable();
+    while let Some(w) = words.next() {
+        let slot = match w {
+            ".maxntid" => Some(0),
+            ".reqntid" => Some(1),
+            _ => None,
+        };
+        let mut dims = [1u32; 3];
+        let mut k = 0;
+        while let Some(next) = words.peek() {
+            if next.starts_with('.') {
+                break;
+            }
+            let value = words.next().unwrap_or_default().trim_end_matches(',');
+            if let (Some(_), Ok(v)) = (slot, value.parse::<u32>()) {
+                if k < 3 {
+                    dims[k] = v;
+                }
+                k += 1;
+            }
+        }
+        if let Some(slot) = slot {
+            limits[slot] = Some(dims);
+        }
+    }
+    Ok((name, params, offset, limits))
+}
+
+fn build_kernel(
+    header: &Statement,
+    body: &[Statement],
+    module: &ModuleScope,
+) -> Result<Kernel, SimError> {
+    let (name, params, param_bytes, [max_threads, required_threads]) = parse_header(header)?;
+    let mut regs = Registers::default();
+    let mut labels = HashMap::new();
+    let mut shared = HashMap::new();
+    let mut shared_end = 0u64;
+    let mut place = |shared: &mut HashMap<String, u64>, name: &str, size: u32, align: u32| {
+        let align = u64::from(align.max(1));
+        let at = shared_end.div_ceil(align) * align;
+        shared.insert(name.to_string(), at);
+        shared_end = at + u64::from(size);
+    };
+    let mut instructions: Vec<&Statement> = Vec::new();
+    for s in body {
+        match s.kind {
+            StatementKind::Label => {
+                labels.insert(s.text.clone(), instructions.len() as u32);
+            }
+            StatementKind::Open | StatementKind::Close => {}
+            StatementKind::Plain => {
+                let first = s.text.split_whitespace().next().unwrap_or_default();
+                match first {
+                    ".reg" => regs.declare(s)?,
+                    ".shared" => {
+                        let decl = VarDecl::parse(s)?;
+                        place(&mut shared, &decl.name, decl.size(), decl.align);
+                    }
+                    ".pragma" | ".loc" | ".maxnreg" => {}
+                    ".local" | ".const" | ".param" => {
+                        return Err(error(
+                            s.line,
+                            &s.text,
+                            format!("{first} variables are not simulated"),
+                        ))
+                    }
+                    _ if first.starts_with('.') => {
+                        return Err(error(s.line, &s.text, "unknown directive in a kernel body"))
+                    }
+                    _ => instructions.push(s),
+                }
+            }
+        }
+    }
+    // Module-scope shared variables, only those this kernel names.
+    for (var, size, align) in &module.shared {
+        if instructions.iter().any(|s| mentions(&s.text, var)) {
+            place(&mut shared, var, *size, *align);
+        }
+    }
+    let static_shared_bytes = shared_end;
+    let mut uses_dynamic_shared = false;
+    let mut dynamic_shared_offset = static_shared_bytes.div_ceil(16) * 16;
+    for (var, align) in &module.dynamic {
+        if instructions.iter().any(|s| mentions(&s.text, var)) {
+            let align = u64::from(*align);
+            dynamic_shared_offset = static_shared_bytes.div_ceil(align) * align;
+            uses_dynamic_shared = true;
+        }
+    }
+    for var in module.dynamic.keys() {
+        shared.insert(var.clone(), dynamic_shared_offset);
+    }
+    let scope = Scope {
+        regs,
+        labels,
+        params: params.iter().map(|p| (p.name.clone(), p.offset)).collect(),
+        shared,
+        globals: &module.globals,
+    };
+    let mut instrs = Vec::with_capacity(instructions.len());
+    let mut text = Vec::with_capacity(instructions.len());
+    for s in instructions {
+        instrs.push(instr::decode(s, &scope)?);
+        text.push(s.text.clone());
+    }
+    let fits = |v: u64| {
+        u32::try_from(v).map_err(|_| error(header.line, &header.text, "shared memory too large"))
+    };
+    let static_shared_bytes = fits(static_shared_bytes)?;
+    let dynamic_shared_offset = fits(dynamic_shared_offset)?;
+    Ok(Kernel {
+        name,
+        params,
+        param_bytes,
+        preds: scope.regs.counts[0],
+        regs32: scope.regs.counts[1],
+        regs64: scope.regs.counts[2],
+        static_shared_bytes,
+        dynamic_shared_offset,
+        uses_dynamic_shared,
+        max_threads,
+        required_threads,
+        instrs,
+        text,
+    })
+}
+
+/// Whether `text` names `symbol` as a whole word.
+fn mentions(text: &str, symbol: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
+    text.match_indices(symbol).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + symbol.len()..].chars().next();
+        !before.is_some_and(ident) && !after.is_some_and(ident)
+    })
+}
