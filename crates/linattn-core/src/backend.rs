@@ -11,6 +11,9 @@ use std::time::Duration;
 pub enum DeviceKind {
     Cpu,
     Cuda,
+    /// A simulated CUDA device: the PTX simulator running the CUDA kernels on the host.
+    /// Results are exact for what the kernels compute; times are host times, not GPU times.
+    Sim,
 }
 
 /// What a backend computes: linear attention in some form, or the softmax baseline.

@@ -48,6 +48,10 @@ pub enum AttnError {
     Cuda(String),
     #[error("kernel compilation failed: {0}")]
     Compile(String),
+    /// A checker of the PTX simulator (memcheck, racecheck, initcheck, synccheck) stopped a
+    /// kernel: the text names kernel, PTX line, CTA, thread and address.
+    #[error("kernel fault: {0}")]
+    KernelFault(String),
     #[error("backend state: {0}")]
     State(String),
     #[error("I/O error: {0}")]
