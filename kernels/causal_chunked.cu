@@ -1,6 +1,8 @@
 // causal_chunked.cu — causal linear attention, chunkwise form on tensor cores (SPEC §3, §4, §6).
 //
-// COMPILE-CHECKED ONLY (NVRTC + ptxas for sm_80 / sm_90); not yet run on a GPU.
+// Compile-checked with NVRTC + ptxas for sm_80 / sm_90 and run on the PTX simulator
+// (linattn-ptxsim, with its memory, race, init and sync checkers) in the tests; not yet run
+// on a GPU.
 //
 // ---- math (per (b, h); q̃ = φ(q), k̃ = φ(k); λ = decay; chunk c holds tokens cL .. cL+L−1) ----
 //   S_i = λ S_{i−1} + k̃_i v_iᵀ (C×M),  z_i = λ z_{i−1} + k̃_i,   O_i = q̃_iᵀS_i / (q̃_iᵀz_i + ε).
@@ -27,10 +29,13 @@
 //   H100 has 132 SMs. Here every pass has NC·B·H·(M/64) CTAs (N = 262144, B·H = 16: 65536),
 //   at the price of the chunk-state buffer: N/L · C·(M+1) fp32 per (b, h) (O(N/L·C·M)),
 //   e.g. 4096 chunks · 64·65·4 B = 68 MB per head at D = M = 64.
-//   Backward: cc_state_fwd + forward scan again (states recomputed, never stored per token),
-//   cc_state_bwd + reverse scan (R⁰, r⁰: another N/L·C·(M+1) fp32), then cc_dq, cc_dk
-//   (grid (NC, B·H, C/64)) and cc_dv (grid (NC, B·H, M/64)). Per-token saved data: only den
-//   (N fp32 per head, written by the forward) and O itself.
+//   Backward: cc_state_fwd (split k̃, see precision) + forward scan again (states
+//   recomputed, never stored per token); for normalised maps cc_forward_go, the forward once
+//   more on those states, writing only G_i·O_i from the fp32 O (M/64 partials per token, one
+//   per slice: N·M/64 fp32 per head); cc_state_bwd + reverse scan (R⁰, r⁰: another
+//   N/L·C·(M+1) fp32), then cc_dq, cc_dk (grid (NC, B·H, C/64)) and cc_dv (grid (NC, B·H,
+//   M/64)). Per-token saved data: only den (N fp32 per head, written by the forward) and O
+//   itself, which the backward no longer reads (gd takes the fp32 O of cc_forward_go).
 //
 // ---- warp / fragment mapping ----
 //   Block = 128 threads = 4 warps; warp w owns rows 16w .. 16w+15 of the 64-row chunk (rows =
@@ -48,31 +53,41 @@
 //
 // ---- precision ----
 //   Q, K, V, O, dO, gradients: fp16/bf16 in memory. φ, φ', decay weights, every accumulation,
-//   the chunk states S, z, R, r, den: fp32. Tensor-core operands read from memory are 16-bit:
-//   q̃ and k̃ are rounded once after φ (v, G are exact in storage precision). 1/den is never folded into a 16-bit operand
-//   (G is exact in storage precision; 1/den scales fp32 results), so den = ε rows (relu with
-//   q̃ = 0) cannot overflow fp16. The fp32 states are NOT rounded to 16 bits: for the mma each
-//   state element x is scaled by a power of two 2^s (|x·2^s| < 2^14, fp16 range) and split
-//   x·2^s = hi + lo (both 16-bit), two mma's, product rescaled by 2^−s: the inter-chunk term
-//   keeps ~22 (fp16) / ~16 (bf16) mantissa bits, so state magnitude (which grows with N; z
-//   overflows fp16 past 65504) costs neither range nor accuracy. The intra-chunk matrices
-//   built in registers (P in the forward, A in dQ and dK, Pᵀ/den in dV) are split hi + lo as
-//   well (2 mma's each; 3 in dQ, whose k̃ is split too): those terms cancel against the
-//   inter-chunk ones (Σ_j A_ij ≈ 0 since k̃ ≈ 1 + elu(k), and v_j − O_i ≈ 0 for the first
-//   tokens), so their 16-bit rounding, not storage, dominated bf16 dQ.
+//   the chunk states S, z, R, r, den, and G·O: fp32. Tensor-core operands read from memory are
+//   16-bit; v and G are exact in storage precision, q̃ = φ(q) and k̃ = φ(k) are not, and
+//   where they feed a term that cancels they are split x = hi + lo (both 16-bit, ~16 bits of
+//   mantissa in bf16, ~22 in fp16, one mma per part): k̃ in the backward's S⁰, z⁰
+//   (cc_state_fwd split = 1) and in dQ's intra term, q̃ in R⁰, r⁰ (cc_state_bwd) and in dK's
+//   intra term. In the forward q̃, k̃ are rounded once after φ (O's error is its storage).
+//   Range: no operand holds an unscaled 1/den or λ^i/den. Products whose per-token weight
+//   runs along a row of the A operand (A, Aᵀ, Pᵀ/den in dQ, dK, dV) get one power-of-two scale
+//   per row before their hi + lo split (cc_row_scale, row max below 2^14), undone on the fp32
+//   result; the weighted q̃ of cc_state_bwd, whose weight λ^i/den_i runs along the k dim, gets
+//   one per feature row (cc_tile_cols col_unscale). So den ~ N at long sequences (λ^i/den_i
+//   was an fp16 subnormal by N ~ 10^4: dK 3.9e-3 at N = 16384) and den = ε (relu with q̃ = 0
+//   or no positive key yet: 1/ε overflowed fp16 to inf, NaN dQ and dK) both keep the full
+//   16-bit mantissa; dK̃ ~ 1/ε there is finite in fp32 and φ'(k) = 0 zeroes it.
+//   The fp32 states are NOT rounded to 16 bits: for the mma each state tile is scaled by a
+//   power of two 2^s (max |x·2^s| < 2^14) and split x·2^s = hi + lo, two mma's, product
+//   rescaled by 2^−s: state magnitude (which grows with N; z overflows fp16 past 65504) costs
+//   neither range nor accuracy. The intra-chunk matrices built in registers (P in the
+//   forward, A in dQ and dK, Pᵀ/den in dV) are split hi + lo as well: those terms cancel
+//   against the inter-chunk ones (Σ_j A_ij ≈ 0 since k̃ ≈ 1 + elu(k), and v_j − O_i ≈ 0 for
+//   the first tokens), so their 16-bit rounding, not storage, would dominate bf16 dQ.
+//   gd_i = −G_i·O_i/den_i takes O in fp32 (cc_forward_go), never the stored 16-bit O: z⁰ gd
+//   and r carry it into dQ and dK, where they cancel against the S gn terms.
 //   z, r and the denominators' inter term go through CUDA-core fp32 dot products.
-//   Emulated in f64 with 16-bit rounding at exactly these points (a lane-level Python model
-//   of these kernels, kept outside the repo;
-//   N = 63..1000, D, M ∈ {64, 128}, elu+1/relu/identity, λ ∈ {1, 0.97, 0.9}), RMS error
-//   ratios against an f64 recurrence: fp16 ≤ 4.2e-4, bf16 ≤ 3.9e-3 (dQ the largest),
-//   versus 2e-3 / 5e-3 bars; rounding inputs and outputs alone costs bf16 dQ ~3e-3 to 4e-3.
-//   fp16 limit: intra-chunk scores q̃·k̃ and the products in A must stay below 65504.
+//   Measured on the simulator against the f64 oracle (B = H = 1, D = M = 64, elu+1, RMS
+//   error / RMS of each tensor): bf16 N = 1000 O 1.58e-3, dQ 1.75e-3, dK 1.67e-3, dV 1.68e-3,
+//   where storing the exact result in bf16 alone costs ~1.65e-3 (before: dQ 3.9e-3, dK
+//   2.4e-3); fp16 N = 16384 O, dQ, dK, dV 2.1e-4 .. 2.3e-4 (before: dK 3.9e-3, dV 7.6e-4).
+//   fp16 limit: intra-chunk scores q̃·k̃ must stay below 65504.
 
 // ---- limits ----
 //   D = C and M ∈ {64, 128}, compile-time (CC_D, CC_M). Any N ≥ 1: the tail chunk is
 //   zero-padded on load and masked on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
 //   Dynamic shared memory ≤ 88,320 B per CTA (cc_dq at M = 128; ≤ 79,360 B elsewhere) plus
-//   ≤ 768 B static: the host opts in above 48 KB (fits every sm_80+ part, 99 KB+ opt-in).
+//   ≤ 1,024 B static: the host opts in above 48 KB (fits every sm_80+ part, 99 KB+ opt-in).
 //   Storage (LA_STORAGE) and CC_D, CC_M are defines; the map (codes of LA_MAP) and decay
 //   (log2 λ; 0 = no decay) are kernel arguments, so one program per (precision, D, M).
 
@@ -236,14 +251,18 @@ __device__ __forceinline__ void cc_mma_split(float (&acc)[NT][4], const cc_u16* 
     }
 }
 
-// Power-of-two scale putting max|x| below 2^14 (fp16 range with headroom for the sums of the
-// split); exponent clamped so the scale and its inverse are finite normal floats.
-__device__ __forceinline__ float cc_split_scale(float max_abs) {
+// Power-of-two scale 2^s putting max|x| below 2^14 (fp16 range with headroom for the sums of
+// the split): the exponent s, clamped so 2^s and 2^−s are finite normal floats.
+__device__ __forceinline__ int cc_split_exp(float max_abs) {
     int e = max_abs > 0.0f ? ((__float_as_int(max_abs) >> 23) & 0xff) - 127 : 0;
     int s = 13 - e;
-    s = s < -120 ? -120 : (s > 120 ? 120 : s);
-    return __int_as_float((127 + s) << 23);
+    return s < -120 ? -120 : (s > 120 ? 120 : s);
 }
+
+// 2^s for |s| ≤ 126, exact (no division: its slow path is a call, and a call spills).
+__device__ __forceinline__ float cc_pow2(int s) { return __int_as_float((127 + s) << 23); }
+
+__device__ __forceinline__ float cc_split_scale(float max_abs) { return cc_pow2(cc_split_exp(max_abs)); }
 
 // Row r of [rows][cols] 16-bit global data, pair at column c (even): two floats, zero past N.
 __device__ __forceinline__ float2 cc_load_pair(const la_storage_t* __restrict__ src,
@@ -280,13 +299,21 @@ __device__ __forceinline__ void cc_tile_rows(cc_u16* dst, int ld, const la_stora
 // Same data transposed: dst[feature][token] (stride CC_LDT), COLS features from col0. Each
 // thread moves a 2×2 block so both the shared stores (32-bit, consecutive lanes → consecutive
 // token pairs) and the φ are done once per element. With `dst_lo`, also the rounding residue
-// x − hi(x) (a hi + lo split of the fp32 value, see cc_dq).
+// x − hi(x) (a hi + lo split of the fp32 value, see cc_dq); dst = null stores only that
+// residue (the state passes run the mma twice on one buffer). With `col_unscale`, every feature
+// row is multiplied by its own power of two 2^s (max over the 64 tokens below 2^14, see
+// cc_split_exp) before the rounding, and 2^−s goes to col_unscale[feature]: a row whose
+// values are tiny (λ^i/den_i ~ 1/N in cc_state_bwd: fp16 subnormals) or huge (1/den at
+// den = ε) keeps the full 16-bit mantissa; the caller rescales the products of that row.
+// A warp owns one feature pair for all 64 tokens (lane = token pair), so the max is a warp
+// reduction; the loop trip count is warp-uniform.
 template <int COLS>
 __device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __restrict__ src,
                                              la_index_t head_row0, int tok0, int n, int col0,
                                              int src_cols, int phi, const float* row_scale,
-                                             cc_u16* dst_lo = nullptr) {
+                                             cc_u16* dst_lo = nullptr, float* col_unscale = nullptr) {
     const int token_pairs = CC_L / 2;
+    static_assert(CC_L / 2 == 32, "a warp holds one feature pair of the whole chunk");
     for (int idx = threadIdx.x; idx < token_pairs * (COLS / 2); idx += CC_THREADS) {
         const int tp = (idx % token_pairs) * 2, cp = (idx / token_pairs) * 2;
         const bool v0 = tok0 + tp < n, v1 = tok0 + tp + 1 < n;
@@ -298,9 +325,21 @@ __device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __
             r0.x *= row_scale[tp]; r0.y *= row_scale[tp];
             r1.x *= row_scale[tp + 1]; r1.y *= row_scale[tp + 1];
         }
+        if (col_unscale) {
+            const int ex = cc_split_exp(la_warp_max(fmaxf(fabsf(r0.x), fabsf(r1.x))));
+            const int ey = cc_split_exp(la_warp_max(fmaxf(fabsf(r0.y), fabsf(r1.y))));
+            r0.x *= cc_pow2(ex); r1.x *= cc_pow2(ex);
+            r0.y *= cc_pow2(ey); r1.y *= cc_pow2(ey);
+            if ((threadIdx.x & 31) == 0) {
+                col_unscale[cp] = cc_pow2(-ex);
+                col_unscale[cp + 1] = cc_pow2(-ey);
+            }
+        }
         const cc_u32 h0 = cc_pack(r0.x, r1.x), h1 = cc_pack(r0.y, r1.y);
-        *(cc_u32*)(dst + cp * CC_LDT + tp) = h0;
-        *(cc_u32*)(dst + (cp + 1) * CC_LDT + tp) = h1;
+        if (dst) {
+            *(cc_u32*)(dst + cp * CC_LDT + tp) = h0;
+            *(cc_u32*)(dst + (cp + 1) * CC_LDT + tp) = h1;
+        }
         if (dst_lo) {
             *(cc_u32*)(dst_lo + cp * CC_LDT + tp) = cc_pack(r0.x - cc_lo(h0), r1.x - cc_hi(h0));
             *(cc_u32*)(dst_lo + (cp + 1) * CC_LDT + tp) = cc_pack(r0.y - cc_lo(h1), r1.y - cc_hi(h1));
@@ -341,49 +380,105 @@ __device__ __forceinline__ float cc_block_max_nonneg(float x, int* slot) {
     return __int_as_float(*slot);
 }
 
+// Partials of G_i·O_i per token: one per 64-wide slice of M, go[token · CC_MT + slice].
+#define CC_MT (CC_M / CC_TILE)
+
 // 1/den and −G·O for the 64 rows of a chunk (identity map: 1 and 0); rows ≥ n: 0 and 0.
-// gn = G·(1/den) and gd = (−G·O)·(1/den) are never formed in 16 bits: G (exact in storage
-// precision) is the mma operand and 1/den scales fp32 results, so a row with den = ε (relu,
-// q̃ = 0) cannot overflow fp16 (SPEC §5: the ε matters). One warp per row.
-__device__ __forceinline__ void cc_row_grad_terms(float* den_inv, float* neg_go, const la_storage_t* __restrict__ grad,
-                                                  const la_storage_t* __restrict__ out,
+// G·O is the sum of the CC_MT partials cc_forward_go wrote from the fp32 O (not from the
+// 16-bit stored O: gd = −G·O/den feeds z⁰gd and r, which cancel against the S gn terms, so
+// O's storage rounding was the largest error of bf16 dQ). gn = G·(1/den) and gd are never
+// formed in 16 bits: G (exact in storage precision) is the mma operand and 1/den scales fp32
+// results or rows of per-row scaled operands (cc_row_scale), so den = ε rows (relu,
+// q̃ = 0 or k̃ = 0 so far) cannot overflow fp16 (SPEC §5: the ε matters).
+__device__ __forceinline__ void cc_row_grad_terms(float* den_inv, float* neg_go,
+                                                  const float* __restrict__ go_parts,
                                                   const float* __restrict__ den, la_index_t head_row0,
                                                   int tok0, int n, int map) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int r = warp; r < CC_L; r += CC_THREADS / 32) {
+    for (int r = threadIdx.x; r < CC_L; r += CC_THREADS) {
         const int i = tok0 + r;
-        if (i >= n) {
-            if (lane == 0) { den_inv[r] = 0.0f; neg_go[r] = 0.0f; }
-            continue;
+        float inv = 0.0f, ngo = 0.0f;
+        if (i < n && !cc_normalised(map)) {
+            inv = 1.0f;
+        } else if (i < n) {
+            const la_index_t tok = head_row0 + i;
+            float dot = 0.0f;
+#pragma unroll
+            for (int s = 0; s < CC_MT; ++s) dot += go_parts[tok * CC_MT + s];
+            inv = 1.0f / den[tok];
+            ngo = -dot;
         }
-        if (!cc_normalised(map)) {
-            if (lane == 0) { den_inv[r] = 1.0f; neg_go[r] = 0.0f; }
-            continue;
-        }
-        float dot = 0.0f;
-        for (int e = 2 * lane; e < CC_M; e += 64) {
-            const float2 gv = cc_load_pair(grad, head_row0 + i, CC_M, e, true);
-            const float2 ov = cc_load_pair(out, head_row0 + i, CC_M, e, true);
-            dot += gv.x * ov.x + gv.y * ov.y;
-        }
-        dot = la_warp_sum(dot);
-        if (lane == 0) {
-            den_inv[r] = 1.0f / den[head_row0 + i];
-            neg_go[r] = -dot;
-        }
+        den_inv[r] = inv;
+        neg_go[r] = ngo;
+    }
+}
+
+// Scales rows g and g+8 of a warp's 16-row accumulator tile (n-tiles 0..NT−1, zeros where
+// masked) by powers of two putting each row's max |x| below 2^14 (cc_split_exp), and
+// returns the factors (s_*) and their inverses (u_*). Row scales commute with a product
+// whose k dim runs along the row (A·B with A the tile): the caller multiplies row r of the
+// result by the inverse. So the 16-bit hi + lo split of A keeps ~22 (fp16) bits whatever the
+// row's magnitude: 1/den ~ 1/N at long N (fp16 subnormals) or 1/ε at den = ε (fp16
+// overflow) alike. The callers fold s into the fp32 inter-chunk term already in the
+// accumulator (exact: a power of two), so s is capped at 2^CC_ROW_EXP_MAX, keeping that
+// term finite up to 2^64; only rows with max |x| < 2^−50 then lose fp16 bits, and their
+// products are far below what a 16-bit gradient holds.
+#define CC_ROW_EXP_MAX 64
+template <int NT>
+__device__ __forceinline__ void cc_row_scale(float (&c)[NT][4], float& s_lo, float& s_hi, float& u_lo,
+                                             float& u_hi) {
+    float m_lo = 0.0f, m_hi = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        m_lo = fmaxf(m_lo, fmaxf(fabsf(c[nt][0]), fabsf(c[nt][1])));
+        m_hi = fmaxf(m_hi, fmaxf(fabsf(c[nt][2]), fabsf(c[nt][3])));
+    }
+    // The 4 lanes t of a quad hold the rest of the row.
+#pragma unroll
+    for (int x = 1; x <= 2; x <<= 1) {
+        m_lo = fmaxf(m_lo, __shfl_xor_sync(LA_FULL_MASK, m_lo, x));
+        m_hi = fmaxf(m_hi, __shfl_xor_sync(LA_FULL_MASK, m_hi, x));
+    }
+    const int e_lo = min(cc_split_exp(m_lo), CC_ROW_EXP_MAX);
+    const int e_hi = min(cc_split_exp(m_hi), CC_ROW_EXP_MAX);
+    s_lo = cc_pow2(e_lo);
+    s_hi = cc_pow2(e_hi);
+    u_lo = cc_pow2(-e_lo);
+    u_hi = cc_pow2(-e_hi);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        c[nt][0] *= s_lo; c[nt][1] *= s_lo;
+        c[nt][2] *= s_hi; c[nt][3] *= s_hi;
+    }
+}
+
+// Rows g and g+8 of a warp's accumulator tile times u_lo, u_hi (undoes cc_row_scale).
+template <int NT>
+__device__ __forceinline__ void cc_row_unscale(float (&c)[NT][4], float u_lo, float u_hi) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        c[nt][0] *= u_lo; c[nt][1] *= u_lo;
+        c[nt][2] *= u_hi; c[nt][3] *= u_hi;
     }
 }
 
 // ---- pass 1: chunk states ------------------------------------------------------------------
 
 // states[bh][c] ← (Sᵀ[e][d] = Σ_j λ^{L−1−j} v_j[e] k̃_j[d],  z[d] = Σ_j λ^{L−1−j} k̃_j[d]).
+// split ≠ 0 (the backward): the weighted k̃ operand is split hi + lo, both 16-bit, and the
+// mma runs on each in turn through the same shared tile (two phases, no extra shared
+// memory), so S⁰ and z⁰ carry ~16 (bf16) / ~22 (fp16) bits of k̃ instead of 8 / 11. In dQ,
+// λ^{i+1}(gn S⁰ᵀ + gd z⁰) cancels against the intra term, and the rounding of k̃ in S⁰ was
+// (after gd from the fp32 O) the largest error of bf16 dQ: 2.8e-3 → 1.75e-3 at N = 1000,
+// against 1.66e-3 for rounding the exact dQ to bf16. split = 0 (the forward): hi only; O's
+// error there is its bf16 storage either way.
 // grid (NC, B·H, M/64); dynamic shared (M-slice 64 × LDT + D × LDT) · 2 B.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
 cc_state_fwd(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v,
-             float* __restrict__ states, int n, int num_chunks, float log2_decay, int map) {
+             float* __restrict__ states, int split, int n, int num_chunks, float log2_decay,
+             int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_vt = (cc_u16*)cc_smem;                 // [64 e][LDT]
-    cc_u16* s_kt = s_vt + CC_TILE * CC_LDT;          // [D][LDT], weighted
+    cc_u16* s_kt = s_vt + CC_TILE * CC_LDT;          // [D][LDT], weighted (phase 2: its residue)
     __shared__ float s_w[CC_L];
 
     const int chunk = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
@@ -399,7 +494,20 @@ cc_state_fwd(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float acc[CC_D / 8][4];
     cc_zero(acc);
+    // z[d] for d = threadIdx.x (D ≤ 128 = threads), from the same 16-bit operand(s) as S.
+    const bool z_thread = blockIdx.z == 0 && threadIdx.x < CC_D;
+    float z = 0.0f;
     cc_mma_ss<CC_D / 8, CC_L / 16>(acc, s_vt + warp * 16 * CC_LDT, CC_LDT, s_kt, CC_LDT, 0, CC_D / 8);
+    if (z_thread)
+        for (int j = 0; j < CC_L; ++j) z += la_to_float(s_kt[threadIdx.x * CC_LDT + j]);
+    if (split) {
+        __syncthreads();  // every read of the hi tile is done
+        cc_tile_cols<CC_D>(nullptr, k, head_row0, tok0, n, 0, CC_D, map, s_w, s_kt);
+        __syncthreads();
+        cc_mma_ss<CC_D / 8, CC_L / 16>(acc, s_vt + warp * 16 * CC_LDT, CC_LDT, s_kt, CC_LDT, 0, CC_D / 8);
+        if (z_thread)
+            for (int j = 0; j < CC_L; ++j) z += la_to_float(s_kt[threadIdx.x * CC_LDT + j]);
+    }
 
     float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
     const int e = e0 + warp * 16 + g;
@@ -409,57 +517,64 @@ cc_state_fwd(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
         *(float2*)(dst + (la_index_t)e * CC_D + d) = make_float2(acc[nt][0], acc[nt][1]);
         *(float2*)(dst + (la_index_t)(e + 8) * CC_D + d) = make_float2(acc[nt][2], acc[nt][3]);
     }
-    if (blockIdx.z == 0) {
-        for (int d = threadIdx.x; d < CC_D; d += CC_THREADS) {
-            float z = 0.0f;
-            for (int j = 0; j < CC_L; ++j) z += la_to_float(s_kt[d * CC_LDT + j]);
-            dst[(la_index_t)CC_D * CC_M + d] = z;
-        }
-    }
+    if (z_thread) dst[(la_index_t)CC_D * CC_M + threadIdx.x] = z;
 }
 
 // Backward: states[bh][c] ← (ΔR[d][e] = Σ_i λ^i q̃_i[d] gn_i[e],  Δr[d] = Σ_i λ^i q̃_i[d] gd_i),
-// computed as Σ_i (λ^i/den_i) q̃_i[d] · (G_i[e] | −G_i·O_i).
+// computed as Σ_i (λ^i/den_i) q̃_i[d] · (G_i[e] | −G_i·O_i). The weight λ^i/den_i runs along
+// the mma's k dim (tokens), so it is folded into the q̃ operand, and every feature row d of
+// that operand is scaled by its own power of two before the 16-bit rounding (cc_tile_cols
+// with col_unscale): den grows ~N, and unscaled the weighted q̃ sank into fp16 subnormals
+// (dK, dV lost precision as N grew). Row d of ΔR and Δr[d] are multiplied back in fp32.
 // grid (NC, B·H, D/64); dynamic shared (64 × LDT + M × LDT) · 2 B.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_state_bwd(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ out,
-             const la_storage_t* __restrict__ grad, const float* __restrict__ den,
+cc_state_bwd(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ grad,
+             const float* __restrict__ go_parts, const float* __restrict__ den,
              float* __restrict__ states, int n, int num_chunks, float log2_decay, int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
-    cc_u16* s_qt = (cc_u16*)cc_smem;                 // [64 d][LDT], weighted λ^i / den_i
+    cc_u16* s_qt = (cc_u16*)cc_smem;                 // [64 d][LDT], weighted λ^i / den_i, row-scaled
     cc_u16* s_gt = s_qt + CC_TILE * CC_LDT;          // [M][LDT], G
-    __shared__ float s_w[CC_L], s_den_inv[CC_L], s_neg_go[CC_L];
+    __shared__ float s_w[CC_L], s_den_inv[CC_L], s_neg_go[CC_L], s_unscale[CC_TILE];
 
     const int chunk = blockIdx.x, bh = blockIdx.y, d0 = blockIdx.z * CC_TILE;
     const int tok0 = chunk * CC_L;
     const la_index_t head_row0 = (la_index_t)bh * n;
-    cc_row_grad_terms(s_den_inv, s_neg_go, grad, out, den, head_row0, tok0, n, map);
+    cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
     __syncthreads();
     for (int i = threadIdx.x; i < CC_L; i += CC_THREADS)
         s_w[i] = cc_pow(log2_decay, (float)i) * s_den_inv[i];
     __syncthreads();
-    cc_tile_cols<CC_TILE>(s_qt, q, head_row0, tok0, n, d0, CC_D, map, s_w);
+    cc_tile_cols<CC_TILE>(s_qt, q, head_row0, tok0, n, d0, CC_D, map, s_w, nullptr, s_unscale);
     cc_tile_cols<CC_M>(s_gt, grad, head_row0, tok0, n, 0, CC_M, CC_MAP_IDENTITY, nullptr);
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float acc[CC_M / 8][4];
     cc_zero(acc);
-    cc_mma_ss<CC_M / 8, CC_L / 16>(acc, s_qt + warp * 16 * CC_LDT, CC_LDT, s_gt, CC_LDT, 0, CC_M / 8);
+    // r[d] for d = threadIdx.x (64 ≤ threads), from the same 16-bit operands as R.
+    float r = 0.0f;
+#pragma unroll
+    for (int phase = 0; phase < 2; ++phase) {
+        if (phase == 1) {
+            __syncthreads();  // every read of the hi tile is done
+            cc_tile_cols<CC_TILE>(nullptr, q, head_row0, tok0, n, d0, CC_D, map, s_w, s_qt, s_unscale);
+            __syncthreads();
+        }
+        cc_mma_ss<CC_M / 8, CC_L / 16>(acc, s_qt + warp * 16 * CC_LDT, CC_LDT, s_gt, CC_LDT, 0, CC_M / 8);
+        if (threadIdx.x < CC_TILE)
+            for (int i = 0; i < CC_L; ++i) r += la_to_float(s_qt[threadIdx.x * CC_LDT + i]) * s_neg_go[i];
+    }
 
     float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-    const int d = d0 + warp * 16 + g;
+    const int dl = warp * 16 + g, d = d0 + dl;
+    const float u_lo = s_unscale[dl], u_hi = s_unscale[dl + 8];
 #pragma unroll
     for (int nt = 0; nt < CC_M / 8; ++nt) {
         const int e = nt * 8 + 2 * t;
-        *(float2*)(dst + (la_index_t)d * CC_M + e) = make_float2(acc[nt][0], acc[nt][1]);
-        *(float2*)(dst + (la_index_t)(d + 8) * CC_M + e) = make_float2(acc[nt][2], acc[nt][3]);
+        *(float2*)(dst + (la_index_t)d * CC_M + e) = make_float2(acc[nt][0] * u_lo, acc[nt][1] * u_lo);
+        *(float2*)(dst + (la_index_t)(d + 8) * CC_M + e) = make_float2(acc[nt][2] * u_hi, acc[nt][3] * u_hi);
     }
-    for (int dl = threadIdx.x; dl < CC_TILE; dl += CC_THREADS) {
-        float r = 0.0f;
-        for (int i = 0; i < CC_L; ++i) r += la_to_float(s_qt[dl * CC_LDT + i]) * s_neg_go[i];
-        dst[(la_index_t)CC_D * CC_M + d0 + dl] = r;
-    }
+    if (threadIdx.x < CC_TILE) dst[(la_index_t)CC_D * CC_M + d0 + threadIdx.x] = r * s_unscale[threadIdx.x];
 }
 
 // ---- pass 2: scan over chunks ---------------------------------------------------------------
@@ -500,12 +615,17 @@ cc_scan(float* __restrict__ states, int num_chunks, float chunk_decay, int rever
 
 #define CC_FWD_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4 + CC_D * 4)
 
-// O[:, e0:e0+64] and den for one chunk. grid (NC, B·H, M/64); dynamic shared CC_FWD_SMEM.
-extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
-           const la_storage_t* __restrict__ v, const float* __restrict__ states,
-           la_storage_t* __restrict__ out, float* __restrict__ den_out, int n, int num_chunks,
-           float log2_decay, float eps, int map) {
+// O[:, e0:e0+64] and den for one chunk (GO = false: cc_forward), or, in the backward, the
+// partial G_i·O_i over this slice of M from the fp32 O before any rounding (GO = true:
+// cc_forward_go, writes go[token · CC_MT + blockIdx.z] and neither O nor den).
+// grid (NC, B·H, M/64); dynamic shared CC_FWD_SMEM.
+template <bool GO>
+__device__ __forceinline__ void
+cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+                const la_storage_t* __restrict__ v, const float* __restrict__ states,
+                la_storage_t* __restrict__ out, float* __restrict__ den_out,
+                const la_storage_t* __restrict__ grad, float* __restrict__ go, int n,
+                int num_chunks, float log2_decay, float eps, int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_q = (cc_u16*)cc_smem;                  // [64 i][LDD]  q̃
     cc_u16* s_k = s_q + CC_L * CC_LDD;               // [64 j][LDD]  k̃
@@ -599,6 +719,29 @@ cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ 
     const float den_lo = normalised ? w_lo * qz_lo + row_sum[0] + eps : 1.0f;
     const float den_hi = normalised ? w_hi * qz_hi + row_sum[1] + eps : 1.0f;
     const float inv_lo = 1.0f / den_lo, inv_hi = 1.0f / den_hi;
+    if (GO) {
+        // G·O over this slice: the fp32 numerator row · G, then 1/den; the quad's 4 lanes t
+        // hold the rest of the row.
+        float dot_lo = 0.0f, dot_hi = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < CC_TILE / 8; ++nt) {
+            const int e = e0 + nt * 8 + 2 * t;
+            const float2 g_lo = cc_load_pair(grad, head_row0 + i_lo, CC_M, e, i_lo < n);
+            const float2 g_hi = cc_load_pair(grad, head_row0 + i_hi, CC_M, e, i_hi < n);
+            dot_lo += g_lo.x * o[nt][0] + g_lo.y * o[nt][1];
+            dot_hi += g_hi.x * o[nt][2] + g_hi.y * o[nt][3];
+        }
+#pragma unroll
+        for (int x = 1; x <= 2; x <<= 1) {
+            dot_lo += __shfl_xor_sync(LA_FULL_MASK, dot_lo, x);
+            dot_hi += __shfl_xor_sync(LA_FULL_MASK, dot_hi, x);
+        }
+        if (t == 0) {
+            if (i_lo < n) go[(head_row0 + i_lo) * CC_MT + blockIdx.z] = dot_lo * inv_lo;
+            if (i_hi < n) go[(head_row0 + i_hi) * CC_MT + blockIdx.z] = dot_hi * inv_hi;
+        }
+        return;
+    }
 #pragma unroll
     for (int nt = 0; nt < CC_TILE / 8; ++nt) {
         const int e = e0 + nt * 8 + 2 * t;
@@ -611,6 +754,29 @@ cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ 
         if (i_lo < n) den_out[head_row0 + i_lo] = den_lo;
         if (i_hi < n) den_out[head_row0 + i_hi] = den_hi;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(CC_THREADS)
+cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+           const la_storage_t* __restrict__ v, const float* __restrict__ states,
+           la_storage_t* __restrict__ out, float* __restrict__ den_out, int n, int num_chunks,
+           float log2_decay, float eps, int map) {
+    cc_forward_body<false>(q, k, v, states, out, den_out, nullptr, nullptr, n, num_chunks,
+                           log2_decay, eps, map);
+}
+
+// Backward pre-pass (normalised maps): the forward recomputed on the S⁰ of the backward's
+// forward scan, writing go[token · CC_MT + slice] = G·O over the slice from the fp32 O, for
+// gd = −G·O/den (cc_row_grad_terms). Same grid and shared memory as cc_forward. O = num/den
+// uses the den recomputed here (on the split S⁰, z⁰, so it may differ from the saved den in
+// the last bits); the gradient kernels divide by the saved den.
+extern "C" __global__ void __launch_bounds__(CC_THREADS)
+cc_forward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+              const la_storage_t* __restrict__ v, const float* __restrict__ states,
+              const la_storage_t* __restrict__ grad, float* __restrict__ go, int n,
+              int num_chunks, float log2_decay, float eps, int map) {
+    cc_forward_body<true>(q, k, v, states, nullptr, nullptr, grad, go, n, num_chunks,
+                          log2_decay, eps, map);
 }
 
 // ---- backward: gradients ----------------------------------------------------------------------
@@ -642,15 +808,20 @@ __device__ __forceinline__ void cc_store_grad(la_storage_t* __restrict__ dst, co
 }
 
 // dQ[:, d0:d0+64] for one chunk: (A k̃ + λ^{i+1}(gn S⁰ᵀ + gd z⁰)) ⊙ φ'(q), with
-// A_ij = (G_i·v_j − G_i·O_i)/den_i and gn S⁰ᵀ + gd z⁰ = (G S⁰ᵀ − (G·O) z⁰)/den.
+// A_ij = (G_i·v_j − G_i·O_i)/den_i and gn S⁰ᵀ + gd z⁰ = (G S⁰ᵀ − (G·O) z⁰)/den; G·O from
+// go_parts (cc_forward_go, fp32 O).
 // Precision: A k̃ cancels against the inter term (Σ_j A_ij ≈ 0 where k̃ ≈ 1 + elu(k)), so
 // 16-bit rounding of A and k̃ would dominate dQ's error in bf16: both are split hi + lo
-// (3 mma's: hi·hi + hi·lo + lo·hi), an emulated-fp32 product for this term only.
-// grid (NC, B·H, D/64); dynamic shared CC_DQ_SMEM. `states` holds S⁰ (forward scan).
+// (3 mma's: hi·hi + hi·lo + lo·hi), an emulated-fp32 product for this term only. Row i of A
+// carries 1/den_i: each row is scaled by a power of two before the split (cc_row_scale), the
+// inter term by the same factor, and the sum scaled back, so neither den ~ N nor den = ε
+// leaves the 16-bit range.
+// grid (NC, B·H, D/64); dynamic shared CC_DQ_SMEM. `states` holds S⁰ (the backward's split
+// forward scan).
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
 cc_dq(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
-      const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ out,
-      const la_storage_t* __restrict__ grad, const float* __restrict__ den,
+      const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,
+      const float* __restrict__ go_parts, const float* __restrict__ den,
       const float* __restrict__ states, la_storage_t* __restrict__ dq, int n, int num_chunks,
       float log2_decay, int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
@@ -668,7 +839,7 @@ cc_dq(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
     const la_index_t head_row0 = (la_index_t)bh * n;
     const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
     if (threadIdx.x == 0) s_max = 0;
-    cc_row_grad_terms(s_den_inv, s_neg_go, grad, out, den, head_row0, tok0, n, map);
+    cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
     __syncthreads();
     cc_tile_rows<CC_M>(s_g, CC_LDM, grad, head_row0, tok0, n, 0, CC_M, CC_MAP_IDENTITY, nullptr);
     cc_tile_rows<CC_M>(s_v, CC_LDM, v, head_row0, tok0, n, 0, CC_M, CC_MAP_IDENTITY, nullptr);
@@ -697,14 +868,16 @@ cc_dq(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
             am[nt][c] = (j <= i && tok0 + j < n)
                             ? (am[nt][c] + go) * inv * cc_pow(log2_decay, (float)(i - j)) : 0.0f;
         }
+    float s_lo, s_hi, u_lo, u_hi;  // rows scaled by s (powers of two) for the split; u = 1/s
+    cc_row_scale(am, s_lo, s_hi, u_lo, u_hi);
 
     // Inter: λ^{i+1}(G_i S⁰ᵀ − (G_i·O_i) z⁰)/den_i.
     float acc[CC_TILE / 8][4];
     cc_zero(acc);
     cc_mma_split<CC_TILE / 8, CC_M / 16>(acc, a_g, CC_LDM, s_s, CC_LDM, scale);
     const float inv_scale = 1.0f / scale;
-    const float w_lo = cc_pow(log2_decay, (float)(row0 + g + 1)) * inv_lo;
-    const float w_hi = cc_pow(log2_decay, (float)(row0 + g + 9)) * inv_hi;
+    const float w_lo = cc_pow(log2_decay, (float)(row0 + g + 1)) * inv_lo * s_lo;
+    const float w_hi = cc_pow(log2_decay, (float)(row0 + g + 9)) * inv_hi * s_hi;
 #pragma unroll
     for (int nt = 0; nt < CC_TILE / 8; ++nt)
 #pragma unroll
@@ -729,16 +902,21 @@ cc_dq(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
             cc_mma(acc[nt], a_hi, *(const cc_u32*)(s_kt_lo + off), *(const cc_u32*)(s_kt_lo + off + 8));
         }
     }
+    cc_row_unscale(acc, u_lo, u_hi);
     cc_store_grad(dq, q, acc, head_row0, tok0 + row0 + g, n, d0, CC_D, map);
 }
 
 // dK[:, d0:d0+64] for one chunk: (Aᵀ q̃ + λ^{L−j}(v_j R⁰ᵀ + r⁰)) ⊙ φ'(k), with
-// Aᵀ[j][i] = (v_j·G_i − G_i·O_i)/den_i.
+// Aᵀ[j][i] = (v_j·G_i − G_i·O_i)/den_i (G·O from go_parts, fp32 O).
+// Precision as cc_dq: Aᵀ q̃ cancels against the inter term, so Aᵀ is split hi + lo after a
+// power-of-two scale per row j (its 1/den_i runs along the row: den = ε rows give dK̃ ~ 1/ε,
+// finite in fp32, zeroed by φ'(k) = 0), and q̃ too: the hi tile first, then its residue
+// reloaded into the same shared tile (3 mma's, no extra shared memory).
 // grid (NC, B·H, D/64); dynamic shared CC_DK_SMEM. `states` holds R⁰ (reverse scan), R[d][e].
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
 cc_dk(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
-      const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ out,
-      const la_storage_t* __restrict__ grad, const float* __restrict__ den,
+      const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,
+      const float* __restrict__ go_parts, const float* __restrict__ den,
       const float* __restrict__ states, la_storage_t* __restrict__ dk, int n, int num_chunks,
       float log2_decay, int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
@@ -755,7 +933,7 @@ cc_dk(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
     const la_index_t head_row0 = (la_index_t)bh * n;
     const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
     if (threadIdx.x == 0) s_max = 0;
-    cc_row_grad_terms(s_den_inv, s_neg_go, grad, out, den, head_row0, tok0, n, map);
+    cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
     __syncthreads();
     cc_tile_rows<CC_M>(s_v, CC_LDM, v, head_row0, tok0, n, 0, CC_M, CC_MAP_IDENTITY, nullptr);
     cc_tile_rows<CC_M>(s_g, CC_LDM, grad, head_row0, tok0, n, 0, CC_M, CC_MAP_IDENTITY, nullptr);
@@ -781,14 +959,16 @@ cc_dk(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
                             ? (at[nt][c] + s_neg_go[i]) * s_den_inv[i] * cc_pow(log2_decay, (float)(i - j))
                             : 0.0f;
         }
+    float s_lo, s_hi, u_lo, u_hi;  // rows scaled by s (powers of two) for the split; u = 1/s
+    cc_row_scale(at, s_lo, s_hi, u_lo, u_hi);
 
     // Inter: λ^{L−j}(v_j R⁰ᵀ + r⁰).
     float acc[CC_TILE / 8][4];
     cc_zero(acc);
     cc_mma_split<CC_TILE / 8, CC_M / 16>(acc, a_v, CC_LDM, s_r, CC_LDM, scale);
     const float inv_scale = 1.0f / scale;
-    const float w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g)));
-    const float w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8)));
+    const float w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * s_lo;
+    const float w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * s_hi;
 #pragma unroll
     for (int nt = 0; nt < CC_TILE / 8; ++nt)
 #pragma unroll
@@ -798,7 +978,7 @@ cc_dk(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
         }
 
     // Intra: acc += Aᵀ q̃ (k over i ≥ row0); Aᵀ split hi + lo (it cancels against the inter
-    // term as in dQ).
+    // term as in dQ): Aᵀ_hi q̃_hi + Aᵀ_lo q̃_hi, then Aᵀ_hi q̃_lo.
 #pragma unroll
     for (int ks = 0; ks < CC_L / 16; ++ks) {
         if (ks < warp) continue;
@@ -812,12 +992,30 @@ cc_dk(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
             cc_mma(acc[nt], a_lo, b0, b1);
         }
     }
+    __syncthreads();  // every read of q̃'s hi tile is done
+    cc_tile_cols<CC_TILE>(nullptr, q, head_row0, tok0, n, d0, CC_D, map, nullptr, s_qt);
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < CC_L / 16; ++ks) {
+        if (ks < warp) continue;
+        cc_u32 a_hi[4], a_lo[4];
+        cc_acc_to_a_split(a_hi, a_lo, at, ks);
+#pragma unroll
+        for (int nt = 0; nt < CC_TILE / 8; ++nt) {
+            const cc_u16* bp = s_qt + (nt * 8 + g) * CC_LDT + ks * 16 + 2 * t;
+            cc_mma(acc[nt], a_hi, *(const cc_u32*)bp, *(const cc_u32*)(bp + 8));
+        }
+    }
+    cc_row_unscale(acc, u_lo, u_hi);
     cc_store_grad(dk, k, acc, head_row0, tok0 + row0 + g, n, d0, CC_D, map);
 }
 
 #define CC_DV_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4)
 
 // dV[:, e0:e0+64] for one chunk: Pᵀ gn + λ^{L−j} k̃_j R⁰, as (Pᵀ diag(1/den)) G + ...
+// Pᵀ/den (in [0, 1] for the normalised maps) is ~1/N at long sequences: its rows get a
+// power-of-two scale before the hi + lo split (cc_row_scale), so they stay out of fp16
+// subnormals.
 // grid (NC, B·H, M/64); dynamic shared CC_DV_SMEM. `states` holds R⁰ (reverse scan), R[d][e].
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
 cc_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
@@ -864,14 +1062,16 @@ cc_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
             const int j = row0 + g + (c >> 1) * 8, i = nt * 8 + 2 * t + (c & 1);
             pt[nt][c] = i >= j ? pt[nt][c] * s_den_inv[i] * cc_pow(log2_decay, (float)(i - j)) : 0.0f;
         }
+    float s_lo, s_hi, u_lo, u_hi;  // rows scaled by s (powers of two) for the split; u = 1/s
+    cc_row_scale(pt, s_lo, s_hi, u_lo, u_hi);
 
     // Inter: λ^{L−j} k̃_j R⁰.
     float acc[CC_TILE / 8][4];
     cc_zero(acc);
     cc_mma_split<CC_TILE / 8, CC_D / 16>(acc, a_k, CC_LDD, s_rt, CC_LDD, scale);
     const float inv_scale = 1.0f / scale;
-    const float w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * inv_scale;
-    const float w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * inv_scale;
+    const float w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * inv_scale * s_lo;
+    const float w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * inv_scale * s_hi;
 #pragma unroll
     for (int nt = 0; nt < CC_TILE / 8; ++nt) {
         acc[nt][0] *= w_lo; acc[nt][1] *= w_lo;
@@ -892,5 +1092,6 @@ cc_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
             cc_mma(acc[nt], a_lo, b0, b1);
         }
     }
+    cc_row_unscale(acc, u_lo, u_hi);
     cc_store_grad(dv, k, acc, head_row0, tok0 + row0 + g, n, e0, CC_M, CC_MAP_IDENTITY);
 }

@@ -5,19 +5,25 @@
 //   O_i = q̃_iᵀ S_i / (q̃_iᵀ z_i + ε)            (LA_NORMALISED = 0: O_i = q̃_iᵀ S_i)
 // Backward, G_i = ∂L/∂O_i, den_i = q̃_iᵀ z_i + ε saved by the forward:
 //   gn_i = G_i / den_i,  gd_i = −(G_i·O_i) / den_i                  (cr_backward_prep)
+//   with O_i in fp32: for 16-bit storage the forward scan runs again (cr_forward_go) and
+//   writes G_i·O_i per 32-column block instead of O; z·gd and r cancel against S·gn and R·v,
+//   so the stored O's 16-bit rounding was the largest error of bf16 ∂q (3.2e-3 → 1.66e-3,
+//   the floor of storing ∂q in bf16, at N = 1000). fp32 storage reads O itself.
 //   ∂q̃_i = S_i gn_i + z_i gd_i            forward scan, S_i and z_i recomputed (cr_backward_dq)
 //   R_j = λ R_{j+1} + q̃_j gn_jᵀ,  r_j = λ r_{j+1} + q̃_j gd_j          reverse scans
 //   ∂k̃_j = R_j v_j + r_j                                              (cr_backward_dk)
 //   ∂v_j = R_jᵀ k̃_j                                                   (cr_backward_dv)
 //   then ∂q = ∂q̃ ⊙ φ'(q), ∂k = ∂k̃ ⊙ φ'(k) (la_phi_grad; identity after a φ stage).
 // The naive "stored states" backward: cr_forward_stored also writes every S_i (N·C·M fp32)
-// and z_i (N·C), and cr_dq_from_states reads them instead of recomputing (∂k̃, ∂v still need
-// the reverse scans, which no amount of stored forward state replaces).
+// and z_i (N·C), and cr_dq_from_states reads them instead of recomputing, and takes gd from
+// them too (G_i·O_i = q̃_i·(S_i G_i)/den_i in fp32, no pre-pass); ∂k̃, ∂v still need the
+// reverse scans, which no amount of stored forward state replaces.
 //
-// One scan kernel body (cr_scan) serves all four scans. Each keeps a state X (A×B, fp32, in
+// One scan kernel body (cr_scan) serves all five scans. Each keeps a state X (A×B, fp32, in
 // registers) and, per token, does X = λX + x_a x_bᵀ and emits y_b = Σ_a X[a][b] w_a:
 //   role      A  B   x_a  x_b        w_a  order    extra per column b
 //   forward   C  M   k̃    v          q̃    forward  den = q̃ᵀz + ε (z warp)
+//   go        C  M   k̃    v          q̃    forward  den (z warp); emits Σ_b G_b·O_b, not O
 //   dv        C  M   q̃    gn         k̃    reverse  —
 //   dq        M  C   v    k̃          gn   forward  z_b · gd  (z_b = λz_b + k̃_b)
 //   dk        M  C   gn   q̃          v    reverse  r_b       (r_b = λr_b + q̃_b gd)
@@ -29,8 +35,11 @@
 // Grid / block: grid (ceil(B/32), B·H): block x owns columns [32x, 32x+32) of B (the value
 // dim M for forward/dv, the feature dim C for dq/dk), so small B·H still gives B/32 blocks
 // per head. 256 "main" threads = 8 warps; warp w owns rows [w·ROWS, (w+1)·ROWS) of the
-// state, lane l owns column l, ROWS = CR_A_MAX/8 fp32 registers. The forward (normalised)
-// adds a 9th warp that carries z (lane l owns rows l, l+32, ...) and produces den.
+// state, lane l owns column l, ROWS = CR_A_MAX/8 fp32 registers. The forward and go scans
+// (normalised) add a 9th warp that carries z (lane l owns rows l, l+32, ...) and produces
+// den. The go scan's warps each reduce one token's G·O over the block's 32 columns (a warp
+// sum) into go[token · gridDim.x + block x]: ⌈M/32⌉ fp32 per token, summed by
+// cr_backward_prep.
 // Tokens stream in tiles of CR_TILE: while a tile is computed from shared memory, the next
 // one is already being loaded into registers (prefetch); the per-token partial sums of the
 // 8 warps go to shared memory and are reduced once per tile (2 barriers per tile).
@@ -44,7 +53,8 @@
 // Defines: LA_STORAGE, LA_MAP, LA_NORMALISED (prelude); CR_A_MAX; CR_QK_F32 = 1 when Q and
 // K are φ(Q), φ(K) written in fp32 by the φ stage (then ∂q̃, ∂k̃ are written in fp32 too).
 // FAVOR+ features come shifted; the forward then takes per-token ε_i = ε·exp(q_log_scale_i +
-// k_log_scale_head) (null pointers otherwise); the backward needs only the saved den_i.
+// k_log_scale_head) (null pointers otherwise); the backward needs the saved den_i, and the
+// same scales for cr_forward_go (its den, hence its O, must be the forward's).
 
 #ifndef CR_A_MAX
 #define CR_A_MAX 64
@@ -63,6 +73,7 @@ typedef la_storage_t cr_qk_t;
 #define CR_ROLE_DV 1
 #define CR_ROLE_DQ 2
 #define CR_ROLE_DK 3
+#define CR_ROLE_GO 4  // the forward scan again, in the backward: G·O partials from fp32 O
 
 constexpr int CR_GROUPS = 8;    // row groups = main warps
 constexpr int CR_COLS = 32;     // columns of B per block = lanes
@@ -110,12 +121,13 @@ __device__ __forceinline__ void cr_scan(
     const float* __restrict__ den_in, const float* __restrict__ gd_in,
     la_storage_t* __restrict__ out_v, cr_qk_t* __restrict__ out_qk,
     float* __restrict__ den_out, float* __restrict__ states, float* __restrict__ z_states,
-    const float* __restrict__ q_log_scale, const float* __restrict__ k_log_scale,
-    int n, int c_dim, int m_dim, float decay, float eps) {
-    constexpr bool A_IS_C = ROLE == CR_ROLE_FORWARD || ROLE == CR_ROLE_DV;
+    float* __restrict__ go_out, const float* __restrict__ q_log_scale,
+    const float* __restrict__ k_log_scale, int n, int c_dim, int m_dim, float decay, float eps) {
+    constexpr bool FWD = ROLE == CR_ROLE_FORWARD || ROLE == CR_ROLE_GO;
+    constexpr bool A_IS_C = FWD || ROLE == CR_ROLE_DV;
     constexpr bool REVERSE = ROLE == CR_ROLE_DV || ROLE == CR_ROLE_DK;
-    constexpr bool Z_WARP = ROLE == CR_ROLE_FORWARD && LA_NORMALISED;
-    constexpr bool NEEDS_DEN = ROLE != CR_ROLE_FORWARD;
+    constexpr bool Z_WARP = FWD && LA_NORMALISED;
+    constexpr bool NEEDS_DEN = !FWD;
     constexpr bool COLUMN_EXTRA = (ROLE == CR_ROLE_DQ || ROLE == CR_ROLE_DK) && LA_NORMALISED;
     typedef typename cr_pick<A_IS_C, cr_qk_t, la_storage_t>::type a_t;
     typedef typename cr_pick<A_IS_C, la_storage_t, cr_qk_t>::type b_t;
@@ -145,13 +157,13 @@ __device__ __forceinline__ void cr_scan(
     const int tiles = (n + CR_TILE - 1) / CR_TILE;
     // FAVOR+ features arrive shifted by exp(−shift): ε_i = ε·exp(q_log_scale_i + k_log_scale)
     // keeps O equal to the unshifted result (see feature_map.rs). Null for other maps.
-    const bool scaled_eps = ROLE == CR_ROLE_FORWARD && q_log_scale != nullptr;
+    const bool scaled_eps = FWD && q_log_scale != nullptr;
     const float k_log = scaled_eps ? k_log_scale[bh] : 0.0f;
 
     const a_t* __restrict__ xa_src;
     const a_t* __restrict__ wa_src;
     const b_t* __restrict__ xb_src;
-    if constexpr (ROLE == CR_ROLE_FORWARD) {
+    if constexpr (FWD) {
         xa_src = k; wa_src = q; xb_src = v;
     } else if constexpr (ROLE == CR_ROLE_DV) {
         xa_src = q; wa_src = k; xb_src = g;
@@ -344,7 +356,20 @@ __device__ __forceinline__ void cr_scan(
                 const int col = o % CR_COLS;
                 const int i = t0 + t;
                 const int b = b0 + col;
-                if (i < n && b < b_dim) {
+                if constexpr (ROLE == CR_ROLE_GO) {
+                    // t (so i) is warp-uniform: o / 32 with o = tid + r·256. The warp sums
+                    // G_i[b]·O_i[b] over its 32 columns, O_i = acc/den in fp32 (never
+                    // rounded), into go_out[token · gridDim.x + blockIdx.x].
+                    float part = 0.0f;
+                    if (i < n && b < b_dim) {
+                        float acc = 0.0f;
+#pragma unroll
+                        for (int w = 0; w < CR_GROUPS; ++w) acc += part_s[w][t][col];
+                        part = la_load(g, (head_tok + i) * m_dim + b) * (acc / den_s[t]);
+                    }
+                    part = la_warp_sum(part);
+                    if (col == 0 && i < n) go_out[(head_tok + i) * gridDim.x + blockIdx.x] = part;
+                } else if (i < n && b < b_dim) {
                     float acc = 0.0f;
 #pragma unroll
                     for (int w = 0; w < CR_GROUPS; ++w) acc += part_s[w][t][col];
@@ -379,8 +404,24 @@ cr_forward(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
            const float* __restrict__ k_log_scale, int n, int c_dim, int m_dim, float decay,
            float eps) {
     cr_scan<CR_ROLE_FORWARD, false>(q, k, v, nullptr, nullptr, nullptr, out, nullptr, den_out,
-                                    nullptr, nullptr, q_log_scale, k_log_scale, n, c_dim, m_dim,
-                                    decay, eps);
+                                    nullptr, nullptr, nullptr, q_log_scale, k_log_scale, n,
+                                    c_dim, m_dim, decay, eps);
+}
+
+// Backward pre-pass for 16-bit storage: the forward scan again (same grid, same z warp),
+// writing no O and no den but go[token · ⌈M/32⌉ + block x] = Σ over the block's 32 columns
+// of G_i·O_i with O_i in fp32, for cr_backward_prep's gd (the stored 16-bit O is rounded,
+// and gd's z·gd and r terms cancel against the S·gn terms: that rounding was the largest
+// error of bf16 dQ). q_log_scale, k_log_scale as cr_forward (FAVOR+), so O is the forward's.
+extern "C" __global__ void __launch_bounds__(CR_MAX_THREADS, 1)
+cr_forward_go(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
+              const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ g,
+              float* __restrict__ go, const float* __restrict__ q_log_scale,
+              const float* __restrict__ k_log_scale, int n, int c_dim, int m_dim, float decay,
+              float eps) {
+    cr_scan<CR_ROLE_GO, false>(q, k, v, g, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                               nullptr, go, q_log_scale, k_log_scale, n, c_dim, m_dim, decay,
+                               eps);
 }
 
 // The forward of the stored-states backward: also writes S_i to states[bh][i][c][m] and z_i
@@ -393,8 +434,8 @@ cr_forward_stored(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
                   const float* __restrict__ k_log_scale, int n, int c_dim, int m_dim,
                   float decay, float eps) {
     cr_scan<CR_ROLE_FORWARD, true>(q, k, v, nullptr, nullptr, nullptr, out, nullptr, den_out,
-                                   states, z_states, q_log_scale, k_log_scale, n, c_dim, m_dim,
-                                   decay, eps);
+                                   states, z_states, nullptr, q_log_scale, k_log_scale, n,
+                                   c_dim, m_dim, decay, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(CR_MAIN_THREADS, 1)
@@ -403,7 +444,7 @@ cr_backward_dq(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
                const float* __restrict__ den, const float* __restrict__ gd,
                cr_qk_t* __restrict__ dq, int n, int c_dim, int m_dim, float decay) {
     cr_scan<CR_ROLE_DQ, false>(q, k, v, g, den, gd, nullptr, dq, nullptr, nullptr, nullptr,
-                               nullptr, nullptr, n, c_dim, m_dim, decay, 0.0f);
+                               nullptr, nullptr, nullptr, n, c_dim, m_dim, decay, 0.0f);
 }
 
 extern "C" __global__ void __launch_bounds__(CR_MAIN_THREADS, 1)
@@ -412,7 +453,7 @@ cr_backward_dk(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
                const float* __restrict__ den, const float* __restrict__ gd,
                cr_qk_t* __restrict__ dk, int n, int c_dim, int m_dim, float decay) {
     cr_scan<CR_ROLE_DK, false>(q, k, v, g, den, gd, nullptr, dk, nullptr, nullptr, nullptr,
-                               nullptr, nullptr, n, c_dim, m_dim, decay, 0.0f);
+                               nullptr, nullptr, nullptr, n, c_dim, m_dim, decay, 0.0f);
 }
 
 extern "C" __global__ void __launch_bounds__(CR_MAIN_THREADS, 1)
@@ -420,51 +461,74 @@ cr_backward_dv(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
                const la_storage_t* __restrict__ g, const float* __restrict__ den,
                la_storage_t* __restrict__ dv, int n, int c_dim, int m_dim, float decay) {
     cr_scan<CR_ROLE_DV, false>(q, k, nullptr, g, den, nullptr, dv, nullptr, nullptr, nullptr,
-                               nullptr, nullptr, nullptr, n, c_dim, m_dim, decay, 0.0f);
+                               nullptr, nullptr, nullptr, nullptr, n, c_dim, m_dim, decay, 0.0f);
 }
 
-// gd_i = −(G_i·O_i) / den_i, one warp per token (grid-stride over all B·H·N tokens).
+// gd_i = −(G_i·O_i) / den_i, one warp per token (grid-stride over all B·H·N tokens). G·O is
+// the sum of `slices` partials go[token · slices + s] from cr_forward_go (fp32 O, 16-bit
+// storage), or, with slices = 0, read from `out` (fp32 storage: O is exact there).
 extern "C" __global__ void __launch_bounds__(256)
 cr_backward_prep(const la_storage_t* __restrict__ g, const la_storage_t* __restrict__ out,
-                 const float* __restrict__ den, float* __restrict__ gd, la_index_t tokens,
-                 int m_dim) {
+                 const float* __restrict__ go, int slices, const float* __restrict__ den,
+                 float* __restrict__ gd, la_index_t tokens, int m_dim) {
     const int lane = threadIdx.x & 31;
     const la_index_t warps_per_block = blockDim.x >> 5;
     for (la_index_t tok = blockIdx.x * warps_per_block + (threadIdx.x >> 5); tok < tokens;
          tok += (la_index_t)gridDim.x * warps_per_block) {
         float dot = 0.0f;
-        for (int m = lane; m < m_dim; m += 32)
-            dot = fmaf(la_load(g, tok * m_dim + m), la_load(out, tok * m_dim + m), dot);
+        if (slices > 0) {
+            for (int s = lane; s < slices; s += 32) dot += go[tok * slices + s];
+        } else {
+            for (int m = lane; m < m_dim; m += 32)
+                dot = fmaf(la_load(g, tok * m_dim + m), la_load(out, tok * m_dim + m), dot);
+        }
         dot = la_warp_sum(dot);
         if (lane == 0) gd[tok] = -dot / den[tok];
     }
 }
 
 // Stored-states ∂q̃_i = S_i gn_i + z_i gd_i, read from the states the forward wrote: no scan,
-// one block per token (grid (N, B·H)), warp w takes rows c ≡ w (mod 8), lanes walk m.
+// one block per token (grid (N, B·H)), warp w takes rows c ≡ w (mod 8), lanes walk m. gd
+// comes from the same states, in fp32: with y = S_i gn_i, G_i·O_i = Σ_c q̃_i[c] y_c, so
+// gd_i = −(q̃_i·y)/den_i needs neither the 16-bit stored O nor a pre-pass; the block writes
+// it to gd[token] for the ∂K scan (normalised maps; no cr_backward_prep on this path).
 extern "C" __global__ void __launch_bounds__(256)
 cr_dq_from_states(const cr_qk_t* __restrict__ q, const la_storage_t* __restrict__ g,
-                  const float* __restrict__ den, const float* __restrict__ gd,
+                  const float* __restrict__ den, float* __restrict__ gd,
                   const float* __restrict__ states, const float* __restrict__ z_states,
                   cr_qk_t* __restrict__ dq, int n, int c_dim, int m_dim) {
     __shared__ float gn_s[256];
+    __shared__ float y_s[256];
+    __shared__ float scratch[32];
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const la_index_t tok = (la_index_t)blockIdx.y * n + blockIdx.x;
     const float inv_den = LA_NORMALISED ? 1.0f / den[tok] : 1.0f;
-    const float gd_tok = LA_NORMALISED ? gd[tok] : 0.0f;
     for (int m = threadIdx.x; m < m_dim && m < 256; m += blockDim.x)
         gn_s[m] = la_load(g, tok * m_dim + m) * inv_den;
     __syncthreads();
+    float q_dot_y = 0.0f;  // lane 0: Σ over this warp's rows c of q̃_c y_c
     for (int c = warp; c < c_dim; c += blockDim.x >> 5) {
         const float* row = states + (tok * c_dim + c) * m_dim;
         float acc = 0.0f;
         for (int m = lane; m < m_dim && m < 256; m += 32) acc = fmaf(row[m], gn_s[m], acc);
         acc = la_warp_sum(acc);
         if (lane == 0) {
-            if (LA_NORMALISED) acc = fmaf(z_states[tok * c_dim + c], gd_tok, acc);
-            acc *= la_phi_grad(cr_widen(q[tok * c_dim + c]));
-            dq[tok * c_dim + c] = cr_qk_from_float(acc);
+            y_s[c] = acc;
+            if (LA_NORMALISED) q_dot_y = fmaf(la_phi(cr_widen(q[tok * c_dim + c])), acc, q_dot_y);
         }
+    }
+    float gd_tok = 0.0f;
+    if (LA_NORMALISED) {
+        gd_tok = -la_block_sum(q_dot_y, scratch) * inv_den;  // has barriers: y_s visible
+        if (threadIdx.x == 0) gd[tok] = gd_tok;
+    } else {
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < c_dim; c += blockDim.x) {
+        float acc = y_s[c];
+        if (LA_NORMALISED) acc = fmaf(z_states[tok * c_dim + c], gd_tok, acc);
+        acc *= la_phi_grad(cr_widen(q[tok * c_dim + c]));
+        dq[tok * c_dim + c] = cr_qk_from_float(acc);
     }
 }

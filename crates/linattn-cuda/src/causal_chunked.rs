@@ -1,4 +1,4 @@
-//! `cuda/causal_chunked/{f16,bf16}`: causal linear attention in chunks of 64 tokens on tensor
+//! `{cuda,sim}/causal_chunked/{f16,bf16}`: causal linear attention in chunks of 64 tokens on tensor
 //! cores (SPEC §3 "chunkwise"), with the memory-efficient backward of SPEC §4.
 //!
 //! The math, the three-pass schedule, the fragment layouts and the precision choices are
@@ -7,28 +7,31 @@
 //! * pass 2 (`cc_scan`): exclusive scan over chunks, in place: the state entering each chunk;
 //! * pass 3 (`cc_forward`): per chunk, O = (intra masked q̃k̃ᵀ v + inter q̃ S⁰) / den.
 //!
+//! The backward: passes 1–2 again (k̃ split hi + lo for accuracy), `cc_forward_go` (the
+//! forward once more on those states, writing only G·O from the fp32 O, for gd: normalised
+//! maps), `cc_state_bwd` + reverse scan (R⁰, r⁰), then `cc_dq`, `cc_dk`, `cc_dv`.
+//!
 //! Every pass runs `N/64 · B·H · (M or D)/64` CTAs, so B·H = 16 fills an H100 at any N ≥ 1k;
 //! the cost is a workspace of one fp32 state per chunk, `N/64 · D·(M+1) · 4` bytes per head
-//! (two of them in the backward: S⁰ and the reverse R⁰). The forward keeps `den` (N fp32 per
-//! head) next to O for the backward; no per-token state is ever stored.
+//! (two of them in the backward: S⁰ and the reverse R⁰), plus, in the backward, `N · M/64`
+//! fp32 per head of G·O partials. The forward keeps `den` (N fp32 per head) next to O for
+//! the backward; no per-token state is ever stored.
 //!
 //! D and M must each be 64 or 128 (compile-time specialised); the fused maps are elu+1, relu
-//! and identity; decay λ is a kernel argument. Kernels are compile-checked for sm_80/sm_90
-//! with NVRTC; whether they compute the right numbers is checked by
-//! `tests/causal_chunked_gpu.rs` on a machine with a GPU.
+//! and identity; decay λ is a kernel argument. The kernels run on the PTX simulator in the
+//! tests (`tests/forms.rs`) and on a GPU where one exists.
 
-use std::sync::OnceLock;
+use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, LaunchArgs, LaunchConfig, PushKernelArg};
 use linattn_core::{
-    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind,
-    FeatureMap, Form, Grads, Inputs, Precision, Problem, RunStats, Shape, Tensor, Unsupported,
+    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, FeatureMap, Form,
+    Grads, Inputs, Precision, Problem, RunStats, Shape, Tensor, Unsupported,
 };
 
-use crate::runtime::{
-    self, as_i32, gpu, gpu_available, map_define, nvrtc_available, storage_define, DeviceBuffer,
-    Gpu, KernelVariant, MemoryMeter, StorageElem,
-};
+use crate::args;
+use crate::executor::{Executor, Kernel, KernelArg, Launch, Platform};
+use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
 use crate::staged::{self, DeviceInputs};
 
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
@@ -44,8 +47,6 @@ pub const THREADS: u32 = 128;
 pub const SCAN_THREADS: u32 = 256;
 /// The head dims (D and M alike) the kernels are specialised for.
 pub const HEAD_DIMS: [usize; 2] = [64, 128];
-/// Shared memory a CTA may use without opting in.
-pub const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
 /// Largest `gridDim.y` (the B·H axis).
 pub const MAX_GRID_Y: usize = 65_535;
 
@@ -56,12 +57,13 @@ pub const FUSED_MAPS: [FeatureMap; 3] = [
     FeatureMap::Identity,
 ];
 
-/// Kernel entry points of `causal_chunked.cu`.
-pub const ENTRY_POINTS: [&str; 7] = [
+/// Kernel entry points of `causal_chunked.cu` (`cc_forward_go`: the backward's G·O pre-pass).
+pub const ENTRY_POINTS: [&str; 8] = [
     "cc_state_fwd",
     "cc_state_bwd",
     "cc_scan",
     "cc_forward",
+    "cc_forward_go",
     "cc_dq",
     "cc_dk",
     "cc_dv",
@@ -233,12 +235,9 @@ impl LaunchPlan {
         self.state_len as u64 * 4
     }
 
-    fn config(grid: (u32, u32, u32), block: u32, shared: u32) -> LaunchConfig {
-        LaunchConfig {
-            grid_dim: grid,
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: shared,
-        }
+    /// A chunk kernel's launch: `THREADS` per CTA, `shared` dynamic bytes.
+    fn chunk_launch(grid: (u32, u32, u32), shared: u32) -> Launch {
+        Launch::new(grid, THREADS).with_shared(shared)
     }
 }
 
@@ -246,35 +245,37 @@ impl LaunchPlan {
 // The backends
 // ============================================================================================
 
-/// `cuda/causal_chunked/f16` and `cuda/causal_chunked/bf16`.
-pub fn backends() -> Vec<Box<dyn Backend>> {
+/// `<platform>/causal_chunked/f16` and `<platform>/causal_chunked/bf16`.
+pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
     vec![
-        Box::new(ChunkedBackend::<half::f16>::new()),
-        Box::new(ChunkedBackend::<half::bf16>::new()),
+        Box::new(ChunkedBackend::<half::f16>::new(platform)),
+        Box::new(ChunkedBackend::<half::bf16>::new(platform)),
     ]
 }
 
-/// Backend name for a storage precision.
-pub fn backend_name(precision: Precision) -> String {
-    format!("cuda/causal_chunked/{precision}")
+/// Backend name for a platform and storage precision.
+pub fn backend_name(platform: Platform, precision: Precision) -> String {
+    format!("{platform}/causal_chunked/{precision}")
 }
 
 /// Causal chunked linear attention with `T` (f16 or bf16) storage.
 pub struct ChunkedBackend<T: StorageElem> {
     info: BackendInfo,
+    platform: Platform,
     staged: Option<Staged<T>>,
 }
 
 impl<T: StorageElem> ChunkedBackend<T> {
-    pub fn new() -> Self {
+    pub fn new(platform: Platform) -> Self {
         ChunkedBackend {
             info: BackendInfo {
-                name: backend_name(T::PRECISION),
-                device: DeviceKind::Cuda,
+                name: backend_name(platform, T::PRECISION),
+                device: platform.device_kind(),
                 precision: T::PRECISION,
                 algorithm: Algorithm::Linear(Form::Chunked),
                 backward: Some(BackwardKind::Efficient),
             },
+            platform,
             staged: None,
         }
     }
@@ -286,64 +287,59 @@ impl<T: StorageElem> ChunkedBackend<T> {
     }
 }
 
-impl<T: StorageElem> Default for ChunkedBackend<T> {
-    fn default() -> Self {
-        Self::new()
+/// The platform is usable and its device is sm_80+ (bf16 mma and cvt).
+fn device_ready(platform: Platform) -> Result<(), Unsupported> {
+    platform.available()?;
+    let exec = platform.executor()?;
+    let info = exec.info();
+    let (major, minor) = info.compute_capability;
+    if major < 8 {
+        return Err(Unsupported::Unavailable(format!(
+            "{} is sm_{major}{minor}; the chunked kernels need sm_80 or newer \
+             (mma.m16n8k16 with bf16)",
+            info.name
+        )));
     }
-}
-
-/// Driver, device (sm_80+: bf16 mma and cvt) and NVRTC present. Probed once per process.
-fn device_ready() -> Result<(), Unsupported> {
-    static READY: OnceLock<Result<(), Unsupported>> = OnceLock::new();
-    READY
-        .get_or_init(|| {
-            gpu_available()?;
-            nvrtc_available()?;
-            let gpu = gpu()
-                .map_err(|e| Unsupported::Unavailable(format!("CUDA device unusable: {e}")))?;
-            let info = gpu.info();
-            let (major, minor) = info.compute_capability;
-            if major < 8 {
-                return Err(Unsupported::Unavailable(format!(
-                    "{} is sm_{major}{minor}; the chunked kernels need sm_80 or newer \
-                     (mma.m16n8k16 with bf16)",
-                    info.name
-                )));
-            }
-            Ok(())
-        })
-        .clone()
+    Ok(())
 }
 
 /// The entry points of one program, resolved (compiled and loaded) at staging, so timed runs
 /// never include NVRTC.
 struct Kernels {
-    state_fwd: CudaFunction,
-    state_bwd: CudaFunction,
-    scan: CudaFunction,
-    forward: CudaFunction,
-    dq: CudaFunction,
-    dk: CudaFunction,
-    dv: CudaFunction,
+    state_fwd: Kernel,
+    state_bwd: Kernel,
+    scan: Kernel,
+    forward: Kernel,
+    forward_go: Kernel,
+    dq: Kernel,
+    dk: Kernel,
+    dv: Kernel,
 }
 
 impl Kernels {
-    fn load(gpu: &Gpu, variant: &KernelVariant, plan: &LaunchPlan) -> Result<Self, AttnError> {
-        let function = |entry: &str, shared: u32| -> Result<CudaFunction, AttnError> {
-            let f = gpu.function(variant, entry)?;
-            if shared > DEFAULT_SHARED_BYTES {
-                gpu.allow_dynamic_shared(&f, shared)?;
+    fn load(
+        exec: &Arc<dyn Executor>,
+        variant: &KernelVariant,
+        plan: &LaunchPlan,
+    ) -> Result<Self, AttnError> {
+        let kernel = |entry: &str, shared: u32| -> Result<Kernel, AttnError> {
+            let k = exec.kernel(variant, entry)?;
+            // The attribute covers static + dynamic bytes over 48 KiB: set it whenever the
+            // kernel takes dynamic shared memory, whatever its size.
+            if shared > 0 {
+                exec.allow_dynamic_shared(&k, shared)?;
             }
-            Ok(f)
+            Ok(k)
         };
         Ok(Kernels {
-            state_fwd: function("cc_state_fwd", plan.smem_state_fwd)?,
-            state_bwd: function("cc_state_bwd", plan.smem_state_bwd)?,
-            scan: function("cc_scan", 0)?,
-            forward: function("cc_forward", plan.smem_forward)?,
-            dq: function("cc_dq", plan.smem_dq)?,
-            dk: function("cc_dk", plan.smem_dk)?,
-            dv: function("cc_dv", plan.smem_dv)?,
+            state_fwd: kernel("cc_state_fwd", plan.smem_state_fwd)?,
+            state_bwd: kernel("cc_state_bwd", plan.smem_state_bwd)?,
+            scan: kernel("cc_scan", 0)?,
+            forward: kernel("cc_forward", plan.smem_forward)?,
+            forward_go: kernel("cc_forward_go", plan.smem_forward)?,
+            dq: kernel("cc_dq", plan.smem_dq)?,
+            dk: kernel("cc_dk", plan.smem_dk)?,
+            dv: kernel("cc_dv", plan.smem_dv)?,
         })
     }
 }
@@ -362,13 +358,10 @@ struct ScalarArgs {
 }
 
 impl ScalarArgs {
-    /// Pushes the scalars that end the parameter list of `cc_state_fwd`, `cc_state_bwd`,
-    /// `cc_dq`, `cc_dk` and `cc_dv`: n, num_chunks, log2_decay, map.
-    fn push_chunk_scalars<'a>(&'a self, b: &mut LaunchArgs<'a>) {
-        b.arg(&self.n)
-            .arg(&self.num_chunks)
-            .arg(&self.log2_decay)
-            .arg(&self.map);
+    /// The scalars that end the parameter list of `cc_state_fwd`, `cc_state_bwd`, `cc_dq`,
+    /// `cc_dk` and `cc_dv`: n, num_chunks, log2_decay, map.
+    fn chunk_scalars(&self) -> [KernelArg; 4] {
+        args![self.n, self.num_chunks, self.log2_decay, self.map]
     }
 
     fn new(problem: &Problem, plan: &LaunchPlan, map: i32) -> Result<Self, AttnError> {
@@ -387,24 +380,8 @@ impl ScalarArgs {
     }
 }
 
-/// Launches a chunk kernel (`THREADS` per CTA) on `grid` with `shared` bytes of dynamic
-/// shared memory.
-///
-/// # Safety
-/// As for [`runtime::launch`]: `b` must match the kernel's parameters and the buffers the
-/// launch plan's extents.
-unsafe fn launch_chunk_kernel(
-    b: LaunchArgs<'_>,
-    gpu: &Gpu,
-    grid: (u32, u32, u32),
-    shared: u32,
-    name: &str,
-) -> Result<(), AttnError> {
-    // SAFETY: forwarded from this function's contract.
-    unsafe { runtime::launch(b, gpu, LaunchPlan::config(grid, THREADS, shared), name) }
-}
-
 struct Staged<T: StorageElem> {
+    exec: Arc<dyn Executor>,
     problem: Problem,
     plan: LaunchPlan,
     args: ScalarArgs,
@@ -424,49 +401,46 @@ struct Staged<T: StorageElem> {
 }
 
 impl<T: StorageElem> Staged<T> {
-    /// Pass 1 + pass 2 of the forward direction: S⁰, z⁰ of every chunk into `states`.
-    fn launch_forward_states(
+    /// A chunk kernel with its leading buffer arguments, then the chunk scalars.
+    fn launch_chunk(
         &self,
-        gpu: &Gpu,
-        states: &mut DeviceBuffer<f32>,
+        kernel: &Kernel,
+        grid: (u32, u32, u32),
+        shared: u32,
+        buffers: &[KernelArg],
     ) -> Result<(), AttnError> {
-        let a = self.args;
-        let p = &self.plan;
-        let mut b = gpu.stream().launch_builder(&self.kernels.state_fwd);
-        b.arg(self.k.slice())
-            .arg(self.v.slice())
-            .arg(states.slice_mut());
-        a.push_chunk_scalars(&mut b);
-        // SAFETY: arguments match cc_state_fwd's parameters; k, v hold B·H·N·(D|M) elements
-        // and states B·H·NC·stride, the extents the kernel indexes for this plan.
-        unsafe {
-            launch_chunk_kernel(b, gpu, p.grid_value_tiles, p.smem_state_fwd, "cc_state_fwd")
-        }?;
-        self.launch_scan(gpu, states, false)
+        let mut list = buffers.to_vec();
+        list.extend(self.args.chunk_scalars());
+        self.exec
+            .launch(kernel, &LaunchPlan::chunk_launch(grid, shared), &list)
     }
 
-    fn launch_scan(
+    /// Pass 1 + pass 2 of the forward direction: S⁰, z⁰ of every chunk into `states`.
+    /// `split`: k̃ as hi + lo 16-bit operands (the backward's S⁰, z⁰; see `cc_state_fwd`).
+    fn launch_forward_states(
         &self,
-        gpu: &Gpu,
-        states: &mut DeviceBuffer<f32>,
-        reverse: bool,
+        states: &DeviceBuffer<f32>,
+        split: bool,
     ) -> Result<(), AttnError> {
+        let p = &self.plan;
+        // k, v hold B·H·N·(D|M) elements and states B·H·NC·stride.
+        self.launch_chunk(
+            &self.kernels.state_fwd,
+            p.grid_value_tiles,
+            p.smem_state_fwd,
+            &args![&self.k, &self.v, states, split],
+        )?;
+        self.launch_scan(states, false)
+    }
+
+    fn launch_scan(&self, states: &DeviceBuffer<f32>, reverse: bool) -> Result<(), AttnError> {
         let a = self.args;
-        let reverse_flag: i32 = reverse.into();
-        let mut b = gpu.stream().launch_builder(&self.kernels.scan);
-        b.arg(states.slice_mut())
-            .arg(&a.num_chunks)
-            .arg(&a.chunk_decay)
-            .arg(&reverse_flag);
-        // SAFETY: arguments match cc_scan's parameters; states holds B·H·NC·stride floats.
-        unsafe {
-            runtime::launch(
-                b,
-                gpu,
-                LaunchPlan::config(self.plan.grid_scan, SCAN_THREADS, 0),
-                "cc_scan",
-            )
-        }
+        // states holds B·H·NC·stride floats.
+        self.exec.launch(
+            &self.kernels.scan,
+            &Launch::new(self.plan.grid_scan, SCAN_THREADS),
+            &args![states, a.num_chunks, a.chunk_decay, reverse],
+        )
     }
 }
 
@@ -477,7 +451,7 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
 
     fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
         check_problem(&self.info, problem)?;
-        device_ready()
+        device_ready(self.platform)
     }
 
     fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
@@ -488,12 +462,14 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
         let plan = LaunchPlan::new(&shape)?;
         let map = map_code(&problem.map, T::PRECISION)?;
         let args = ScalarArgs::new(problem, &plan, map)?;
-        let gpu = gpu()?;
+        let exec = self.platform.executor()?;
         let variant = variant(T::PRECISION, shape.dk, shape.dv)?;
-        let kernels = Kernels::load(gpu, &variant, &plan)?;
+        let kernels = Kernels::load(&exec, &variant, &plan)?;
         let input_meter = MemoryMeter::new();
-        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(gpu, &input_meter, inputs)?;
+        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(&exec, &input_meter, inputs)?;
+        exec.synchronize()?;
         self.staged = Some(Staged {
+            exec,
             problem: *problem,
             plan,
             args,
@@ -512,7 +488,6 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
     }
 
     fn run_forward(&mut self) -> Result<RunStats, AttnError> {
-        let gpu = gpu()?;
         let st = self.staged_mut("run_forward")?;
         // Results of an earlier run go first, so the peak counts this run alone.
         st.out = None;
@@ -520,28 +495,33 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
         st.grads = None;
         st.work_meter.reset_peak();
         let shape = st.problem.shape;
-        let mut out = DeviceBuffer::<T>::zeros(gpu, &st.work_meter, shape.v_len()?)?;
-        let mut den = DeviceBuffer::<f32>::zeros(gpu, &st.work_meter, shape.bh() * shape.seq)?;
-        let mut states = DeviceBuffer::<f32>::zeros(gpu, &st.work_meter, st.plan.state_len)?;
-        let elapsed = gpu.time(|| {
-            st.launch_forward_states(gpu, &mut states)?;
-            let a = st.args;
-            let p = &st.plan;
-            let mut b = gpu.stream().launch_builder(&st.kernels.forward);
-            b.arg(st.q.slice())
-                .arg(st.k.slice())
-                .arg(st.v.slice())
-                .arg(states.slice())
-                .arg(out.slice_mut())
-                .arg(den.slice_mut())
-                .arg(&a.n)
-                .arg(&a.num_chunks)
-                .arg(&a.log2_decay)
-                .arg(&a.eps)
-                .arg(&a.map);
-            // SAFETY: arguments match cc_forward's parameters; buffers hold the extents of
-            // this plan (q, k: B·H·N·D; v, out: B·H·N·M; den: B·H·N; states: state_len).
-            unsafe { launch_chunk_kernel(b, gpu, p.grid_value_tiles, p.smem_forward, "cc_forward") }
+        let exec = st.exec.clone();
+        let out = DeviceBuffer::<T>::uninit(&exec, &st.work_meter, shape.v_len()?)?;
+        let den = DeviceBuffer::<f32>::uninit(&exec, &st.work_meter, shape.bh() * shape.seq)?;
+        let states = DeviceBuffer::<f32>::uninit(&exec, &st.work_meter, st.plan.state_len)?;
+        let st_ref: &Staged<T> = st;
+        let elapsed = exec.time(&mut || {
+            st_ref.launch_forward_states(&states, false)?;
+            let a = st_ref.args;
+            let p = &st_ref.plan;
+            // q, k: B·H·N·D; v, out: B·H·N·M; den: B·H·N; states: state_len.
+            exec.launch(
+                &st_ref.kernels.forward,
+                &LaunchPlan::chunk_launch(p.grid_value_tiles, p.smem_forward),
+                &args![
+                    &st_ref.q,
+                    &st_ref.k,
+                    &st_ref.v,
+                    &states,
+                    &out,
+                    &den,
+                    a.n,
+                    a.num_chunks,
+                    a.log2_decay,
+                    a.eps,
+                    a.map
+                ],
+            )
         })?;
         drop(states);
         let device_bytes = st.work_meter.peak();
@@ -554,10 +534,9 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
-        let gpu = gpu()?;
         let name = self.info.name.clone();
         let st = self.staged_mut("run_backward")?;
-        let (Some(out), Some(den)) = (st.out.as_ref(), st.den.as_ref()) else {
+        let (Some(_), Some(den)) = (st.out.as_ref(), st.den.as_ref()) else {
             return Err(AttnError::State(format!(
                 "{name}: run_forward before run_backward"
             )));
@@ -571,60 +550,73 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
         st.work_meter.reset_peak();
         let shape = st.problem.shape;
         let meter = &st.work_meter;
-        let mut dq = DeviceBuffer::<T>::zeros(gpu, meter, shape.qk_len()?)?;
-        let mut dk = DeviceBuffer::<T>::zeros(gpu, meter, shape.qk_len()?)?;
-        let mut dv = DeviceBuffer::<T>::zeros(gpu, meter, shape.v_len()?)?;
-        let mut states_fwd = DeviceBuffer::<f32>::zeros(gpu, meter, st.plan.state_len)?;
-        let mut states_rev = DeviceBuffer::<f32>::zeros(gpu, meter, st.plan.state_len)?;
+        let exec = st.exec.clone();
+        let normalised = st.problem.map != FeatureMap::Identity;
+        let dq = DeviceBuffer::<T>::uninit(&exec, meter, shape.qk_len()?)?;
+        let dk = DeviceBuffer::<T>::uninit(&exec, meter, shape.qk_len()?)?;
+        let dv = DeviceBuffer::<T>::uninit(&exec, meter, shape.v_len()?)?;
+        let states_fwd = DeviceBuffer::<f32>::uninit(&exec, meter, st.plan.state_len)?;
+        let states_rev = DeviceBuffer::<f32>::uninit(&exec, meter, st.plan.state_len)?;
+        // G·O from the fp32 O, one partial per 64-wide slice of M (normalised maps only: the
+        // identity map has no gd and the kernels never read it).
+        let go_len = if normalised {
+            shape.bh() * shape.seq * (shape.dv / TILE)
+        } else {
+            0
+        };
+        let go_parts = DeviceBuffer::<f32>::uninit(&exec, meter, go_len)?;
         let st_ref: &Staged<T> = st;
-        let elapsed = gpu.time(|| {
-            let a = st_ref.args;
+        let elapsed = exec.time(&mut || {
             let p = &st_ref.plan;
             let ks = &st_ref.kernels;
-            st_ref.launch_forward_states(gpu, &mut states_fwd)?;
-
-            let mut b = gpu.stream().launch_builder(&ks.state_bwd);
-            b.arg(st_ref.q.slice())
-                .arg(out.slice())
-                .arg(d_out.slice())
-                .arg(den.slice())
-                .arg(states_rev.slice_mut());
-            a.push_chunk_scalars(&mut b);
-            // SAFETY: arguments match cc_state_bwd's parameters; extents as for the forward.
-            unsafe {
-                launch_chunk_kernel(b, gpu, p.grid_key_tiles, p.smem_state_bwd, "cc_state_bwd")
-            }?;
-            st_ref.launch_scan(gpu, &mut states_rev, true)?;
-
-            for (kernel, name, states, grad, shared) in [
-                (&ks.dq, "cc_dq", &states_fwd, &mut dq, p.smem_dq),
-                (&ks.dk, "cc_dk", &states_rev, &mut dk, p.smem_dk),
-            ] {
-                let mut b = gpu.stream().launch_builder(kernel);
-                b.arg(st_ref.q.slice())
-                    .arg(st_ref.k.slice())
-                    .arg(st_ref.v.slice())
-                    .arg(out.slice())
-                    .arg(d_out.slice())
-                    .arg(den.slice())
-                    .arg(states.slice())
-                    .arg(grad.slice_mut());
-                a.push_chunk_scalars(&mut b);
-                // SAFETY: arguments match cc_dq / cc_dk (same parameter list); dq, dk hold
-                // B·H·N·D elements, the rest as for the forward.
-                unsafe { launch_chunk_kernel(b, gpu, p.grid_key_tiles, shared, name) }?;
+            let a = st_ref.args;
+            let (q, k, v) = (&st_ref.q, &st_ref.k, &st_ref.v);
+            st_ref.launch_forward_states(&states_fwd, true)?;
+            if normalised {
+                // q, k: B·H·N·D; v, d_out: B·H·N·M; go_parts: B·H·N·M/64.
+                exec.launch(
+                    &ks.forward_go,
+                    &LaunchPlan::chunk_launch(p.grid_value_tiles, p.smem_forward),
+                    &args![
+                        q,
+                        k,
+                        v,
+                        &states_fwd,
+                        d_out,
+                        &go_parts,
+                        a.n,
+                        a.num_chunks,
+                        a.log2_decay,
+                        a.eps,
+                        a.map
+                    ],
+                )?;
             }
-
-            let mut b = gpu.stream().launch_builder(&ks.dv);
-            b.arg(st_ref.q.slice())
-                .arg(st_ref.k.slice())
-                .arg(d_out.slice())
-                .arg(den.slice())
-                .arg(states_rev.slice())
-                .arg(dv.slice_mut());
-            a.push_chunk_scalars(&mut b);
-            // SAFETY: arguments match cc_dv's parameters; dv holds B·H·N·M elements.
-            unsafe { launch_chunk_kernel(b, gpu, p.grid_value_tiles, p.smem_dv, "cc_dv") }
+            st_ref.launch_chunk(
+                &ks.state_bwd,
+                p.grid_key_tiles,
+                p.smem_state_bwd,
+                &args![q, d_out, &go_parts, den, &states_rev],
+            )?;
+            st_ref.launch_scan(&states_rev, true)?;
+            // cc_dq and cc_dk take the same parameter list; dq, dk hold B·H·N·D elements.
+            for (kernel, states, grad, shared) in [
+                (&ks.dq, &states_fwd, &dq, p.smem_dq),
+                (&ks.dk, &states_rev, &dk, p.smem_dk),
+            ] {
+                st_ref.launch_chunk(
+                    kernel,
+                    p.grid_key_tiles,
+                    shared,
+                    &args![q, k, v, d_out, &go_parts, den, states, grad],
+                )?;
+            }
+            st_ref.launch_chunk(
+                &ks.dv,
+                p.grid_value_tiles,
+                p.smem_dv,
+                &args![q, k, d_out, den, &states_rev, &dv],
+            )
         })?;
         drop(states_fwd);
         drop(states_rev);
@@ -661,6 +653,9 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
     }
 
     fn flush_cache(&mut self) -> Result<(), AttnError> {
-        gpu()?.flush_l2()
+        match &self.staged {
+            Some(staged) => staged.exec.flush_l2(),
+            None => Ok(()),
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! Causal linear attention, cumsum form (SPEC §3), on the GPU: `cuda/causal_cumsum/{f32,f16}`.
+//! Causal linear attention, cumsum form (SPEC §3), on the GPU or the simulator:
+//! `{cuda,sim}/causal_cumsum/{f32,f16}`.
 //!
 //! The forward materialises `U_i = φ(k_i) v_iᵀ` for every token (N·C·M fp32 per head, plus
 //! N·C for the key sums), prefix-sums it over N with a three-phase blockwise scan (chunks of
@@ -10,27 +11,29 @@
 //! The backward is the recurrent form's memory-efficient backward
 //! ([`crate::causal_recurrent`], `BackwardKind::Efficient`), fed the denominators this
 //! forward saves: reading N·C·M states back would cost more traffic than recomputing them.
+//! For f16 it also runs the recurrent forward scan once more (`cr_forward_go`): gd takes
+//! G·O from the fp32 O, not from the f16 O this forward stored.
 //!
 //! Kernels: `kernels/causal_cumsum.cu` (its header gives the math, the mapping and the limits).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use half::f16;
 use linattn_core::{
-    Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind, Form, Grads, Inputs,
-    Precision, Problem, RunStats, Tensor, Unsupported,
+    Algorithm, AttnError, Backend, BackendInfo, BackwardKind, Form, Grads, Inputs, Precision,
+    Problem, RunStats, Tensor, Unsupported,
 };
 
+use crate::args;
 use crate::causal_recurrent::{
     self as recurrent, buffer_or_placeholder, check_problem, CoreDims, ForwardState, MapClass,
     ScanRuns, StagedInputs,
 };
+use crate::executor::{Executor, KernelArg, Launch, Platform};
 use crate::feature_map::log_scales;
-use crate::runtime::{
-    self, as_i32, blocks_for, storage_define, DeviceBuffer, Gpu, KernelVariant, MemoryMeter,
-    StorageElem,
-};
+use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+use crate::runtime::{as_i32, blocks_for, storage_define, KernelVariant};
 
 pub const SOURCE_NAME: &str = "causal_cumsum.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_cumsum.cu");
@@ -130,7 +133,7 @@ pub fn scan_launches(
     entries: usize,
     n: usize,
     batch_heads: usize,
-) -> Result<[LaunchConfig; 3], AttnError> {
+) -> Result<[Launch; 3], AttnError> {
     let chunk = chunk_len(n);
     let chunks = n.div_ceil(chunk);
     if chunks > MAX_GRID_YZ || batch_heads > MAX_GRID_YZ || batch_heads == 0 {
@@ -139,12 +142,7 @@ pub fn scan_launches(
         )));
     }
     let x = blocks_for(entries, THREADS as usize)?;
-    let block = (THREADS, 1, 1);
-    let config = |grid_dim| LaunchConfig {
-        grid_dim,
-        block_dim: block,
-        shared_mem_bytes: 0,
-    };
+    let config = |grid| Launch::new(grid, THREADS);
     Ok([
         config((x, chunks as u32, batch_heads as u32)),
         config((x, batch_heads as u32, 1)),
@@ -154,10 +152,10 @@ pub fn scan_launches(
 
 /// Enqueues the decayed inclusive prefix sum over N of `x` ([B·H, N, entries], in place).
 fn launch_scan(
-    gpu: &Gpu,
+    exec: &Arc<dyn Executor>,
     variant: &KernelVariant,
     dims: &CoreDims,
-    x: &mut CudaSlice<f32>,
+    x: &DeviceBuffer<f32>,
     entries: usize,
 ) -> Result<(), AttnError> {
     let [local, carry, fix] = scan_launches(entries, dims.n, dims.batch_heads)?;
@@ -165,7 +163,7 @@ fn launch_scan(
     let n = as_i32("N", dims.n)?;
     let chunk = as_i32("chunk", chunk_len(dims.n))?;
     let chunks = dims.n.div_ceil(chunk_len(dims.n));
-    let phases: &[(&str, LaunchConfig)] = if chunks > 1 {
+    let phases: &[(&str, Launch)] = if chunks > 1 {
         &[
             ("cs_scan_local", local),
             ("cs_scan_carry", carry),
@@ -174,32 +172,30 @@ fn launch_scan(
     } else {
         &[("cs_scan_local", local)]
     };
-    for &(entry, config) in phases {
-        let function = gpu.function(variant, entry)?;
-        let mut args = gpu.stream().launch_builder(&function);
-        args.arg(&mut *x)
-            .arg(&entries_i32)
-            .arg(&n)
-            .arg(&chunk)
-            .arg(&dims.decay);
-        // SAFETY: matches cs_scan_*(float*, int, int, int, float); x holds B·H·N·entries.
-        unsafe { runtime::launch(args, gpu, config, entry) }?;
+    for (entry, launch) in phases {
+        // cs_scan_*(float* x, int entries, int n, int chunk, float decay); x holds
+        // B·H·N·entries.
+        exec.launch(
+            &exec.kernel(variant, entry)?,
+            launch,
+            &args![x, entries_i32, n, chunk, dims.decay],
+        )?;
     }
     Ok(())
 }
 
 /// Enqueues outer products, scans and contraction.
 #[allow(clippy::too_many_arguments)]
-fn launch_forward<T: StorageElem, Q: cudarc::driver::DeviceRepr>(
-    gpu: &Gpu,
+fn launch_forward<T: StorageElem, Q>(
+    exec: &Arc<dyn Executor>,
     dims: &CoreDims,
-    q: &CudaSlice<Q>,
-    k: &CudaSlice<Q>,
-    v: &CudaSlice<T>,
-    u: &mut CudaSlice<f32>,
-    z_u: &mut CudaSlice<f32>,
-    out: &mut CudaSlice<T>,
-    den: &mut CudaSlice<f32>,
+    q: &DeviceBuffer<Q>,
+    k: &DeviceBuffer<Q>,
+    v: &DeviceBuffer<T>,
+    u: &DeviceBuffer<f32>,
+    z_u: &DeviceBuffer<f32>,
+    out: &DeviceBuffer<T>,
+    den: &DeviceBuffer<f32>,
     log_scales: (u64, u64),
 ) -> Result<(), AttnError> {
     let variant = variant(T::PRECISION, dims.map)?;
@@ -212,66 +208,55 @@ fn launch_forward<T: StorageElem, Q: cudarc::driver::DeviceRepr>(
         as_i32("M", dims.m)?,
     );
 
-    let function = gpu.function(&variant, "cs_outer")?;
-    let config = LaunchConfig {
-        grid_dim: (tokens.clamp(1, MAX_OUTER_BLOCKS) as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let mut args = gpu.stream().launch_builder(&function);
-    args.arg(k)
-        .arg(v)
-        .arg(&mut *u)
-        .arg(&mut *z_u)
-        .arg(&tokens_i64)
-        .arg(&c)
-        .arg(&m);
-    // SAFETY: matches cs_outer; u holds tokens·C·M, z_u tokens·C (normalised) elements.
-    unsafe { runtime::launch(args, gpu, config, "cs_outer") }?;
+    // u holds tokens·C·M, z_u tokens·C (normalised) elements.
+    exec.launch(
+        &exec.kernel(&variant, "cs_outer")?,
+        &Launch::new((tokens.clamp(1, MAX_OUTER_BLOCKS) as u32, 1, 1), THREADS),
+        &args![k, v, u, z_u, tokens_i64, c, m],
+    )?;
 
-    launch_scan(gpu, &variant, dims, u, dims.c * dims.m)?;
+    launch_scan(exec, &variant, dims, u, dims.c * dims.m)?;
     if dims.map.normalised() {
-        launch_scan(gpu, &variant, dims, z_u, dims.c)?;
+        launch_scan(exec, &variant, dims, z_u, dims.c)?;
     }
 
-    let function = gpu.function(&variant, "cs_contract")?;
-    let config = LaunchConfig {
-        grid_dim: (
-            u32::try_from(dims.n).map_err(|_| AttnError::SizeOverflow("N".into()))?,
-            u32::try_from(dims.batch_heads).map_err(|_| AttnError::SizeOverflow("B·H".into()))?,
-            1,
-        ),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let mut args = gpu.stream().launch_builder(&function);
-    args.arg(q)
-        .arg(&*u)
-        .arg(&*z_u)
-        .arg(out)
-        .arg(den)
-        .arg(&log_scales.0)
-        .arg(&log_scales.1)
-        .arg(&n)
-        .arg(&c)
-        .arg(&m)
-        .arg(&dims.eps);
-    // SAFETY: matches cs_contract; out holds tokens·M, den tokens elements.
-    unsafe { runtime::launch(args, gpu, config, "cs_contract") }
+    // out holds tokens·M, den tokens elements.
+    let grid = (
+        u32::try_from(dims.n).map_err(|_| AttnError::SizeOverflow("N".into()))?,
+        u32::try_from(dims.batch_heads).map_err(|_| AttnError::SizeOverflow("B·H".into()))?,
+        1,
+    );
+    exec.launch(
+        &exec.kernel(&variant, "cs_contract")?,
+        &Launch::new(grid, THREADS),
+        &args![
+            q,
+            u,
+            z_u,
+            out,
+            den,
+            KernelArg::Ptr(log_scales.0),
+            KernelArg::Ptr(log_scales.1),
+            n,
+            c,
+            m,
+            dims.eps
+        ],
+    )
 }
 
 fn cumsum_forward<T: StorageElem>(
-    gpu: &Gpu,
     meter: &MemoryMeter,
     staged: &StagedInputs<T>,
 ) -> Result<(ForwardState<T>, Duration), AttnError> {
+    let exec = &staged.exec;
     let dims = staged.dims;
     let normalised = dims.map.normalised();
     let needed = forward_bytes(&dims, T::PRECISION.bytes())?;
-    let (free, total) = gpu.memory_info()?;
+    let (free, total) = exec.memory_info()?;
     if needed > free {
         return Err(AttnError::OutOfMemory {
-            device: gpu.info().name.clone(),
+            device: exec.info().name.clone(),
             requested_bytes: needed,
             detail: format!(
                 "cumsum keeps N·C·M = {}·{}·{} fp32 per head; {free} bytes free of {total}",
@@ -279,40 +264,22 @@ fn cumsum_forward<T: StorageElem>(
             ),
         });
     }
-    let mut out = DeviceBuffer::<T>::zeros(gpu, meter, dims.len(dims.m)?)?;
-    let mut den = buffer_or_placeholder::<f32>(gpu, meter, normalised, dims.tokens()?)?;
+    let out = DeviceBuffer::<T>::uninit(exec, meter, dims.len(dims.m)?)?;
+    let den = buffer_or_placeholder::<f32>(exec, meter, normalised, dims.tokens()?)?;
     // Workspace: dropped at the end of this function, after its peak is on the meter.
     let entries = dims.c * dims.m;
-    let mut u = DeviceBuffer::<f32>::zeros(gpu, meter, dims.len(entries)?)?;
-    let mut z_u = buffer_or_placeholder::<f32>(gpu, meter, normalised, dims.len(dims.c)?)?;
+    let u = DeviceBuffer::<f32>::uninit(exec, meter, dims.len(entries)?)?;
+    let z_u = buffer_or_placeholder::<f32>(exec, meter, normalised, dims.len(dims.c)?)?;
     let mut features = None;
-    let elapsed = gpu.time(|| {
-        features = recurrent::run_feature_stage(gpu, meter, staged)?;
+    let elapsed = exec.time(&mut || {
+        features = recurrent::run_feature_stage(meter, staged)?;
         let scales = log_scales(features.as_ref());
         match &features {
             Some(f) => launch_forward(
-                gpu,
-                &dims,
-                f.q.slice(),
-                f.k.slice(),
-                staged.v.slice(),
-                u.slice_mut(),
-                z_u.slice_mut(),
-                out.slice_mut(),
-                den.slice_mut(),
-                scales,
+                exec, &dims, &f.q, &f.k, &staged.v, &u, &z_u, &out, &den, scales,
             ),
             None => launch_forward(
-                gpu,
-                &dims,
-                staged.q.slice(),
-                staged.k.slice(),
-                staged.v.slice(),
-                u.slice_mut(),
-                z_u.slice_mut(),
-                out.slice_mut(),
-                den.slice_mut(),
-                scales,
+                exec, &dims, &staged.q, &staged.k, &staged.v, &u, &z_u, &out, &den, scales,
             ),
         }
     })?;
@@ -327,39 +294,33 @@ fn cumsum_forward<T: StorageElem>(
     ))
 }
 
-/// `cuda/causal_cumsum/<precision>`.
+/// `<platform>/causal_cumsum/<precision>`.
 pub struct CumsumBackend<T: StorageElem> {
     info: BackendInfo,
     runs: ScanRuns<T>,
 }
 
 impl<T: StorageElem> CumsumBackend<T> {
-    pub fn new() -> Self {
+    pub fn new(platform: Platform) -> Self {
         CumsumBackend {
             info: BackendInfo {
-                name: format!("cuda/causal_cumsum/{}", T::PRECISION),
-                device: DeviceKind::Cuda,
+                name: format!("{platform}/causal_cumsum/{}", T::PRECISION),
+                device: platform.device_kind(),
                 precision: T::PRECISION,
                 algorithm: Algorithm::Linear(Form::Cumsum),
                 // The recurrent form's memory-efficient backward (module docs).
                 backward: Some(BackwardKind::Efficient),
             },
-            runs: ScanRuns::new(),
+            runs: ScanRuns::new(platform),
         }
     }
 }
 
-impl<T: StorageElem> Default for CumsumBackend<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// Backends of this module.
-pub fn backends() -> Vec<Box<dyn Backend>> {
+/// Backends of this module on `platform`.
+pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
     vec![
-        Box::new(CumsumBackend::<f32>::new()),
-        Box::new(CumsumBackend::<f16>::new()),
+        Box::new(CumsumBackend::<f32>::new(platform)),
+        Box::new(CumsumBackend::<f16>::new(platform)),
     ]
 }
 
@@ -369,7 +330,7 @@ impl<T: StorageElem> Backend for CumsumBackend<T> {
     }
 
     fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
-        runtime::gpu_available()?;
+        self.runs.platform().available()?;
         check_problem(&self.info, problem)?;
         // Scans take the chunk count in grid y and entries in int.
         let dims = CoreDims::of(problem);
@@ -405,7 +366,7 @@ impl<T: StorageElem> Backend for CumsumBackend<T> {
     }
 
     fn flush_cache(&mut self) -> Result<(), AttnError> {
-        runtime::gpu()?.flush_l2()
+        self.runs.flush_cache()
     }
 }
 

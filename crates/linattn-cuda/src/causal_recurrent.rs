@@ -1,12 +1,14 @@
 //! Causal linear attention, recurrent form (SPEC §2–§4, §6), on the GPU.
 //!
 //! Backends:
-//! * `cuda/causal_recurrent/{f32,f16,bf16}` — forward scan with the C×M state in registers,
+//! * `{cuda,sim}/causal_recurrent/{f32,f16,bf16}` — forward scan with the C×M state in registers,
 //!   memory-efficient backward (SPEC §4: states recomputed by a forward scan for ∂Q, reverse
-//!   scans for ∂K and ∂V; O(C·M) state per block, O(N) saved denominators).
-//! * `cuda/causal_recurrent+storedbwd/{f32,f16}` — the naive backward: the forward writes every
+//!   scans for ∂K and ∂V; O(C·M) state per block, O(N) saved denominators). gd = −G·O/den
+//!   takes O in fp32: f16/bf16 run the forward scan once more (`cr_forward_go`, writing
+//!   ⌈M/32⌉ fp32 G·O partials per token instead of O) before `cr_backward_prep`.
+//! * `{cuda,sim}/causal_recurrent+storedbwd/{f32,f16}` — the naive backward: the forward writes every
 //!   S_i and z_i (N·C·M + N·C fp32 per head, on purpose, for the memory tables) and ∂Q reads
-//!   them back instead of recomputing.
+//!   them back instead of recomputing (and takes gd from them in fp32: no pre-pass).
 //!
 //! Kernels: `kernels/causal_recurrent.cu` (its header gives the math, the grid mapping and
 //! the limits). One module is compiled per (precision, map class, class of the scanned head
@@ -18,19 +20,21 @@
 //! the core runs with `CR_QK_F32` (identity map, normaliser on, FAVOR+'s per-token ε scale)
 //! and writes fp32 ∂φ(Q), ∂φ(K), which the stage chains through φ.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::{bf16, f16};
 use linattn_core::{
-    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind,
-    FeatureMap, Form, Grads, Inputs, Precision, Problem, RunStats, Tensor, Unsupported,
+    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, FeatureMap, Form,
+    Grads, Inputs, Precision, Problem, RunStats, Tensor, Unsupported,
 };
 
+use crate::args;
+use crate::executor::{Executor, KernelArg, Launch, Platform};
 use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
+use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::runtime::{
-    self, as_i32, blocks_for, check_head_dim, head_dim_class, storage_define, DeviceBuffer, Gpu,
-    KernelVariant, MemoryMeter, StorageElem,
+    self, as_i32, blocks_for, check_head_dim, head_dim_class, storage_define, KernelVariant,
 };
 use crate::staged::{self, DeviceInputs};
 
@@ -38,9 +42,10 @@ pub const SOURCE_NAME: &str = "causal_recurrent.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_recurrent.cu");
 
 /// Every `extern "C"` kernel of `causal_recurrent.cu`.
-pub const ENTRY_POINTS: [&str; 7] = [
+pub const ENTRY_POINTS: [&str; 8] = [
     "cr_forward",
     "cr_forward_stored",
+    "cr_forward_go",
     "cr_backward_dq",
     "cr_backward_dk",
     "cr_backward_dv",
@@ -198,7 +203,7 @@ pub fn scan_launch(
     m_dim: usize,
     batch_heads: usize,
     normalised: bool,
-) -> Result<LaunchConfig, AttnError> {
+) -> Result<Launch, AttnError> {
     let (_, columns) = role.dims(c_dim, m_dim);
     let slices = blocks_for(columns, COLUMNS_PER_BLOCK)?;
     let batch_heads = grid_y(batch_heads)?;
@@ -207,11 +212,7 @@ pub fn scan_launch(
     } else {
         MAIN_THREADS
     };
-    Ok(LaunchConfig {
-        grid_dim: (slices, batch_heads, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    })
+    Ok(Launch::new((slices, batch_heads, 1), threads))
 }
 
 fn grid_y(batch_heads: usize) -> Result<u32, AttnError> {
@@ -224,13 +225,9 @@ fn grid_y(batch_heads: usize) -> Result<u32, AttnError> {
 }
 
 /// Per-token kernels (`cr_backward_prep`): a warp per token, grid-stride.
-pub fn per_token_launch(tokens: usize) -> Result<LaunchConfig, AttnError> {
+pub fn per_token_launch(tokens: usize) -> Result<Launch, AttnError> {
     let blocks = blocks_for(tokens, 8)?.min(MAX_GRID_STRIDE_BLOCKS as u32);
-    Ok(LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    })
+    Ok(Launch::new((blocks, 1, 1), 256))
 }
 
 /// Checks a causal problem against what the recurrent (and cumsum) kernels take: head dims
@@ -328,20 +325,20 @@ fn module(
 /// `Q` is the element type of q, k: `T`, or f32 after a φ stage. `log_scales` are the device
 /// addresses of FAVOR+'s ε scales (0, 0 otherwise; see `feature_map`).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_forward<T: DeviceRepr, Q: DeviceRepr>(
-    gpu: &Gpu,
+pub(crate) fn launch_forward<T, Q>(
+    exec: &Arc<dyn Executor>,
     precision: Precision,
     dims: &CoreDims,
-    q: &CudaSlice<Q>,
-    k: &CudaSlice<Q>,
-    v: &CudaSlice<T>,
-    out: &mut CudaSlice<T>,
-    den: &mut CudaSlice<f32>,
-    states: Option<(&mut CudaSlice<f32>, &mut CudaSlice<f32>)>,
+    q: &DeviceBuffer<Q>,
+    k: &DeviceBuffer<Q>,
+    v: &DeviceBuffer<T>,
+    out: &DeviceBuffer<T>,
+    den: &DeviceBuffer<f32>,
+    states: Option<(&DeviceBuffer<f32>, &DeviceBuffer<f32>)>,
     log_scales: (u64, u64),
 ) -> Result<(), AttnError> {
     let variant = module(precision, dims, ScanRole::Forward)?;
-    let config = scan_launch(
+    let launch = scan_launch(
         ScanRole::Forward,
         dims.c,
         dims.m,
@@ -349,153 +346,168 @@ pub(crate) fn launch_forward<T: DeviceRepr, Q: DeviceRepr>(
         dims.map.normalised(),
     )?;
     let (n, c, m) = dims.ints()?;
-    let entry = if states.is_some() {
-        "cr_forward_stored"
-    } else {
-        "cr_forward"
+    let scalars = args![
+        KernelArg::Ptr(log_scales.0),
+        KernelArg::Ptr(log_scales.1),
+        n,
+        c,
+        m,
+        dims.decay,
+        dims.eps
+    ];
+    // Buffers hold [B·H, N, ·] elements as the callers allocate them.
+    let mut list = args![q, k, v, out, den].to_vec();
+    let entry = match states {
+        Some((s, z)) => {
+            list.extend(args![s, z]);
+            "cr_forward_stored"
+        }
+        None => "cr_forward",
     };
-    let function = gpu.function(&variant, entry)?;
-    let mut args = gpu.stream().launch_builder(&function);
-    args.arg(q).arg(k).arg(v).arg(out).arg(den);
-    if let Some((s, z)) = states {
-        args.arg(s).arg(z);
-    }
-    args.arg(&log_scales.0)
-        .arg(&log_scales.1)
-        .arg(&n)
-        .arg(&c)
-        .arg(&m)
-        .arg(&dims.decay)
-        .arg(&dims.eps);
-    // SAFETY: arguments match cr_forward / cr_forward_stored in number, type and order; the
-    // buffers hold [B·H, N, ·] elements as the callers allocate them.
-    unsafe { runtime::launch(args, gpu, config, entry) }
+    list.extend(scalars);
+    exec.launch(&exec.kernel(&variant, entry)?, &launch, &list)
 }
 
 /// Buffers the backward reads and writes.
 pub(crate) struct BackwardBuffers<'a, T, Q> {
-    pub q: &'a CudaSlice<Q>,
-    pub k: &'a CudaSlice<Q>,
-    pub v: &'a CudaSlice<T>,
-    pub d_out: &'a CudaSlice<T>,
-    pub out: &'a CudaSlice<T>,
-    pub den: &'a CudaSlice<f32>,
-    pub gd: &'a mut CudaSlice<f32>,
-    pub dq: &'a mut CudaSlice<Q>,
-    pub dk: &'a mut CudaSlice<Q>,
-    pub dv: &'a mut CudaSlice<T>,
+    pub q: &'a DeviceBuffer<Q>,
+    pub k: &'a DeviceBuffer<Q>,
+    pub v: &'a DeviceBuffer<T>,
+    pub d_out: &'a DeviceBuffer<T>,
+    pub out: &'a DeviceBuffer<T>,
+    pub den: &'a DeviceBuffer<f32>,
+    pub gd: &'a DeviceBuffer<f32>,
+    /// G·O partials from the fp32 O (`cr_forward_go`): ⌈M/32⌉ per token where
+    /// [`go_slices`] says so, else an empty placeholder.
+    pub go: &'a DeviceBuffer<f32>,
+    /// FAVOR+'s ε scales of the forward (0, 0 otherwise), for `cr_forward_go`.
+    pub log_scales: (u64, u64),
+    pub dq: &'a DeviceBuffer<Q>,
+    pub dk: &'a DeviceBuffer<Q>,
+    pub dv: &'a DeviceBuffer<T>,
     /// (S_i, z_i) from `cr_forward_stored`: ∂Q read from them instead of a scan.
-    pub states: Option<(&'a CudaSlice<f32>, &'a CudaSlice<f32>)>,
+    pub states: Option<(&'a DeviceBuffer<f32>, &'a DeviceBuffer<f32>)>,
+}
+
+/// G·O partials per token the backward needs from `cr_forward_go`: ⌈M/32⌉ (one per block of
+/// the forward scan) for 16-bit storage on the scan path, none for fp32 storage (O is exact
+/// there), the stored-states path (`cr_dq_from_states` takes gd from the fp32 states) or
+/// the identity map (no gd).
+pub(crate) fn go_slices(precision: Precision, dims: &CoreDims, stored_states: bool) -> usize {
+    if dims.map.normalised() && precision != Precision::F32 && !stored_states {
+        dims.m.div_ceil(COLUMNS_PER_BLOCK)
+    } else {
+        0
+    }
 }
 
 /// Enqueues the whole backward: gd (normalised maps), ∂Q (scan or stored states), ∂K, ∂V.
-pub(crate) fn launch_backward<T: DeviceRepr, Q: DeviceRepr>(
-    gpu: &Gpu,
+/// gd = −G·O/den takes O in fp32: for 16-bit storage the forward scan runs again as
+/// `cr_forward_go` (G·O partials, nothing else written) before `cr_backward_prep`; the
+/// stored-states path computes gd inside `cr_dq_from_states`, before the ∂K scan reads it.
+pub(crate) fn launch_backward<T, Q>(
+    exec: &Arc<dyn Executor>,
     precision: Precision,
     dims: &CoreDims,
-    mut b: BackwardBuffers<'_, T, Q>,
+    b: BackwardBuffers<'_, T, Q>,
 ) -> Result<(), AttnError> {
     let (n, c, m) = dims.ints()?;
     let c_module = module(precision, dims, ScanRole::Dv)?;
     let m_module = module(precision, dims, ScanRole::Dq)?;
     let normalised = dims.map.normalised();
 
-    if normalised {
+    if normalised && b.states.is_none() {
+        let slices = go_slices(precision, dims, false);
+        if slices > 0 {
+            // q, k hold tokens·C elements, v and d_out tokens·M, go tokens·slices.
+            exec.launch(
+                &exec.kernel(&c_module, "cr_forward_go")?,
+                &scan_launch(ScanRole::Forward, dims.c, dims.m, dims.batch_heads, true)?,
+                &args![
+                    b.q,
+                    b.k,
+                    b.v,
+                    b.d_out,
+                    b.go,
+                    KernelArg::Ptr(b.log_scales.0),
+                    KernelArg::Ptr(b.log_scales.1),
+                    n,
+                    c,
+                    m,
+                    dims.decay,
+                    dims.eps
+                ],
+            )?;
+        }
+        // g, out hold tokens·M elements, den and gd tokens, go tokens·slices.
         let tokens = dims.tokens()?;
         let tokens_i64 = i64::try_from(tokens)
             .map_err(|_| AttnError::SizeOverflow(format!("{tokens} tokens")))?;
-        let function = gpu.function(&c_module, "cr_backward_prep")?;
-        let mut args = gpu.stream().launch_builder(&function);
-        args.arg(b.d_out)
-            .arg(b.out)
-            .arg(b.den)
-            .arg(&mut *b.gd)
-            .arg(&tokens_i64)
-            .arg(&m);
-        // SAFETY: matches cr_backward_prep; g, out hold tokens·M, den and gd tokens elements.
-        unsafe { runtime::launch(args, gpu, per_token_launch(tokens)?, "cr_backward_prep") }?;
+        exec.launch(
+            &exec.kernel(&c_module, "cr_backward_prep")?,
+            &per_token_launch(tokens)?,
+            &args![
+                b.d_out,
+                b.out,
+                b.go,
+                as_i32("G·O slices", slices)?,
+                b.den,
+                b.gd,
+                tokens_i64,
+                m
+            ],
+        )?;
     }
 
     match b.states {
         Some((states, z_states)) => {
-            let function = gpu.function(&c_module, "cr_dq_from_states")?;
-            let config = LaunchConfig {
-                grid_dim: (as_u32_grid_x(dims.n)?, grid_y(dims.batch_heads)?, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut args = gpu.stream().launch_builder(&function);
-            args.arg(b.q)
-                .arg(b.d_out)
-                .arg(b.den)
-                .arg(&*b.gd)
-                .arg(states)
-                .arg(z_states)
-                .arg(&mut *b.dq)
-                .arg(&n)
-                .arg(&c)
-                .arg(&m);
-            // SAFETY: matches cr_dq_from_states; states hold tokens·C·M, z_states tokens·C.
-            unsafe { runtime::launch(args, gpu, config, "cr_dq_from_states") }?;
+            // states hold tokens·C·M elements, z_states tokens·C; gd (written) tokens.
+            let grid = (as_u32_grid_x(dims.n)?, grid_y(dims.batch_heads)?, 1);
+            exec.launch(
+                &exec.kernel(&c_module, "cr_dq_from_states")?,
+                &Launch::new(grid, 256),
+                &args![b.q, b.d_out, b.den, b.gd, states, z_states, b.dq, n, c, m],
+            )?;
         }
-        None => launch_feature_grad_scan(gpu, &m_module, dims, ScanRole::Dq, &mut b)?,
+        None => launch_feature_grad_scan(exec, &m_module, dims, ScanRole::Dq, &b)?,
     }
-    launch_feature_grad_scan(gpu, &m_module, dims, ScanRole::Dk, &mut b)?;
+    launch_feature_grad_scan(exec, &m_module, dims, ScanRole::Dk, &b)?;
 
-    let function = gpu.function(&c_module, "cr_backward_dv")?;
-    let config = scan_launch(ScanRole::Dv, dims.c, dims.m, dims.batch_heads, normalised)?;
-    let mut args = gpu.stream().launch_builder(&function);
-    args.arg(b.q)
-        .arg(b.k)
-        .arg(b.d_out)
-        .arg(b.den)
-        .arg(&mut *b.dv)
-        .arg(&n)
-        .arg(&c)
-        .arg(&m)
-        .arg(&dims.decay);
-    // SAFETY: matches cr_backward_dv.
-    unsafe { runtime::launch(args, gpu, config, "cr_backward_dv") }
+    exec.launch(
+        &exec.kernel(&c_module, "cr_backward_dv")?,
+        &scan_launch(ScanRole::Dv, dims.c, dims.m, dims.batch_heads, normalised)?,
+        &args![b.q, b.k, b.d_out, b.den, b.dv, n, c, m, dims.decay],
+    )
 }
 
 /// Enqueues the ∂Q (`role` = Dq, into `b.dq`) or ∂K (`role` = Dk, into `b.dk`) scan: both
 /// kernels take the same parameter list and run from the M-rows module.
-fn launch_feature_grad_scan<T: DeviceRepr, Q: DeviceRepr>(
-    gpu: &Gpu,
+fn launch_feature_grad_scan<T, Q>(
+    exec: &Arc<dyn Executor>,
     m_module: &KernelVariant,
     dims: &CoreDims,
     role: ScanRole,
-    b: &mut BackwardBuffers<'_, T, Q>,
+    b: &BackwardBuffers<'_, T, Q>,
 ) -> Result<(), AttnError> {
     let (entry, grad) = match role {
-        ScanRole::Dq => ("cr_backward_dq", &mut *b.dq),
-        ScanRole::Dk => ("cr_backward_dk", &mut *b.dk),
+        ScanRole::Dq => ("cr_backward_dq", b.dq),
+        ScanRole::Dk => ("cr_backward_dk", b.dk),
         other => return Err(AttnError::State(format!("{other:?} is not a ∂Q/∂K scan"))),
     };
     let (n, c, m) = dims.ints()?;
-    let function = gpu.function(m_module, entry)?;
-    let config = scan_launch(
+    let launch = scan_launch(
         role,
         dims.c,
         dims.m,
         dims.batch_heads,
         dims.map.normalised(),
     )?;
-    let mut args = gpu.stream().launch_builder(&function);
-    args.arg(b.q)
-        .arg(b.k)
-        .arg(b.v)
-        .arg(b.d_out)
-        .arg(b.den)
-        .arg(&*b.gd)
-        .arg(grad)
-        .arg(&n)
-        .arg(&c)
-        .arg(&m)
-        .arg(&dims.decay);
-    // SAFETY: matches cr_backward_dq / cr_backward_dk (same parameter list); grad holds
-    // tokens·C elements of Q, the rest as `launch_backward` documents.
-    unsafe { runtime::launch(args, gpu, config, entry) }
+    // grad holds tokens·C elements of Q, the rest as `launch_backward` documents.
+    exec.launch(
+        &exec.kernel(m_module, entry)?,
+        &launch,
+        &args![b.q, b.k, b.v, b.d_out, b.den, b.gd, grad, n, c, m, dims.decay],
+    )
 }
 
 fn as_u32_grid_x(n: usize) -> Result<u32, AttnError> {
@@ -511,6 +523,7 @@ fn as_u32_grid_x(n: usize) -> Result<u32, AttnError> {
 
 /// Inputs on the device, with the φ stage's outputs when the map is not fused.
 pub(crate) struct StagedInputs<T> {
+    pub exec: Arc<dyn Executor>,
     pub problem: Problem,
     pub dims: CoreDims,
     pub q: DeviceBuffer<T>,
@@ -524,19 +537,21 @@ pub(crate) struct StagedInputs<T> {
 impl<T: StorageElem> StagedInputs<T> {
     /// Validates `inputs` for `problem` and uploads them (converted to `T`).
     pub fn upload(
-        gpu: &Gpu,
+        exec: Arc<dyn Executor>,
         meter: &MemoryMeter,
         problem: &Problem,
         inputs: &Inputs,
     ) -> Result<Self, AttnError> {
         inputs.validate_for(problem)?;
         let features = if FeatureStage::needed(&problem.map) {
-            Some(FeatureStage::new(gpu, problem, T::PRECISION, meter)?)
+            Some(FeatureStage::new(&exec, problem, T::PRECISION, meter)?)
         } else {
             None
         };
-        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(gpu, meter, inputs)?;
+        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(&exec, meter, inputs)?;
+        exec.synchronize()?;
         Ok(StagedInputs {
+            exec,
             problem: *problem,
             dims: CoreDims::of(problem),
             q,
@@ -569,6 +584,7 @@ pub(crate) struct GradState<T> {
 /// cumsum backends share: they differ only in their forward (the backward, the downloads
 /// and the state checks are the same).
 pub(crate) struct ScanRuns<T: StorageElem> {
+    platform: Platform,
     /// Staged inputs (and FAVOR+'s W): not part of `device_bytes`.
     input_meter: MemoryMeter,
     /// Outputs and workspace: `device_bytes` is its peak during a run.
@@ -579,8 +595,9 @@ pub(crate) struct ScanRuns<T: StorageElem> {
 }
 
 impl<T: StorageElem> ScanRuns<T> {
-    pub fn new() -> Self {
+    pub fn new(platform: Platform) -> Self {
         ScanRuns {
+            platform,
             input_meter: MemoryMeter::new(),
             work_meter: MemoryMeter::new(),
             staged: None,
@@ -598,9 +615,9 @@ impl<T: StorageElem> ScanRuns<T> {
 
     /// Validates and uploads `inputs` (the caller has released and checked `supports`).
     pub fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
-        let gpu = runtime::gpu()?;
+        let exec = self.platform.executor()?;
         self.staged = Some(StagedInputs::upload(
-            gpu,
+            exec,
             &self.input_meter,
             problem,
             inputs,
@@ -611,19 +628,14 @@ impl<T: StorageElem> ScanRuns<T> {
     /// Runs `forward` on the staged inputs against the work meter.
     pub fn run_forward<F>(&mut self, name: &str, forward: F) -> Result<RunStats, AttnError>
     where
-        F: FnOnce(
-            &Gpu,
-            &MemoryMeter,
-            &StagedInputs<T>,
-        ) -> Result<(ForwardState<T>, Duration), AttnError>,
+        F: FnOnce(&MemoryMeter, &StagedInputs<T>) -> Result<(ForwardState<T>, Duration), AttnError>,
     {
-        let gpu = runtime::gpu()?;
         // Results of an earlier run are dropped before the new peak is measured.
         self.forward = None;
         self.grads = None;
         self.work_meter.reset_peak();
         let staged = self.staged(name)?;
-        let (forward, elapsed) = forward(gpu, &self.work_meter, staged)?;
+        let (forward, elapsed) = forward(&self.work_meter, staged)?;
         self.forward = Some(forward);
         Ok(RunStats {
             elapsed,
@@ -633,14 +645,13 @@ impl<T: StorageElem> ScanRuns<T> {
 
     /// The recurrent form's backward of the last forward.
     pub fn run_backward(&mut self, name: &str) -> Result<RunStats, AttnError> {
-        let gpu = runtime::gpu()?;
         self.grads = None;
         self.work_meter.reset_peak();
         let staged = self.staged(name)?;
         let fwd = self.forward.as_ref().ok_or_else(|| {
             AttnError::State(format!("{name}: run_forward() before run_backward()"))
         })?;
-        let (grads, elapsed) = recurrent_backward(gpu, &self.work_meter, staged, fwd)?;
+        let (grads, elapsed) = recurrent_backward(&self.work_meter, staged, fwd)?;
         self.grads = Some(grads);
         Ok(RunStats {
             elapsed,
@@ -671,9 +682,22 @@ impl<T: StorageElem> ScanRuns<T> {
         self.forward = None;
         self.staged = None;
     }
+
+    pub fn platform(&self) -> Platform {
+        self.platform
+    }
+
+    /// Evicts the L2 cache of the staged inputs' device.
+    pub fn flush_cache(&self) -> Result<(), AttnError> {
+        match &self.staged {
+            Some(staged) => staged.exec.flush_l2(),
+            None => Ok(()),
+        }
+    }
 }
 
-/// `cuda/causal_recurrent/<precision>` and `cuda/causal_recurrent+storedbwd/<precision>`.
+/// `<platform>/causal_recurrent/<precision>` and
+/// `<platform>/causal_recurrent+storedbwd/<precision>`.
 pub struct RecurrentBackend<T: StorageElem> {
     info: BackendInfo,
     stored_states: bool,
@@ -681,7 +705,7 @@ pub struct RecurrentBackend<T: StorageElem> {
 }
 
 impl<T: StorageElem> RecurrentBackend<T> {
-    pub fn new(stored_states: bool) -> Self {
+    pub fn new(platform: Platform, stored_states: bool) -> Self {
         let precision = T::PRECISION;
         let (form, backward) = if stored_states {
             ("causal_recurrent+storedbwd", BackwardKind::StoredStates)
@@ -690,51 +714,49 @@ impl<T: StorageElem> RecurrentBackend<T> {
         };
         RecurrentBackend {
             info: BackendInfo {
-                name: format!("cuda/{form}/{precision}"),
-                device: DeviceKind::Cuda,
+                name: format!("{platform}/{form}/{precision}"),
+                device: platform.device_kind(),
                 precision,
                 algorithm: Algorithm::Linear(Form::Recurrent),
                 backward: Some(backward),
             },
             stored_states,
-            runs: ScanRuns::new(),
+            runs: ScanRuns::new(platform),
         }
     }
 }
 
-/// Backends of this module.
-pub fn backends() -> Vec<Box<dyn Backend>> {
+/// Backends of this module on `platform`.
+pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
     vec![
-        Box::new(RecurrentBackend::<f32>::new(false)),
-        Box::new(RecurrentBackend::<f16>::new(false)),
-        Box::new(RecurrentBackend::<bf16>::new(false)),
-        Box::new(RecurrentBackend::<f32>::new(true)),
-        Box::new(RecurrentBackend::<f16>::new(true)),
+        Box::new(RecurrentBackend::<f32>::new(platform, false)),
+        Box::new(RecurrentBackend::<f16>::new(platform, false)),
+        Box::new(RecurrentBackend::<bf16>::new(platform, false)),
+        Box::new(RecurrentBackend::<f32>::new(platform, true)),
+        Box::new(RecurrentBackend::<f16>::new(platform, true)),
     ]
 }
 
-/// A zero-filled buffer of `len` elements, or a 1-element placeholder when `needed` is false
-/// (kernels take the pointer but never touch it).
+/// A buffer of `len` elements the kernels write in full, or an empty placeholder when
+/// `needed` is false (kernels take the pointer but never touch it).
 pub(crate) fn buffer_or_placeholder<E: StorageElem>(
-    gpu: &Gpu,
+    exec: &Arc<dyn Executor>,
     meter: &MemoryMeter,
     needed: bool,
     len: usize,
 ) -> Result<DeviceBuffer<E>, AttnError> {
-    DeviceBuffer::zeros(gpu, meter, if needed { len } else { 0 })
+    DeviceBuffer::uninit(exec, meter, if needed { len } else { 0 })
 }
 
 /// The φ stage's forward when the map needs one (inside the caller's timed region).
 pub(crate) fn run_feature_stage<T: StorageElem>(
-    gpu: &Gpu,
     meter: &MemoryMeter,
     staged: &StagedInputs<T>,
 ) -> Result<Option<DeviceFeatures>, AttnError> {
     match &staged.features {
         Some(stage) => {
             let dims = staged.dims;
-            let features =
-                stage.forward(gpu, meter, &staged.q, &staged.k, dims.batch_heads, dims.n)?;
+            let features = stage.forward(meter, &staged.q, &staged.k, dims.batch_heads, dims.n)?;
             if features.c != dims.c {
                 return Err(AttnError::State(format!(
                     "φ stage wrote C = {} features, the core expects {}",
@@ -750,57 +772,40 @@ pub(crate) fn run_feature_stage<T: StorageElem>(
 /// Runs the forward of `staged` (φ stage first for maps that are not fused), allocating its
 /// outputs against `meter`; `store_states` selects `cr_forward_stored`.
 pub(crate) fn recurrent_forward<T: StorageElem>(
-    gpu: &Gpu,
     meter: &MemoryMeter,
     staged: &StagedInputs<T>,
     store_states: bool,
 ) -> Result<(ForwardState<T>, Duration), AttnError> {
+    let exec = &staged.exec;
     let dims = staged.dims;
     let normalised = dims.map.normalised();
-    let mut out = DeviceBuffer::<T>::zeros(gpu, meter, dims.len(dims.m)?)?;
-    let mut den = buffer_or_placeholder::<f32>(gpu, meter, normalised, dims.tokens()?)?;
-    let mut states = if store_states {
+    let out = DeviceBuffer::<T>::uninit(exec, meter, dims.len(dims.m)?)?;
+    let den = buffer_or_placeholder::<f32>(exec, meter, normalised, dims.tokens()?)?;
+    let states = if store_states {
         let entries = dims
             .c
             .checked_mul(dims.m)
             .ok_or_else(|| AttnError::SizeOverflow("C·M".into()))?;
         let z_len = if normalised { dims.len(dims.c)? } else { 0 };
         Some((
-            DeviceBuffer::<f32>::zeros(gpu, meter, dims.len(entries)?)?,
-            DeviceBuffer::<f32>::zeros(gpu, meter, z_len)?,
+            DeviceBuffer::<f32>::uninit(exec, meter, dims.len(entries)?)?,
+            DeviceBuffer::<f32>::uninit(exec, meter, z_len)?,
         ))
     } else {
         None
     };
     let precision = T::PRECISION;
     let mut features = None;
-    let elapsed = gpu.time(|| {
-        features = run_feature_stage(gpu, meter, staged)?;
-        let state_args = states.as_mut().map(|(s, z)| (s.slice_mut(), z.slice_mut()));
+    let elapsed = exec.time(&mut || {
+        features = run_feature_stage(meter, staged)?;
+        let state_args = states.as_ref().map(|(s, z)| (s, z));
         let scales = log_scales(features.as_ref());
         match &features {
             Some(f) => launch_forward(
-                gpu,
-                precision,
-                &dims,
-                f.q.slice(),
-                f.k.slice(),
-                staged.v.slice(),
-                out.slice_mut(),
-                den.slice_mut(),
-                state_args,
-                scales,
+                exec, precision, &dims, &f.q, &f.k, &staged.v, &out, &den, state_args, scales,
             ),
             None => launch_forward(
-                gpu,
-                precision,
-                &dims,
-                staged.q.slice(),
-                staged.k.slice(),
-                staged.v.slice(),
-                out.slice_mut(),
-                den.slice_mut(),
-                state_args,
+                exec, precision, &dims, &staged.q, &staged.k, &staged.v, &out, &den, state_args,
                 scales,
             ),
         }
@@ -819,47 +824,51 @@ pub(crate) fn recurrent_forward<T: StorageElem>(
 /// Runs the backward (recurrent kernels, then the φ stage's backward when there is one) of a
 /// forward `fwd` of `staged`.
 pub(crate) fn recurrent_backward<T: StorageElem>(
-    gpu: &Gpu,
     meter: &MemoryMeter,
     staged: &StagedInputs<T>,
     fwd: &ForwardState<T>,
 ) -> Result<(GradState<T>, Duration), AttnError> {
+    let exec = &staged.exec;
     let dims = staged.dims;
     let d_out = staged.d_out.as_ref().ok_or_else(|| {
         AttnError::InvalidArgument("backward needs d_out (∂L/∂O), none was staged".into())
     })?;
-    let mut gd = buffer_or_placeholder::<f32>(gpu, meter, dims.map.normalised(), dims.tokens()?)?;
-    let mut dq = DeviceBuffer::<T>::zeros(gpu, meter, staged.q.len())?;
-    let mut dk = DeviceBuffer::<T>::zeros(gpu, meter, staged.k.len())?;
-    let mut dv = DeviceBuffer::<T>::zeros(gpu, meter, staged.v.len())?;
+    let gd = buffer_or_placeholder::<f32>(exec, meter, dims.map.normalised(), dims.tokens()?)?;
     let precision = T::PRECISION;
-    let states = fwd.states.as_ref().map(|(s, z)| (s.slice(), z.slice()));
+    let slices = go_slices(precision, &dims, fwd.states.is_some());
+    let go = buffer_or_placeholder::<f32>(exec, meter, slices > 0, dims.len(slices)?)?;
+    let scales = log_scales(fwd.features.as_ref());
+    let mut dq = DeviceBuffer::<T>::uninit(exec, meter, staged.q.len())?;
+    let mut dk = DeviceBuffer::<T>::uninit(exec, meter, staged.k.len())?;
+    let dv = DeviceBuffer::<T>::uninit(exec, meter, staged.v.len())?;
+    let states = fwd.states.as_ref().map(|(s, z)| (s, z));
     let elapsed = match (&staged.features, &fwd.features) {
         (Some(stage), Some(features)) => {
             // ∂φ(Q), ∂φ(K) in fp32, chained through φ by the stage.
-            let mut d_phi_q = DeviceBuffer::<f32>::zeros(gpu, meter, dims.len(dims.c)?)?;
-            let mut d_phi_k = DeviceBuffer::<f32>::zeros(gpu, meter, dims.len(dims.c)?)?;
-            gpu.time(|| {
+            let d_phi_q = DeviceBuffer::<f32>::uninit(exec, meter, dims.len(dims.c)?)?;
+            let d_phi_k = DeviceBuffer::<f32>::uninit(exec, meter, dims.len(dims.c)?)?;
+            exec.time(&mut || {
                 launch_backward(
-                    gpu,
+                    exec,
                     precision,
                     &dims,
                     BackwardBuffers {
-                        q: features.q.slice(),
-                        k: features.k.slice(),
-                        v: staged.v.slice(),
-                        d_out: d_out.slice(),
-                        out: fwd.out.slice(),
-                        den: fwd.den.slice(),
-                        gd: gd.slice_mut(),
-                        dq: d_phi_q.slice_mut(),
-                        dk: d_phi_k.slice_mut(),
-                        dv: dv.slice_mut(),
+                        q: &features.q,
+                        k: &features.k,
+                        v: &staged.v,
+                        d_out,
+                        out: &fwd.out,
+                        den: &fwd.den,
+                        gd: &gd,
+                        go: &go,
+                        log_scales: scales,
+                        dq: &d_phi_q,
+                        dk: &d_phi_k,
+                        dv: &dv,
                         states,
                     },
                 )?;
                 stage.backward(
-                    gpu,
                     &staged.q,
                     &staged.k,
                     features,
@@ -872,22 +881,24 @@ pub(crate) fn recurrent_backward<T: StorageElem>(
                 )
             })?
         }
-        (None, None) => gpu.time(|| {
+        (None, None) => exec.time(&mut || {
             launch_backward(
-                gpu,
+                exec,
                 precision,
                 &dims,
                 BackwardBuffers {
-                    q: staged.q.slice(),
-                    k: staged.k.slice(),
-                    v: staged.v.slice(),
-                    d_out: d_out.slice(),
-                    out: fwd.out.slice(),
-                    den: fwd.den.slice(),
-                    gd: gd.slice_mut(),
-                    dq: dq.slice_mut(),
-                    dk: dk.slice_mut(),
-                    dv: dv.slice_mut(),
+                    q: &staged.q,
+                    k: &staged.k,
+                    v: &staged.v,
+                    d_out,
+                    out: &fwd.out,
+                    den: &fwd.den,
+                    gd: &gd,
+                    go: &go,
+                    log_scales: scales,
+                    dq: &dq,
+                    dk: &dk,
+                    dv: &dv,
                     states,
                 },
             )
@@ -907,7 +918,7 @@ impl<T: StorageElem> Backend for RecurrentBackend<T> {
     }
 
     fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
-        runtime::gpu_available()?;
+        self.runs.platform().available()?;
         check_problem(&self.info, problem)
     }
 
@@ -919,10 +930,9 @@ impl<T: StorageElem> Backend for RecurrentBackend<T> {
 
     fn run_forward(&mut self) -> Result<RunStats, AttnError> {
         let store_states = self.stored_states;
-        self.runs
-            .run_forward(&self.info.name, |gpu, meter, staged| {
-                recurrent_forward(gpu, meter, staged, store_states)
-            })
+        self.runs.run_forward(&self.info.name, |meter, staged| {
+            recurrent_forward(meter, staged, store_states)
+        })
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
@@ -942,6 +952,6 @@ impl<T: StorageElem> Backend for RecurrentBackend<T> {
     }
 
     fn flush_cache(&mut self) -> Result<(), AttnError> {
-        runtime::gpu()?.flush_l2()
+        self.runs.flush_cache()
     }
 }

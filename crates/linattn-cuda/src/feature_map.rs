@@ -6,23 +6,27 @@
 //! ```ignore
 //! if FeatureStage::needed(&problem.map) {
 //!     FeatureStage::check(problem)?;                       // in supports(): Unsupported
-//!     let stage = FeatureStage::new(gpu, problem, precision, &meter)?;     // at stage()
-//!     let feats = stage.forward(gpu, &meter, &q, &k, heads, n)?;   // φ(Q), φ(K) fp32 [BH,N,C]
+//!     let stage = FeatureStage::new(&exec, problem, precision, &meter)?;  // at stage()
+//!     let feats = stage.forward(&meter, &q, &k, heads, n)?;   // φ(Q), φ(K) fp32 [BH,N,C]
 //!     // ... core on feats.q / feats.k with LA_MAP=0; ε_i scaled by feats' log scales ...
-//!     stage.backward(gpu, &q, &k, &feats, &d_phi_q, &d_phi_k, &mut dq, &mut dk, heads, n)?;
+//!     stage.backward(&q, &k, &feats, &d_phi_q, &d_phi_k, &mut dq, &mut dk, heads, n)?;
 //! }
 //! ```
 //! FAVOR+ shifts its exponents (row max for queries, the head's max for keys) like the CPU
 //! f32 path; `DeviceFeatures::{q_log_scale, k_log_scale}` hold −shift, and the core must use
 //! `ε_i = ε·exp(q_log_scale[i] + k_log_scale[head])` so O equals the unshifted result.
 
+use std::sync::Arc;
+
 use linattn_core::{AttnError, Backend, FeatureMap, Precision, Problem, Unsupported};
 
+use crate::args;
+use crate::executor::{Executor, KernelArg, Launch};
+use crate::memory::{address_of, DeviceBuffer, MemoryMeter, StorageElem};
 use crate::runtime::{
-    address_of, as_i32, blocks_for, check_head_dim, head_dim_class, launch, storage_define,
-    DeviceBuffer, Gpu, KernelVariant, MemoryMeter, StorageElem, HEAD_DIM_CLASSES,
+    as_i32, blocks_for, check_head_dim, head_dim_class, storage_define, KernelVariant,
+    HEAD_DIM_CLASSES,
 };
-use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 /// kernels/feature_map.cu.
 pub const SOURCE: &str = include_str!("../../../kernels/feature_map.cu");
@@ -94,6 +98,7 @@ pub(crate) fn log_scales(features: Option<&DeviceFeatures>) -> (u64, u64) {
 
 /// A prepared φ stage for one problem and precision (FAVOR+'s W uploaded once).
 pub struct FeatureStage {
+    exec: Arc<dyn Executor>,
     map: FeatureMap,
     dk: usize,
     variant: KernelVariant,
@@ -125,7 +130,7 @@ impl FeatureStage {
     }
 
     pub fn new(
-        gpu: &Gpu,
+        exec: &Arc<dyn Executor>,
         problem: &Problem,
         precision: Precision,
         meter: &MemoryMeter,
@@ -136,11 +141,12 @@ impl FeatureStage {
         let favor_w = match problem.map {
             FeatureMap::Favor { features, seed } => {
                 let w = linattn_core::favor_projection(dk, features, seed);
-                Some(DeviceBuffer::<f32>::upload_f64(gpu, meter, &w)?)
+                Some(DeviceBuffer::<f32>::upload_f64(exec, meter, &w)?)
             }
             _ => None,
         };
         Ok(FeatureStage {
+            exec: exec.clone(),
             map: problem.map,
             dk,
             variant,
@@ -156,7 +162,6 @@ impl FeatureStage {
     /// φ of both operands (`heads` = B·H, `n` rows each).
     pub fn forward<T: StorageElem>(
         &self,
-        gpu: &Gpu,
         meter: &MemoryMeter,
         q: &DeviceBuffer<T>,
         k: &DeviceBuffer<T>,
@@ -171,7 +176,7 @@ impl FeatureStage {
             let len = rows
                 .checked_mul(c)
                 .ok_or_else(|| AttnError::SizeOverflow(format!("{rows} rows × {c} features")))?;
-            DeviceBuffer::zeros(gpu, meter, len)
+            DeviceBuffer::uninit(&self.exec, meter, len)
         };
         let mut out = DeviceFeatures {
             c,
@@ -182,30 +187,29 @@ impl FeatureStage {
         };
         match self.map {
             FeatureMap::Softmax => {
-                self.rows_kernel(gpu, "la_phi_softmax_rows", q, &out.q, rows)?;
-                self.rows_kernel(gpu, "la_phi_softmax_rows", k, &out.k, rows)?;
+                self.rows_kernel("la_phi_softmax_rows", q, &out.q, rows)?;
+                self.rows_kernel("la_phi_softmax_rows", k, &out.k, rows)?;
             }
             FeatureMap::EfficientAttention => {
-                self.rows_kernel(gpu, "la_phi_softmax_rows", q, &out.q, rows)?;
+                self.rows_kernel("la_phi_softmax_rows", q, &out.q, rows)?;
                 self.cols_kernel(
-                    gpu,
                     "la_phi_softmax_cols",
-                    k.device_address(),
+                    k.address(),
                     0,
-                    out.k.device_address(),
+                    out.k.address(),
                     heads,
                     n,
                 )?;
             }
             FeatureMap::OnePlusCos => {
-                self.rows_kernel(gpu, "la_phi_cos_rows", q, &out.q, rows)?;
-                self.rows_kernel(gpu, "la_phi_cos_rows", k, &out.k, rows)?;
+                self.rows_kernel("la_phi_cos_rows", q, &out.q, rows)?;
+                self.rows_kernel("la_phi_cos_rows", k, &out.k, rows)?;
             }
             FeatureMap::Favor { .. } => {
-                let q_scale = DeviceBuffer::zeros(gpu, meter, rows)?;
-                let k_scale = DeviceBuffer::zeros(gpu, meter, heads)?;
-                self.favor(gpu, meter, Operand::Query, q, &out.q, &q_scale, heads, n)?;
-                self.favor(gpu, meter, Operand::Key, k, &out.k, &k_scale, heads, n)?;
+                let q_scale = DeviceBuffer::uninit(&self.exec, meter, rows)?;
+                let k_scale = DeviceBuffer::uninit(&self.exec, meter, heads)?;
+                self.favor(meter, Operand::Query, q, &out.q, &q_scale, heads, n)?;
+                self.favor(meter, Operand::Key, k, &out.k, &k_scale, heads, n)?;
                 out.q_log_scale = Some(q_scale);
                 out.k_log_scale = Some(k_scale);
             }
@@ -222,7 +226,6 @@ impl FeatureStage {
     #[allow(clippy::too_many_arguments)]
     pub fn backward<T: StorageElem>(
         &self,
-        gpu: &Gpu,
         q: &DeviceBuffer<T>,
         k: &DeviceBuffer<T>,
         features: &DeviceFeatures,
@@ -237,43 +240,28 @@ impl FeatureStage {
         match self.map {
             FeatureMap::Softmax | FeatureMap::EfficientAttention => {
                 // Both maps softmax a query over its features.
-                self.vjp_rows(
-                    gpu,
-                    "la_vjp_softmax_rows",
-                    features.q.device_address(),
-                    g_q,
-                    dq,
-                    rows,
-                )?;
+                self.vjp_rows("la_vjp_softmax_rows", features.q.address(), g_q, dq, rows)?;
                 if self.map == FeatureMap::Softmax {
-                    self.vjp_rows(
-                        gpu,
-                        "la_vjp_softmax_rows",
-                        features.k.device_address(),
-                        g_k,
-                        dk,
-                        rows,
-                    )?;
+                    self.vjp_rows("la_vjp_softmax_rows", features.k.address(), g_k, dk, rows)?;
                 } else {
                     // Efficient attention softmaxes keys over the sequence instead.
                     self.cols_kernel(
-                        gpu,
                         "la_vjp_softmax_cols",
-                        features.k.device_address(),
-                        g_k.device_address(),
-                        dk.device_address(),
+                        features.k.address(),
+                        g_k.address(),
+                        dk.address(),
                         heads,
                         n,
                     )?;
                 }
             }
             FeatureMap::OnePlusCos => {
-                self.vjp_rows(gpu, "la_vjp_cos_rows", q.device_address(), g_q, dq, rows)?;
-                self.vjp_rows(gpu, "la_vjp_cos_rows", k.device_address(), g_k, dk, rows)?;
+                self.vjp_rows("la_vjp_cos_rows", q.address(), g_q, dq, rows)?;
+                self.vjp_rows("la_vjp_cos_rows", k.address(), g_k, dk, rows)?;
             }
             FeatureMap::Favor { .. } => {
-                self.vjp_favor(gpu, q, &features.q, g_q, dq, rows)?;
-                self.vjp_favor(gpu, k, &features.k, g_k, dk, rows)?;
+                self.vjp_favor(q, &features.q, g_q, dq, rows)?;
+                self.vjp_favor(k, &features.k, g_k, dk, rows)?;
             }
             other => {
                 return Err(AttnError::State(format!(
@@ -284,56 +272,48 @@ impl FeatureStage {
         Ok(())
     }
 
-    fn row_config(rows: usize) -> Result<LaunchConfig, AttnError> {
-        Ok(LaunchConfig {
-            grid_dim: (blocks_for(rows, ROWS_PER_BLOCK)?, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        })
+    /// One warp per row, 8 rows per 256-thread block.
+    fn row_launch(rows: usize) -> Result<Launch, AttnError> {
+        Ok(Launch::new((blocks_for(rows, ROWS_PER_BLOCK)?, 1, 1), 256))
+    }
+
+    fn launch(&self, entry: &str, launch: &Launch, args: &[KernelArg]) -> Result<(), AttnError> {
+        let kernel = self.exec.kernel(&self.variant, entry)?;
+        self.exec.launch(&kernel, launch, args)
     }
 
     /// `entry(x, phi, rows, d)`.
     fn rows_kernel<T>(
         &self,
-        gpu: &Gpu,
         entry: &str,
         x: &DeviceBuffer<T>,
         phi: &DeviceBuffer<f32>,
         rows: usize,
     ) -> Result<(), AttnError> {
-        let function = gpu.function(&self.variant, entry)?;
-        let (x_addr, phi_addr) = (x.device_address(), phi.device_address());
-        let rows_i64 = rows as i64;
+        // x holds rows·d elements and phi rows·C.
         let d = as_i32("head dim", self.dk)?;
-        let mut args = gpu.stream().launch_builder(&function);
-        args.arg(&x_addr).arg(&phi_addr).arg(&rows_i64).arg(&d);
-        // SAFETY: (const la_storage_t*, float*, long long, int) as declared; x holds rows·d
-        // elements and phi rows·C.
-        unsafe { launch(args, gpu, Self::row_config(rows)?, entry) }
+        self.launch(
+            entry,
+            &Self::row_launch(rows)?,
+            &args![x, phi, rows as i64, d],
+        )
     }
 
     /// `entry(first, g, dx, rows, d)`: `first` is φ (softmax) or x (1+cos).
     fn vjp_rows<T>(
         &self,
-        gpu: &Gpu,
         entry: &str,
         first: u64,
         g: &DeviceBuffer<f32>,
         dx: &mut DeviceBuffer<T>,
         rows: usize,
     ) -> Result<(), AttnError> {
-        let function = gpu.function(&self.variant, entry)?;
-        let (g_addr, dx_addr) = (g.device_address(), dx.device_address());
-        let rows_i64 = rows as i64;
         let d = as_i32("head dim", self.dk)?;
-        let mut args = gpu.stream().launch_builder(&function);
-        args.arg(&first)
-            .arg(&g_addr)
-            .arg(&dx_addr)
-            .arg(&rows_i64)
-            .arg(&d);
-        // SAFETY: pointer, pointer, pointer, long long, int as declared; sizes as in forward.
-        unsafe { launch(args, gpu, Self::row_config(rows)?, entry) }
+        self.launch(
+            entry,
+            &Self::row_launch(rows)?,
+            &args![KernelArg::Ptr(first), g, dx, rows as i64, d],
+        )
     }
 
     /// Column softmax over N: `la_phi_softmax_cols(x, phi, n, d)` (middle = 0 unused) or
@@ -341,7 +321,6 @@ impl FeatureStage {
     #[allow(clippy::too_many_arguments)]
     fn cols_kernel(
         &self,
-        gpu: &Gpu,
         entry: &str,
         first: u64,
         middle: u64,
@@ -349,24 +328,23 @@ impl FeatureStage {
         heads: usize,
         n: usize,
     ) -> Result<(), AttnError> {
-        let function = gpu.function(&self.variant, entry)?;
         let n_i32 = as_i32("sequence length N", n)?;
         let d = as_i32("head dim", self.dk)?;
         let heads_u32 =
             u32::try_from(heads).map_err(|_| AttnError::SizeOverflow(format!("{heads} heads")))?;
-        let config = LaunchConfig {
-            grid_dim: (blocks_for(self.dk, 32)?, heads_u32, 1),
-            block_dim: (32, 8, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut args = gpu.stream().launch_builder(&function);
-        args.arg(&first);
+        let launch =
+            Launch::new((blocks_for(self.dk, 32)?, heads_u32, 1), 32).with_block((32, 8, 1));
+        // Buffers are [heads, n, d].
+        let (first, middle, last) = (
+            KernelArg::Ptr(first),
+            KernelArg::Ptr(middle),
+            KernelArg::Ptr(last),
+        );
         if entry == "la_vjp_softmax_cols" {
-            args.arg(&middle);
+            self.launch(entry, &launch, &args![first, middle, last, n_i32, d])
+        } else {
+            self.launch(entry, &launch, &args![first, last, n_i32, d])
         }
-        args.arg(&last).arg(&n_i32).arg(&d);
-        // SAFETY: argument lists match the two kernels' declarations; buffers are [heads, n, d].
-        unsafe { launch(args, gpu, config, entry) }
     }
 
     fn favor_scale(&self) -> f32 {
@@ -382,7 +360,6 @@ impl FeatureStage {
     #[allow(clippy::too_many_arguments)]
     fn favor<T>(
         &self,
-        gpu: &Gpu,
         meter: &MemoryMeter,
         operand: Operand,
         x: &DeviceBuffer<T>,
@@ -398,97 +375,69 @@ impl FeatureStage {
         let n_i32 = as_i32("sequence length N", n)?;
         let rows_i64 = rows as i64;
         let scale = self.favor_scale();
-        let row_max = DeviceBuffer::<f32>::zeros(gpu, meter, rows)?;
-        let (x_addr, w_addr, phi_addr, max_addr) = (
-            x.device_address(),
-            self.favor_w()?.device_address(),
-            phi.device_address(),
-            row_max.device_address(),
-        );
-        let exponents = gpu.function(&self.variant, "la_favor_exponents")?;
-        let mut args = gpu.stream().launch_builder(&exponents);
-        args.arg(&x_addr)
-            .arg(&w_addr)
-            .arg(&phi_addr)
-            .arg(&max_addr)
-            .arg(&rows_i64)
-            .arg(&d)
-            .arg(&r_i32)
-            .arg(&scale);
-        // SAFETY: matches la_favor_exponents; W is [r, d], phi [rows, r], row_max [rows].
-        unsafe { launch(args, gpu, Self::row_config(rows)?, "la_favor_exponents") }?;
+        let row_max = DeviceBuffer::<f32>::uninit(&self.exec, meter, rows)?;
+        // W is [r, d], phi [rows, r], row_max [rows].
+        self.launch(
+            "la_favor_exponents",
+            &Self::row_launch(rows)?,
+            &args![x, self.favor_w()?, phi, &row_max, rows_i64, d, r_i32, scale],
+        )?;
 
-        let (shift, per_row, _head_max) = match operand {
-            Operand::Query => (max_addr, 1i32, None),
+        let head_max = match operand {
+            Operand::Query => None,
             Operand::Key => {
-                let head_max = DeviceBuffer::<f32>::zeros(gpu, meter, heads)?;
-                let head_max_addr = head_max.device_address();
-                let reduce = gpu.function(&self.variant, "la_favor_head_max")?;
-                let mut args = gpu.stream().launch_builder(&reduce);
-                args.arg(&max_addr).arg(&head_max_addr).arg(&n_i32);
+                let head_max = DeviceBuffer::<f32>::uninit(&self.exec, meter, heads)?;
                 let heads_u32 = u32::try_from(heads)
                     .map_err(|_| AttnError::SizeOverflow(format!("{heads} heads")))?;
-                let config = LaunchConfig {
-                    grid_dim: (heads_u32, 1, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                // SAFETY: matches la_favor_head_max; row_max [heads·n], head_max [heads].
-                unsafe { launch(args, gpu, config, "la_favor_head_max") }?;
-                (head_max_addr, 0i32, Some(head_max))
+                // row_max [heads·n] → head_max [heads].
+                self.launch(
+                    "la_favor_head_max",
+                    &Launch::new((heads_u32, 1, 1), 256),
+                    &args![&row_max, &head_max, n_i32],
+                )?;
+                Some(head_max)
             }
         };
-        let log_addr = log_scale.device_address();
-        let exp = gpu.function(&self.variant, "la_favor_exp")?;
-        let mut args = gpu.stream().launch_builder(&exp);
-        args.arg(&phi_addr)
-            .arg(&shift)
-            .arg(&log_addr)
-            .arg(&rows_i64)
-            .arg(&n_i32)
-            .arg(&r_i32)
-            .arg(&per_row);
+        let (shift, per_row) = match &head_max {
+            None => (&row_max, true),
+            Some(head_max) => (head_max, false),
+        };
         let total = rows
             .checked_mul(r)
             .ok_or_else(|| AttnError::SizeOverflow(format!("{rows} rows × {r} features")))?;
-        let config = LaunchConfig {
-            grid_dim: (blocks_for(total, 256)?, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: matches la_favor_exp; log_scale holds rows (queries) or heads (keys).
-        unsafe { launch(args, gpu, config, "la_favor_exp") }?;
-        // row_max / head_max are freed here; the stream orders the free after the kernels.
-        Ok(())
+        // log_scale holds rows (queries) or heads (keys).
+        self.launch(
+            "la_favor_exp",
+            &Launch::new((blocks_for(total, 256)?, 1, 1), 256),
+            &args![phi, shift, log_scale, rows_i64, n_i32, r_i32, per_row],
+        )
     }
 
     fn vjp_favor<T>(
         &self,
-        gpu: &Gpu,
         x: &DeviceBuffer<T>,
         phi: &DeviceBuffer<f32>,
         g: &DeviceBuffer<f32>,
         dx: &mut DeviceBuffer<T>,
         rows: usize,
     ) -> Result<(), AttnError> {
-        let function = gpu.function(&self.variant, "la_vjp_favor")?;
-        let addresses = [
-            x.device_address(),
-            self.favor_w()?.device_address(),
-            phi.device_address(),
-            g.device_address(),
-            dx.device_address(),
-        ];
-        let rows_i64 = rows as i64;
         let d = as_i32("head dim", self.dk)?;
         let r = as_i32("FAVOR+ features", self.feature_dim())?;
-        let scale = self.favor_scale();
-        let mut args = gpu.stream().launch_builder(&function);
-        for address in &addresses {
-            args.arg(address);
-        }
-        args.arg(&rows_i64).arg(&d).arg(&r).arg(&scale);
-        // SAFETY: matches la_vjp_favor (x, W, phi, g, dx, rows, d, r, scale).
-        unsafe { launch(args, gpu, Self::row_config(rows)?, "la_vjp_favor") }
+        // (x, W, phi, g, dx, rows, d, r, scale).
+        self.launch(
+            "la_vjp_favor",
+            &Self::row_launch(rows)?,
+            &args![
+                x,
+                self.favor_w()?,
+                phi,
+                g,
+                dx,
+                rows as i64,
+                d,
+                r,
+                self.favor_scale()
+            ],
+        )
     }
 }

@@ -1,34 +1,47 @@
-//! NVRTC-compiled CUDA kernels for linear attention, launched with cudarc.
+//! NVRTC-compiled CUDA kernels for linear attention, run on a GPU (cudarc) or on the PTX
+//! simulator (`linattn-ptxsim`), through one [`executor::Executor`] seam.
 //!
-//! * [`runtime`] — availability checks, NVRTC compilation with ptxas reports, the device
-//!   context/stream, counted device buffers, event timing (read its module docs first).
+//! * [`runtime`] — NVRTC availability and compilation (PTX + cubin + ptxas report, cached),
+//!   kernel variants and the shared `-D` vocabulary.
+//! * [`executor`] — the device seam: [`executor::cuda`] (a GPU) and [`executor::sim`] (the
+//!   simulator); [`memory`] — counted device buffers on either.
 //! * [`feature_map`] — the φ stage for maps that are not elementwise (softmax, 1+cos, FAVOR+,
 //!   efficient attention) and its backward.
-//! * [`noncausal`] — `cuda/noncausal/{f32,f16,bf16}`: S = φ(K)ᵀV, z, O = φ(Q)S/(φ(Q)z+ε).
+//! * [`noncausal`] — `{cuda,sim}/noncausal/{f32,f16,bf16}`: S = φ(K)ᵀV, z, O = φ(Q)S/(φ(Q)z+ε).
 //! * [`causal_recurrent`], [`causal_cumsum`], [`causal_chunked`] — the causal forms.
 //!
+//! Every backend exists once per [`Platform`]: `cuda/<form>/<precision>` runs on the GPU,
+//! `sim/<form>/<precision>` runs the same kernels, compiled the same way, on the simulator.
 //! Kernel sources live in `kernels/` at the repository root and are embedded at build time.
 
 pub mod causal_chunked;
 pub mod causal_cumsum;
 pub mod causal_recurrent;
+pub mod executor;
 pub mod feature_map;
+pub mod memory;
 pub mod noncausal;
 pub mod runtime;
 mod staged;
 
 use linattn_core::{AttnError, Backend, Unsupported};
 
-pub use runtime::{gpu_available, nvrtc_available, DeviceInfo, KernelVariant};
+pub use executor::{DeviceInfo, Executor, KernelArg, Launch, Platform};
+pub use runtime::{gpu_available, nvrtc_available, KernelVariant};
 
-/// Every CUDA backend. On a machine without a driver or GPU they still appear, and their
-/// `supports` says `skipped: <reason>`.
+/// Every CUDA backend on every platform (GPU first, then simulator). On a machine without a
+/// GPU (or NVRTC) they still appear, and their `supports` says `skipped: <reason>`.
 pub fn backends() -> Vec<Box<dyn Backend>> {
+    Platform::ALL.into_iter().flat_map(backends_on).collect()
+}
+
+/// Every backend of one platform.
+pub fn backends_on(platform: Platform) -> Vec<Box<dyn Backend>> {
     let mut all = Vec::new();
-    all.extend(noncausal::backends());
-    all.extend(causal_recurrent::backends());
-    all.extend(causal_cumsum::backends());
-    all.extend(causal_chunked::backends());
+    all.extend(noncausal::backends(platform));
+    all.extend(causal_recurrent::backends(platform));
+    all.extend(causal_cumsum::backends(platform));
+    all.extend(causal_chunked::backends(platform));
     all
 }
 
@@ -43,20 +56,22 @@ pub fn kernel_variants() -> Vec<KernelVariant> {
     all
 }
 
-/// Device 0's description (name, compute capability, SMs, L2, memory, driver and NVRTC).
-pub fn device_info() -> Result<DeviceInfo, Unsupported> {
-    gpu_available()?;
-    runtime::gpu()
-        .map(|gpu| gpu.info().clone())
-        .map_err(|e| Unsupported::Unavailable(format!("CUDA device unusable: {e}")))
+/// The device a platform's backends run on (name, compute capability, SMs, L2, memory,
+/// driver and NVRTC).
+pub fn device_info(platform: Platform) -> Result<DeviceInfo, Unsupported> {
+    platform.executor().map(|e| e.info().clone())
 }
 
 /// (free, total) device memory in bytes.
-pub fn memory_info() -> Result<(u64, u64), AttnError> {
-    runtime::gpu()?.memory_info()
+pub fn memory_info(platform: Platform) -> Result<(u64, u64), AttnError> {
+    platform.executor()?.memory_info()
 }
 
 /// Device-to-device copy bandwidth samples in GB/s, counted as read + write bytes.
-pub fn measure_copy_bandwidth(bytes: usize, repeats: usize) -> Result<Vec<f64>, AttnError> {
-    runtime::measure_copy_bandwidth(bytes, repeats)
+pub fn measure_copy_bandwidth(
+    platform: Platform,
+    bytes: usize,
+    repeats: usize,
+) -> Result<Vec<f64>, AttnError> {
+    executor::measure_copy_bandwidth(platform.executor()?.as_ref(), bytes, repeats)
 }

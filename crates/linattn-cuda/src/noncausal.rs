@@ -15,16 +15,19 @@
 
 use std::marker::PhantomData;
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
 use linattn_core::{
-    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind, Form,
-    Grads, Inputs, Precision, Problem, RunStats, Tensor, Unsupported,
+    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, Form, Grads,
+    Inputs, Precision, Problem, RunStats, Tensor, Unsupported,
 };
 
+use crate::args;
+use crate::executor::{Executor, KernelArg, Launch, Platform};
 use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
+use crate::memory::{address_of, DeviceBuffer, MemoryMeter, StorageElem};
 use crate::runtime::{
-    address_of, as_i32, blocks_for, check_head_dim, gpu, gpu_available, launch, map_define,
-    storage_define, DeviceBuffer, Gpu, KernelVariant, MemoryMeter, StorageElem,
+    as_i32, blocks_for, check_head_dim, map_define, storage_define, KernelVariant,
 };
 use crate::staged::{self, DeviceInputs};
 
@@ -49,15 +52,17 @@ const MODE_OUTPUT: i32 = 0;
 const MODE_GRAD_Q: i32 = 1;
 const MODE_GRAD_K: i32 = 2;
 const MODE_GRAD_V: i32 = 3;
+/// B·H runs on grid.z, which CUDA limits to 65535.
+const MAX_GRID_HEADS: u32 = 65_535;
 /// Fewest rows a split of N gets: below this the partials cost more than they parallelise.
 const MIN_ROWS_PER_SPLIT: usize = 256;
 
-/// The three backends.
-pub fn backends() -> Vec<Box<dyn Backend>> {
+/// The three backends on `platform`.
+pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
     vec![
-        Box::new(NoncausalBackend::<f32>::new()),
-        Box::new(NoncausalBackend::<half::f16>::new()),
-        Box::new(NoncausalBackend::<half::bf16>::new()),
+        Box::new(NoncausalBackend::<f32>::new(platform)),
+        Box::new(NoncausalBackend::<half::f16>::new(platform)),
+        Box::new(NoncausalBackend::<half::bf16>::new(platform)),
     ]
 }
 
@@ -82,6 +87,12 @@ pub fn kernel_variants() -> Vec<KernelVariant> {
 /// What the non-causal kernels accept, independent of the machine.
 pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
     check_linear_form(info, problem)?;
+    if problem.shape.bh() > MAX_GRID_HEADS as usize {
+        return Err(Unsupported::Problem(format!(
+            "B·H = {} exceeds {MAX_GRID_HEADS}: the non-causal kernels put heads on grid.z",
+            problem.shape.bh()
+        )));
+    }
     check_head_dim("head dim D", problem.shape.dk)?;
     check_head_dim("value dim M", problem.shape.dv)?;
     if FeatureStage::needed(&problem.map) {
@@ -93,6 +104,7 @@ pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupp
 /// One precision of the non-causal form.
 pub struct NoncausalBackend<T: StorageElem> {
     info: BackendInfo,
+    platform: Platform,
     staged: Option<Staged<T>>,
     /// Staged inputs (and FAVOR+'s W): not part of `device_bytes`.
     input_meter: MemoryMeter,
@@ -102,6 +114,7 @@ pub struct NoncausalBackend<T: StorageElem> {
 }
 
 struct Staged<T> {
+    exec: Arc<dyn Executor>,
     problem: Problem,
     variant: KernelVariant,
     q: DeviceBuffer<T>,
@@ -120,22 +133,17 @@ struct ForwardResult<T> {
     features: Option<DeviceFeatures>,
 }
 
-impl<T: StorageElem> Default for NoncausalBackend<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl<T: StorageElem> NoncausalBackend<T> {
-    pub fn new() -> Self {
+    pub fn new(platform: Platform) -> Self {
         NoncausalBackend {
             info: BackendInfo {
-                name: format!("cuda/noncausal/{}", T::PRECISION.label()),
-                device: DeviceKind::Cuda,
+                name: format!("{platform}/noncausal/{}", T::PRECISION.label()),
+                device: platform.device_kind(),
                 precision: T::PRECISION,
                 algorithm: Algorithm::Linear(Form::Parallel),
                 backward: Some(BackwardKind::Efficient),
             },
+            platform,
             staged: None,
             input_meter: MemoryMeter::new(),
             work_meter: MemoryMeter::new(),
@@ -157,26 +165,28 @@ impl<T: StorageElem> Backend for NoncausalBackend<T> {
 
     fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
         check_problem(&self.info, problem)?;
-        gpu_available()
+        self.platform.available()
     }
 
     fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
         self.supports(problem)?;
         inputs.validate_for(problem)?;
         self.staged = None;
-        let gpu = gpu()?;
+        let exec = self.platform.executor()?;
         let meter = &self.input_meter;
         let map_code = match map_define(&problem.map) {
             Some((_, code)) => code.parse().unwrap_or(0),
             None => 0,
         };
         let phi_stage = if FeatureStage::needed(&problem.map) {
-            Some(FeatureStage::new(gpu, problem, T::PRECISION, meter)?)
+            Some(FeatureStage::new(&exec, problem, T::PRECISION, meter)?)
         } else {
             None
         };
-        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(gpu, meter, inputs)?;
+        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(&exec, meter, inputs)?;
+        exec.synchronize()?;
         self.staged = Some(Staged {
+            exec,
             problem: *problem,
             variant: variant(T::PRECISION, map_code)?,
             q,
@@ -187,22 +197,21 @@ impl<T: StorageElem> Backend for NoncausalBackend<T> {
             forward: None,
             grads: None,
         });
-        gpu.synchronize()
+        Ok(())
     }
 
     fn run_forward(&mut self) -> Result<RunStats, AttnError> {
-        let gpu = gpu()?;
         let meter = self.work_meter.clone();
         let staged = self.staged_mut()?;
         staged.grads = None;
         staged.forward = None;
-        let (result, stats) = timed_run(gpu, &meter, || forward(gpu, &meter, staged))?;
+        let exec = staged.exec.clone();
+        let (result, stats) = timed_run(&exec, &meter, || forward(&meter, staged))?;
         staged.forward = result;
         Ok(stats)
     }
 
     fn run_backward(&mut self) -> Result<RunStats, AttnError> {
-        let gpu = gpu()?;
         let meter = self.work_meter.clone();
         let staged = self.staged_mut()?;
         if staged.forward.is_none() {
@@ -214,7 +223,8 @@ impl<T: StorageElem> Backend for NoncausalBackend<T> {
             ));
         }
         staged.grads = None;
-        let (result, stats) = timed_run(gpu, &meter, || backward(gpu, &meter, staged))?;
+        let exec = staged.exec.clone();
+        let (result, stats) = timed_run(&exec, &meter, || backward(&meter, staged))?;
         staged.grads = result;
         Ok(stats)
     }
@@ -242,21 +252,27 @@ impl<T: StorageElem> Backend for NoncausalBackend<T> {
     }
 
     fn flush_cache(&mut self) -> Result<(), AttnError> {
-        gpu()?.flush_l2()
+        match &self.staged {
+            Some(staged) => staged.exec.flush_l2(),
+            None => Ok(()),
+        }
     }
 }
 
 /// Resets `meter`'s peak, then times `launches` (allocations included): what they built
-/// (always `Some` once `gpu.time` succeeds) and the run's stats.
+/// (always `Some` once `exec.time` succeeds) and the run's stats.
 fn timed_run<R>(
-    gpu: &Gpu,
+    exec: &Arc<dyn Executor>,
     meter: &MemoryMeter,
     launches: impl FnOnce() -> Result<R, AttnError>,
 ) -> Result<(Option<R>, RunStats), AttnError> {
     meter.reset_peak();
     let mut result = None;
-    let elapsed = gpu.time(|| {
-        result = Some(launches()?);
+    let mut launches = Some(launches);
+    let elapsed = exec.time(&mut || {
+        if let Some(f) = launches.take() {
+            result = Some(f()?);
+        }
         Ok(())
     })?;
     Ok((
@@ -306,49 +322,57 @@ impl Dims {
     fn state_len(&self) -> usize {
         self.c * self.m + self.c
     }
+
+    /// B·H as grid.z (`check_problem` keeps it within 65535).
+    fn grid_heads(&self) -> Result<u32, AttnError> {
+        u32::try_from(self.heads)
+            .ok()
+            .filter(|&h| h <= MAX_GRID_HEADS)
+            .ok_or_else(|| AttnError::SizeOverflow(format!("B·H = {} heads", self.heads)))
+    }
 }
 
 /// φ(Q) or φ(K) as the kernels read it: fp32 features of the φ stage, or raw storage with
 /// the fused map.
 fn operand<T>(features: Option<&DeviceBuffer<f32>>, raw: &DeviceBuffer<T>) -> (u64, i32) {
     match features {
-        Some(f) => (f.device_address(), KIND_F32),
-        None => (raw.device_address(), KIND_MAPPED),
+        Some(f) => (f.address(), KIND_F32),
+        None => (raw.address(), KIND_MAPPED),
     }
 }
 
 fn forward<T: StorageElem>(
-    gpu: &Gpu,
     meter: &MemoryMeter,
     staged: &Staged<T>,
 ) -> Result<ForwardResult<T>, AttnError> {
+    let exec = &staged.exec;
     let dims = Dims::of(&staged.problem);
     let features = match &staged.phi_stage {
-        Some(stage) => Some(stage.forward(gpu, meter, &staged.q, &staged.k, dims.heads, dims.n)?),
+        Some(stage) => Some(stage.forward(meter, &staged.q, &staged.k, dims.heads, dims.n)?),
         None => None,
     };
     let (k_addr, k_kind) = operand(features.as_ref().map(|f| &f.k), &staged.k);
     let state = reduce_outer_products(
-        gpu,
+        exec,
         meter,
         &staged.variant,
         &dims,
         (k_addr, k_kind),
-        staged.v.device_address(),
+        staged.v.address(),
         0,
         0,
         dims.log2_decay,
     )?;
-    let out = DeviceBuffer::<T>::zeros(gpu, meter, dims.rows() * dims.m)?;
+    let out = DeviceBuffer::<T>::zeros(exec, meter, dims.rows() * dims.m)?;
     let q_op = operand(features.as_ref().map(|f| &f.q), &staged.q);
     let scales = log_scales(features.as_ref());
     output_rowgemm(
-        gpu,
+        exec,
         &staged.variant,
         &dims,
         q_op,
         &state,
-        (out.device_address(), false),
+        (out.address(), false),
         scales,
     )?;
     Ok(ForwardResult {
@@ -359,10 +383,10 @@ fn forward<T: StorageElem>(
 }
 
 fn backward<T: StorageElem>(
-    gpu: &Gpu,
     meter: &MemoryMeter,
     staged: &Staged<T>,
 ) -> Result<[DeviceBuffer<T>; 3], AttnError> {
+    let exec = &staged.exec;
     let dims = Dims::of(&staged.problem);
     let fwd = staged
         .forward
@@ -382,38 +406,38 @@ fn backward<T: StorageElem>(
 
     // R, r = Σ_i Q̃_iᵀ gn_i, Σ_i Q̃_i gd_i; gn_i = G_i/den_i, gd_i = −(G_i·O_i)/den_i.
     let (inv_den, gd) = if dims.normalised {
-        let inv_den = DeviceBuffer::<f32>::zeros(gpu, meter, rows)?;
-        let gd = DeviceBuffer::<f32>::zeros(gpu, meter, rows)?;
+        let inv_den = DeviceBuffer::<f32>::zeros(exec, meter, rows)?;
+        let gd = DeviceBuffer::<f32>::zeros(exec, meter, rows)?;
         // gd needs O at full precision: f16/bf16 recompute it in fp32.
         let out_f32 = if T::PRECISION == Precision::F32 {
             None
         } else {
-            let o = DeviceBuffer::<f32>::zeros(gpu, meter, rows * dims.m)?;
+            let o = DeviceBuffer::<f32>::zeros(exec, meter, rows * dims.m)?;
             output_rowgemm(
-                gpu,
+                exec,
                 &staged.variant,
                 &dims,
                 q_op,
                 &fwd.state,
-                (o.device_address(), true),
+                (o.address(), true),
                 scales,
             )?;
             Some(o)
         };
         let (o_addr, o_is_f32) = match &out_f32 {
-            Some(o) => (o.device_address(), 1i32),
-            None => (fwd.out.device_address(), 0i32),
+            Some(o) => (o.address(), 1i32),
+            None => (fwd.out.address(), 0i32),
         };
         row_terms(
-            gpu,
+            exec,
             &staged.variant,
             &dims,
             q_op,
-            fwd.state.device_address(),
-            g.device_address(),
+            fwd.state.address(),
+            g.address(),
             (o_addr, o_is_f32),
             scales,
-            (inv_den.device_address(), gd.device_address()),
+            (inv_den.address(), gd.address()),
         )?;
         drop(out_f32);
         (Some(inv_den), Some(gd))
@@ -421,42 +445,42 @@ fn backward<T: StorageElem>(
         (None, None)
     };
     let r_state = reduce_outer_products(
-        gpu,
+        exec,
         meter,
         &staged.variant,
         &dims,
         q_op,
-        g.device_address(),
+        g.address(),
         address_of(inv_den.as_ref()),
         address_of(gd.as_ref()),
         0.0,
     )?;
 
-    let mut dq = DeviceBuffer::<T>::zeros(gpu, meter, rows * dims.d)?;
-    let mut dk = DeviceBuffer::<T>::zeros(gpu, meter, rows * dims.d)?;
-    let dv = DeviceBuffer::<T>::zeros(gpu, meter, rows * dims.m)?;
+    let mut dq = DeviceBuffer::<T>::zeros(exec, meter, rows * dims.d)?;
+    let mut dk = DeviceBuffer::<T>::zeros(exec, meter, rows * dims.d)?;
+    let dv = DeviceBuffer::<T>::zeros(exec, meter, rows * dims.m)?;
     // With a φ stage, ∂Q̃ and ∂K̃ come out in fp32 and go through the map's VJP.
     let d_features = match features {
         Some(_) => Some((
-            DeviceBuffer::<f32>::zeros(gpu, meter, rows * dims.c)?,
-            DeviceBuffer::<f32>::zeros(gpu, meter, rows * dims.c)?,
+            DeviceBuffer::<f32>::zeros(exec, meter, rows * dims.c)?,
+            DeviceBuffer::<f32>::zeros(exec, meter, rows * dims.c)?,
         )),
         None => None,
     };
     let (dq_target, dk_target, out_f32, pre_q, pre_k) = match &d_features {
-        Some((gq, gk)) => (gq.device_address(), gk.device_address(), true, 0, 0),
+        Some((gq, gk)) => (gq.address(), gk.address(), true, 0, 0),
         None => (
-            dq.device_address(),
-            dk.device_address(),
+            dq.address(),
+            dk.address(),
             false,
-            staged.q.device_address(),
-            staged.k.device_address(),
+            staged.q.address(),
+            staged.k.address(),
         ),
     };
     let with = |mode, x, state: &DeviceBuffer<f32>, out, out_f32, pre| RowGemm {
         mode,
         x,
-        state: state.device_address(),
+        state: state.address(),
         out,
         out_f32,
         pre,
@@ -464,33 +488,33 @@ fn backward<T: StorageElem>(
         gd: address_of(gd.as_ref()),
         log_scales: scales,
     };
-    let g_op = (g.device_address(), KIND_STORAGE);
-    let v_op = (staged.v.device_address(), KIND_STORAGE);
+    let g_op = (g.address(), KIND_STORAGE);
+    let v_op = (staged.v.address(), KIND_STORAGE);
     let variant = &staged.variant;
     rowgemm(
-        gpu,
+        exec,
         variant,
         &dims,
         with(MODE_GRAD_Q, g_op, &fwd.state, dq_target, out_f32, pre_q),
     )?;
     rowgemm(
-        gpu,
+        exec,
         variant,
         &dims,
         with(MODE_GRAD_K, v_op, &r_state, dk_target, out_f32, pre_k),
     )?;
     rowgemm(
-        gpu,
+        exec,
         variant,
         &dims,
-        with(MODE_GRAD_V, k_op, &r_state, dv.device_address(), false, 0),
+        with(MODE_GRAD_V, k_op, &r_state, dv.address(), false, 0),
     )?;
 
     if let (Some(stage), Some(feats), Some((gq, gk))) =
         (&staged.phi_stage, features, d_features.as_ref())
     {
         stage.backward(
-            gpu, &staged.q, &staged.k, feats, gq, gk, &mut dq, &mut dk, dims.heads, dims.n,
+            &staged.q, &staged.k, feats, gq, gk, &mut dq, &mut dk, dims.heads, dims.n,
         )?;
     }
     Ok([dq, dk, dv])
@@ -500,7 +524,7 @@ fn backward<T: StorageElem>(
 /// N across blocks when one block per tile would leave the GPU idle.
 #[allow(clippy::too_many_arguments)]
 fn reduce_outer_products(
-    gpu: &Gpu,
+    exec: &Arc<dyn Executor>,
     meter: &MemoryMeter,
     variant: &KernelVariant,
     dims: &Dims,
@@ -511,9 +535,9 @@ fn reduce_outer_products(
     log2_decay: f32,
 ) -> Result<DeviceBuffer<f32>, AttnError> {
     let state_len = dims.state_len();
-    let state = DeviceBuffer::<f32>::zeros(gpu, meter, dims.heads * state_len)?;
+    let state = DeviceBuffer::<f32>::zeros(exec, meter, dims.heads * state_len)?;
     let tiles = dims.c.div_ceil(TILE) * dims.m.div_ceil(TILE);
-    let wanted_blocks = 4 * gpu.info().sm_count as usize;
+    let wanted_blocks = 4 * exec.info().sm_count as usize;
     let max_splits = dims.n.div_ceil(MIN_ROWS_PER_SPLIT).clamp(1, 65_535);
     let splits = wanted_blocks
         .div_ceil((tiles * dims.heads).max(1))
@@ -523,66 +547,56 @@ fn reduce_outer_products(
     let splits = dims.n.div_ceil(rows_per_split).max(1);
     let partial = if splits > 1 {
         Some(DeviceBuffer::<f32>::zeros(
-            gpu,
+            exec,
             meter,
             dims.heads * splits * state_len,
         )?)
     } else {
         None
     };
-    let target = partial.as_ref().unwrap_or(&state).device_address();
+    let target = partial.as_ref().unwrap_or(&state).address();
 
-    let function = gpu.function(variant, "la_nc_accumulate")?;
-    let (n, c, m) = (
-        as_i32("sequence length N", dims.n)?,
-        as_i32("feature dim C", dims.c)?,
-        as_i32("value dim M", dims.m)?,
+    // a is [BH,N,C], b [BH,N,M], the row scales [BH·N] or null, target [BH, splits, C·M+C].
+    let kernel = exec.kernel(variant, "la_nc_accumulate")?;
+    let grid = (
+        u32::try_from(tiles).map_err(|_| AttnError::SizeOverflow("tiles".into()))?,
+        splits as u32,
+        dims.grid_heads()?,
     );
-    let rows_per_split_i32 = as_i32("rows per split", rows_per_split)?;
-    let mut args = gpu.stream().launch_builder(&function);
-    args.arg(&a.0)
-        .arg(&a.1)
-        .arg(&b)
-        .arg(&b_row_scale)
-        .arg(&v_row_scale)
-        .arg(&target)
-        .arg(&n)
-        .arg(&c)
-        .arg(&m)
-        .arg(&rows_per_split_i32)
-        .arg(&log2_decay);
-    let config = LaunchConfig {
-        grid_dim: (
-            u32::try_from(tiles).map_err(|_| AttnError::SizeOverflow("tiles".into()))?,
-            splits as u32,
-            u32::try_from(dims.heads).map_err(|_| AttnError::SizeOverflow("heads".into()))?,
-        ),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: matches la_nc_accumulate's parameters; a is [BH,N,C], b [BH,N,M], the row
-    // scales [BH·N] or null, target [BH, splits, C·M+C].
-    unsafe { launch(args, gpu, config, "la_nc_accumulate") }?;
+    exec.launch(
+        &kernel,
+        &Launch::new(grid, THREADS),
+        &args![
+            KernelArg::Ptr(a.0),
+            a.1,
+            KernelArg::Ptr(b),
+            KernelArg::Ptr(b_row_scale),
+            KernelArg::Ptr(v_row_scale),
+            KernelArg::Ptr(target),
+            as_i32("sequence length N", dims.n)?,
+            as_i32("feature dim C", dims.c)?,
+            as_i32("value dim M", dims.m)?,
+            as_i32("rows per split", rows_per_split)?,
+            log2_decay,
+        ],
+    )?;
 
     if let Some(partial) = &partial {
-        let function = gpu.function(variant, "la_nc_reduce")?;
-        let (partial_addr, state_addr) = (partial.device_address(), state.device_address());
-        let splits_i32 = splits as i32;
-        let (state_len_i64, heads_i64) = (state_len as i64, dims.heads as i64);
-        let mut args = gpu.stream().launch_builder(&function);
-        args.arg(&partial_addr)
-            .arg(&state_addr)
-            .arg(&splits_i32)
-            .arg(&state_len_i64)
-            .arg(&heads_i64);
+        // partial [BH, splits, len] summed into state [BH, len].
+        let kernel = exec.kernel(variant, "la_nc_reduce")?;
         let total = dims.heads * state_len;
-        let config = LaunchConfig {
-            grid_dim: (blocks_for(total, 256)?.min(65_535 * 16), 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: matches la_nc_reduce; partial [BH, splits, len], state [BH, len].
-        unsafe { launch(args, gpu, config, "la_nc_reduce") }?;
+        let grid = (blocks_for(total, 256)?.min(65_535 * 16), 1, 1);
+        exec.launch(
+            &kernel,
+            &Launch::new(grid, 256),
+            &args![
+                partial,
+                &state,
+                splits as i32,
+                state_len as i64,
+                dims.heads as i64
+            ],
+        )?;
     }
     Ok(state)
 }
@@ -603,7 +617,7 @@ struct RowGemm {
 /// O = φ(Q)S / (φ(Q)z + ε) from `state` into `out` (address, whether fp32 rather than
 /// storage): the forward's output and the backward's fp32 recomputation of it.
 fn output_rowgemm(
-    gpu: &Gpu,
+    exec: &Arc<dyn Executor>,
     variant: &KernelVariant,
     dims: &Dims,
     q: (u64, i32),
@@ -612,13 +626,13 @@ fn output_rowgemm(
     log_scales: (u64, u64),
 ) -> Result<(), AttnError> {
     rowgemm(
-        gpu,
+        exec,
         variant,
         dims,
         RowGemm {
             mode: MODE_OUTPUT,
             x: q,
-            state: state.device_address(),
+            state: state.address(),
             out,
             out_f32,
             pre: 0,
@@ -630,7 +644,7 @@ fn output_rowgemm(
 }
 
 fn rowgemm(
-    gpu: &Gpu,
+    exec: &Arc<dyn Executor>,
     variant: &KernelVariant,
     dims: &Dims,
     call: RowGemm,
@@ -640,49 +654,43 @@ fn rowgemm(
     } else {
         dims.m
     };
-    let function = gpu.function(variant, "la_nc_rowgemm")?;
-    let (c, m, n) = (
-        as_i32("feature dim C", dims.c)?,
-        as_i32("value dim M", dims.m)?,
-        as_i32("sequence length N", dims.n)?,
+    // x is [BH,N,inner], state [BH,C·M+C], out [BH,N,width] of the type out_f32 says, pre
+    // [BH,N,width] storage or null.
+    let kernel = exec.kernel(variant, "la_nc_rowgemm")?;
+    let grid = (
+        blocks_for(dims.n, TILE)?,
+        blocks_for(width, TILE)?,
+        dims.grid_heads()?,
     );
-    let out_f32 = i32::from(call.out_f32);
-    let normalised = i32::from(dims.normalised);
-    let mut args = gpu.stream().launch_builder(&function);
-    args.arg(&call.mode)
-        .arg(&call.x.0)
-        .arg(&call.x.1)
-        .arg(&call.state)
-        .arg(&c)
-        .arg(&m)
-        .arg(&call.out)
-        .arg(&out_f32)
-        .arg(&call.pre)
-        .arg(&call.inv_den)
-        .arg(&call.gd)
-        .arg(&call.log_scales.0)
-        .arg(&call.log_scales.1)
-        .arg(&dims.eps)
-        .arg(&normalised)
-        .arg(&n)
-        .arg(&dims.log2_decay);
-    let config = LaunchConfig {
-        grid_dim: (
-            blocks_for(dims.n, TILE)?,
-            blocks_for(width, TILE)?,
-            u32::try_from(dims.heads).map_err(|_| AttnError::SizeOverflow("heads".into()))?,
-        ),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: matches la_nc_rowgemm's 17 parameters; x is [BH,N,inner], state [BH,C·M+C],
-    // out [BH,N,width] of the type out_f32 says, pre [BH,N,width] storage or null.
-    unsafe { launch(args, gpu, config, "la_nc_rowgemm") }
+    let ptr = KernelArg::Ptr;
+    exec.launch(
+        &kernel,
+        &Launch::new(grid, THREADS),
+        &args![
+            call.mode,
+            ptr(call.x.0),
+            call.x.1,
+            ptr(call.state),
+            as_i32("feature dim C", dims.c)?,
+            as_i32("value dim M", dims.m)?,
+            ptr(call.out),
+            call.out_f32,
+            ptr(call.pre),
+            ptr(call.inv_den),
+            ptr(call.gd),
+            ptr(call.log_scales.0),
+            ptr(call.log_scales.1),
+            dims.eps,
+            dims.normalised,
+            as_i32("sequence length N", dims.n)?,
+            dims.log2_decay,
+        ],
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
 fn row_terms(
-    gpu: &Gpu,
+    exec: &Arc<dyn Executor>,
     variant: &KernelVariant,
     dims: &Dims,
     q: (u64, i32),
@@ -692,35 +700,29 @@ fn row_terms(
     log_scales: (u64, u64),
     outputs: (u64, u64),
 ) -> Result<(), AttnError> {
-    let function = gpu.function(variant, "la_nc_row_terms")?;
+    // One warp per row of [BH·N].
+    let kernel = exec.kernel(variant, "la_nc_row_terms")?;
     let rows = dims.rows();
-    let rows_i64 = rows as i64;
-    let (n, c, m) = (
-        as_i32("sequence length N", dims.n)?,
-        as_i32("feature dim C", dims.c)?,
-        as_i32("value dim M", dims.m)?,
-    );
-    let mut args = gpu.stream().launch_builder(&function);
-    args.arg(&q.0)
-        .arg(&q.1)
-        .arg(&state)
-        .arg(&g)
-        .arg(&o.0)
-        .arg(&o.1)
-        .arg(&log_scales.0)
-        .arg(&log_scales.1)
-        .arg(&dims.eps)
-        .arg(&outputs.0)
-        .arg(&outputs.1)
-        .arg(&rows_i64)
-        .arg(&n)
-        .arg(&c)
-        .arg(&m);
-    let config = LaunchConfig {
-        grid_dim: (blocks_for(rows, 8)?, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: matches la_nc_row_terms; one warp per row of [BH·N].
-    unsafe { launch(args, gpu, config, "la_nc_row_terms") }
+    let ptr = KernelArg::Ptr;
+    exec.launch(
+        &kernel,
+        &Launch::new((blocks_for(rows, 8)?, 1, 1), 256),
+        &args![
+            ptr(q.0),
+            q.1,
+            ptr(state),
+            ptr(g),
+            ptr(o.0),
+            o.1,
+            ptr(log_scales.0),
+            ptr(log_scales.1),
+            dims.eps,
+            ptr(outputs.0),
+            ptr(outputs.1),
+            rows as i64,
+            as_i32("sequence length N", dims.n)?,
+            as_i32("feature dim C", dims.c)?,
+            as_i32("value dim M", dims.m)?,
+        ],
+    )
 }

@@ -3,9 +3,12 @@
 //!
 //! Only data movement lives here; each backend keeps its own checks, state and messages.
 
+use std::sync::Arc;
+
 use linattn_core::{AttnError, Grads, Inputs, Shape, Tensor};
 
-use crate::runtime::{DeviceBuffer, Gpu, MemoryMeter, StorageElem};
+use crate::executor::Executor;
+use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 
 /// q, k, v and the optional d_out of one staging, on the device as `T`.
 pub(crate) struct DeviceInputs<T> {
@@ -17,8 +20,12 @@ pub(crate) struct DeviceInputs<T> {
 
 impl<T: StorageElem> DeviceInputs<T> {
     /// Uploads `inputs` (converted to `T`) against `meter`. The caller validates them first.
-    pub fn upload(gpu: &Gpu, meter: &MemoryMeter, inputs: &Inputs) -> Result<Self, AttnError> {
-        let upload = |t: &Tensor| DeviceBuffer::<T>::upload_f64(gpu, meter, t.data());
+    pub fn upload(
+        exec: &Arc<dyn Executor>,
+        meter: &MemoryMeter,
+        inputs: &Inputs,
+    ) -> Result<Self, AttnError> {
+        let upload = |t: &Tensor| DeviceBuffer::<T>::upload_f64(exec, meter, t.data());
         Ok(DeviceInputs {
             q: upload(&inputs.q)?,
             k: upload(&inputs.k)?,

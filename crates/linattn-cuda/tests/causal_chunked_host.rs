@@ -9,6 +9,7 @@ use linattn_core::{
 use linattn_cuda::causal_chunked::{
     backends, kernel_variants, map_code, variant, ChunkedBackend, LaunchPlan, CHUNK, ENTRY_POINTS,
 };
+use linattn_cuda::Platform;
 
 fn shape(bh: usize, n: usize, d: usize, m: usize) -> Shape {
     Shape::new(1, bh, n, d, m)
@@ -103,12 +104,14 @@ fn plans_refuse_other_head_dims_and_too_many_heads() {
 
 #[test]
 fn backends_are_named_chunked_with_efficient_backward() {
-    let all = backends();
+    let all = backends(Platform::Sim);
     let names: Vec<&str> = all.iter().map(|b| b.name()).collect();
-    assert_eq!(
-        names,
-        ["cuda/causal_chunked/f16", "cuda/causal_chunked/bf16"]
-    );
+    assert_eq!(names, ["sim/causal_chunked/f16", "sim/causal_chunked/bf16"]);
+    let gpu: Vec<String> = backends(Platform::Cuda)
+        .iter()
+        .map(|b| b.name().into())
+        .collect();
+    assert_eq!(gpu, ["cuda/causal_chunked/f16", "cuda/causal_chunked/bf16"]);
     for (b, p) in all.iter().zip([Precision::F16, Precision::BF16]) {
         let info = b.info();
         assert_eq!(info.precision, p);
@@ -122,7 +125,7 @@ fn backends_are_named_chunked_with_efficient_backward() {
 
 #[test]
 fn supports_names_the_backend_to_use_for_other_head_dims_and_maps() {
-    for backend in backends() {
+    for backend in backends(Platform::Cuda) {
         let prec = backend.info().precision;
         let p = Problem::new(
             Shape::new(1, 2, 100, 32, 64),
@@ -197,7 +200,7 @@ fn map_codes_follow_the_prelude() {
 
 #[test]
 fn runs_before_staging_are_typed_errors() {
-    let mut b = ChunkedBackend::<half::f16>::new();
+    let mut b = ChunkedBackend::<half::f16>::new(Platform::Cuda);
     assert!(matches!(
         b.run_forward(),
         Err(AttnError::State(_)) | Err(AttnError::Unsupported(_))

@@ -6,6 +6,7 @@ use linattn_cuda::causal_cumsum;
 use linattn_cuda::causal_recurrent::{
     self, check_problem, scan_launch, MapClass, ScanRole, MAIN_THREADS, Z_WARP_THREADS,
 };
+use linattn_cuda::Platform;
 
 fn problem(b: usize, h: usize, n: usize, d: usize, m: usize, map: FeatureMap) -> Problem {
     Problem::new(Shape::new(b, h, n, d, m), Causality::Causal, map)
@@ -13,11 +14,26 @@ fn problem(b: usize, h: usize, n: usize, d: usize, m: usize, map: FeatureMap) ->
 
 #[test]
 fn backend_names_and_kinds_are_exact() {
-    let names: Vec<(String, Option<BackwardKind>)> = causal_recurrent::backends()
-        .iter()
-        .chain(causal_cumsum::backends().iter())
-        .map(|b| (b.name().to_string(), b.info().backward))
-        .collect();
+    for platform in Platform::ALL {
+        let names: Vec<(String, Option<BackwardKind>)> = causal_recurrent::backends(platform)
+            .iter()
+            .chain(causal_cumsum::backends(platform).iter())
+            .map(|b| {
+                (
+                    b.name().replacen(platform.family(), "cuda", 1),
+                    b.info().backward,
+                )
+            })
+            .collect();
+        assert!(causal_recurrent::backends(platform)
+            .iter()
+            .all(|b| b.name().starts_with(&format!("{platform}/"))
+                && b.info().device == platform.device_kind()));
+        check_names(&names);
+    }
+}
+
+fn check_names(names: &[(String, Option<BackwardKind>)]) {
     let want = [
         ("cuda/causal_recurrent/f32", BackwardKind::Efficient),
         ("cuda/causal_recurrent/f16", BackwardKind::Efficient),
@@ -44,16 +60,16 @@ fn backend_names_and_kinds_are_exact() {
 fn scans_split_the_column_dim_across_blocks() {
     // Forward: columns are M (48 → 2 slices), rows C; normalised adds the z warp.
     let fwd = scan_launch(ScanRole::Forward, 64, 48, 6, true).unwrap();
-    assert_eq!(fwd.grid_dim, (2, 6, 1));
-    assert_eq!(fwd.block_dim, (MAIN_THREADS + Z_WARP_THREADS, 1, 1));
+    assert_eq!(fwd.grid, (2, 6, 1));
+    assert_eq!(fwd.block, (MAIN_THREADS + Z_WARP_THREADS, 1, 1));
     let plain = scan_launch(ScanRole::Forward, 64, 48, 6, false).unwrap();
-    assert_eq!(plain.block_dim, (MAIN_THREADS, 1, 1));
+    assert_eq!(plain.block, (MAIN_THREADS, 1, 1));
     // ∂Q and ∂K: columns are C (96 → 3 slices), no z warp.
     let dq = scan_launch(ScanRole::Dq, 96, 16, 1, true).unwrap();
-    assert_eq!(dq.grid_dim, (3, 1, 1));
-    assert_eq!(dq.block_dim, (MAIN_THREADS, 1, 1));
+    assert_eq!(dq.grid, (3, 1, 1));
+    assert_eq!(dq.block, (MAIN_THREADS, 1, 1));
     let dv = scan_launch(ScanRole::Dv, 96, 256, 2, true).unwrap();
-    assert_eq!(dv.grid_dim, (8, 2, 1));
+    assert_eq!(dv.grid, (8, 2, 1));
     assert!(scan_launch(ScanRole::Dk, 64, 64, 65_536, true).is_err());
 }
 
@@ -112,7 +128,7 @@ fn map_classes_follow_the_feature_map() {
 
 #[test]
 fn unsupported_problems_name_the_dim() {
-    let info = causal_recurrent::backends()[0].info().clone();
+    let info = causal_recurrent::backends(Platform::Cuda)[0].info().clone();
     let ok = |p: &Problem| check_problem(&info, p);
     for (d, m) in [(16, 16), (48, 80), (96, 256), (256, 16)] {
         assert_eq!(
@@ -145,9 +161,9 @@ fn without_a_driver_backends_are_unavailable_not_panicking() {
         return;
     }
     let p = problem(1, 1, 5, 16, 16, FeatureMap::EluPlusOne);
-    for mut b in causal_recurrent::backends()
+    for mut b in causal_recurrent::backends(Platform::Cuda)
         .into_iter()
-        .chain(causal_cumsum::backends())
+        .chain(causal_cumsum::backends(Platform::Cuda))
     {
         assert!(
             matches!(b.supports(&p), Err(Unsupported::Unavailable(_))),

@@ -1,0 +1,304 @@
+//! The one seam between the CUDA backends and a device: [`Executor`].
+//!
+//! Every allocation, copy, kernel load, launch, timing and memory query of a backend goes
+//! through it. Two implementations:
+//! * [`cuda`] — a real GPU through cudarc (the driver API, one context, one stream);
+//! * [`sim`] — `linattn-ptxsim`, which runs the PTX NVRTC produced for the same kernels on
+//!   the CPU with memcheck, racecheck, initcheck and synccheck.
+//!
+//! Backends are written once against the trait and exist as `cuda/<form>/<precision>` and
+//! `sim/<form>/<precision>`: a [`Platform`] names which executor a backend drives, and
+//! [`Platform::executor`] gives the process-wide instance (or why it is unavailable).
+//! Arguments are typed values ([`KernelArg`]), kernels opaque handles ([`Kernel`]): no driver
+//! type crosses the seam.
+
+pub mod cuda;
+pub mod sim;
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use linattn_core::{AttnError, Unsupported};
+
+use crate::runtime::{Arch, KernelVariant, PtxasReport};
+
+/// What a device reports about itself.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub compute_capability: (u32, u32),
+    pub sm_count: u32,
+    pub l2_bytes: u64,
+    pub total_memory_bytes: u64,
+    /// Largest dynamic + static shared memory one block may opt in to.
+    pub max_shared_per_block_optin: u64,
+    /// e.g. "13.0" (a GPU's driver), or "ptxsim" for the simulator.
+    pub driver_version: String,
+    /// e.g. "13.0", or the reason NVRTC is unavailable.
+    pub nvrtc_version: String,
+}
+
+/// Which executor a backend runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Platform {
+    /// The machine's GPU through cudarc.
+    Cuda,
+    /// The PTX simulator, modelling the given architecture.
+    Sim,
+}
+
+impl Platform {
+    /// The backend-name family: `cuda` or `sim`.
+    pub fn family(self) -> &'static str {
+        match self {
+            Platform::Cuda => "cuda",
+            Platform::Sim => "sim",
+        }
+    }
+
+    /// The process-wide executor, or why it cannot be used here.
+    pub fn executor(self) -> Result<Arc<dyn Executor>, Unsupported> {
+        match self {
+            Platform::Cuda => cuda::executor(),
+            Platform::Sim => sim::executor(),
+        }
+    }
+
+    /// Where backends of this platform keep their data.
+    pub fn device_kind(self) -> linattn_core::DeviceKind {
+        match self {
+            Platform::Cuda => linattn_core::DeviceKind::Cuda,
+            Platform::Sim => linattn_core::DeviceKind::Sim,
+        }
+    }
+
+    /// Cheap availability check (no device opened).
+    pub fn available(self) -> Result<(), Unsupported> {
+        match self {
+            Platform::Cuda => crate::runtime::gpu_available(),
+            Platform::Sim => crate::runtime::nvrtc_available(),
+        }
+    }
+
+    pub const ALL: [Platform; 2] = [Platform::Cuda, Platform::Sim];
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.family())
+    }
+}
+
+/// One kernel argument, passed by value (pointers as device addresses).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KernelArg {
+    Ptr(u64),
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    F32(f32),
+}
+
+impl From<i32> for KernelArg {
+    fn from(v: i32) -> Self {
+        KernelArg::I32(v)
+    }
+}
+
+impl From<u32> for KernelArg {
+    fn from(v: u32) -> Self {
+        KernelArg::U32(v)
+    }
+}
+
+impl From<i64> for KernelArg {
+    fn from(v: i64) -> Self {
+        KernelArg::I64(v)
+    }
+}
+
+impl From<f32> for KernelArg {
+    fn from(v: f32) -> Self {
+        KernelArg::F32(v)
+    }
+}
+
+impl From<bool> for KernelArg {
+    /// C `int` flags.
+    fn from(v: bool) -> Self {
+        KernelArg::I32(i32::from(v))
+    }
+}
+
+/// `args![a, b, c]` → `[KernelArg; 3]`, each through `KernelArg::from` (device buffers,
+/// `Option<&DeviceBuffer>` for nullable pointers, i32, u32, i64, f32, bool).
+#[macro_export]
+macro_rules! args {
+    ($($a:expr),* $(,)?) => {
+        [$($crate::executor::KernelArg::from($a)),*]
+    };
+}
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launch {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared_bytes: u32,
+}
+
+impl Launch {
+    /// A 1-D block of `threads` over `grid`, no dynamic shared memory.
+    pub fn new(grid: (u32, u32, u32), threads: u32) -> Launch {
+        Launch {
+            grid,
+            block: (threads, 1, 1),
+            shared_bytes: 0,
+        }
+    }
+
+    pub fn with_shared(mut self, bytes: u32) -> Launch {
+        self.shared_bytes = bytes;
+        self
+    }
+
+    pub fn with_block(mut self, block: (u32, u32, u32)) -> Launch {
+        self.block = block;
+        self
+    }
+}
+
+/// A loaded kernel: entry point of a compiled variant on one executor.
+#[derive(Clone)]
+pub struct Kernel {
+    pub entry: String,
+    pub label: String,
+    /// ptxas' report for this entry (registers, static shared memory).
+    pub ptxas: Option<PtxasReport>,
+    /// The executor's own handle (a CUDA function, a simulator module).
+    pub(crate) inner: Arc<dyn Any + Send + Sync>,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Kernel({} of {})", self.entry, self.label)
+    }
+}
+
+/// What a backend needs from a device.
+pub trait Executor: Send + Sync {
+    fn platform(&self) -> Platform;
+    fn info(&self) -> &DeviceInfo;
+    /// The architecture kernels are compiled for.
+    fn arch(&self) -> Arch;
+
+    /// `bytes` of device memory: zero-filled when `zeroed`, else undefined contents (the
+    /// simulator's initcheck then reports reads before writes). Returns the address.
+    fn alloc(&self, bytes: u64, zeroed: bool) -> Result<u64, AttnError>;
+    /// Frees an address `alloc` returned. Errors are only reported, never fatal.
+    fn free(&self, address: u64);
+    fn upload(&self, address: u64, data: &[u8]) -> Result<(), AttnError>;
+    fn download(&self, address: u64, out: &mut [u8]) -> Result<(), AttnError>;
+    fn memset_zero(&self, address: u64, bytes: u64) -> Result<(), AttnError>;
+    fn copy(&self, dst: u64, src: u64, bytes: u64) -> Result<(), AttnError>;
+    /// (free, total) device bytes.
+    fn memory_info(&self) -> Result<(u64, u64), AttnError>;
+
+    /// Entry point `entry` of `variant`, compiled for [`Executor::arch`] and loaded (both
+    /// cached).
+    fn kernel(&self, variant: &KernelVariant, entry: &str) -> Result<Kernel, AttnError>;
+    /// Lets `kernel` use up to `bytes` of dynamic shared memory (above 48 KiB).
+    fn allow_dynamic_shared(&self, kernel: &Kernel, bytes: u32) -> Result<(), AttnError>;
+    /// Launches `kernel`. The shape is checked against the device first ([`check_launch`]).
+    fn launch(&self, kernel: &Kernel, launch: &Launch, args: &[KernelArg])
+        -> Result<(), AttnError>;
+
+    /// Device time of the work `work` enqueues (CUDA events on a GPU; host wall time on the
+    /// simulator, which is not a GPU time).
+    fn time(&self, work: &mut dyn FnMut() -> Result<(), AttnError>) -> Result<Duration, AttnError>;
+    fn synchronize(&self) -> Result<(), AttnError>;
+    /// Evicts the L2 cache (a GPU writes a buffer twice its size; the simulator has none).
+    fn flush_l2(&self) -> Result<(), AttnError>;
+}
+
+/// Checks a launch shape against the device and the kernel's ptxas report; names the
+/// kernel in the error.
+pub fn check_launch(info: &DeviceInfo, kernel: &Kernel, launch: &Launch) -> Result<(), AttnError> {
+    let (gx, gy, gz) = launch.grid;
+    let (bx, by, bz) = launch.block;
+    let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
+    let registers = kernel.ptxas.as_ref().map_or(0, |r| u64::from(r.registers));
+    let static_shared = kernel.ptxas.as_ref().map_or(0, |r| r.shared_bytes);
+    let total_shared = static_shared + u64::from(launch.shared_bytes);
+    let bad = if gx == 0 || gy == 0 || gz == 0 || threads == 0 {
+        Some("an empty grid or block".to_string())
+    } else if gx > i32::MAX as u32 {
+        Some(format!("grid x = {gx} exceeds 2^31 - 1"))
+    } else if gy > 65_535 || gz > 65_535 {
+        Some(format!("grid ({gx}, {gy}, {gz}) exceeds 65535 in y or z"))
+    } else if threads > 1024 {
+        Some(format!("{threads} threads per block (max 1024)"))
+    } else if registers * threads > 65_536 {
+        Some(format!(
+            "{registers} registers × {threads} threads exceed the 65536 registers of an SM"
+        ))
+    } else if total_shared > info.max_shared_per_block_optin {
+        Some(format!(
+            "{total_shared} bytes of shared memory ({static_shared} static + {} dynamic; max {})",
+            launch.shared_bytes, info.max_shared_per_block_optin
+        ))
+    } else {
+        None
+    };
+    match bad {
+        Some(reason) => Err(AttnError::InvalidArgument(format!(
+            "launch of {}: {reason}",
+            kernel.entry
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The ptxas report of `entry` in a compiled variant.
+pub(crate) fn report_for(reports: &[PtxasReport], entry: &str) -> Option<PtxasReport> {
+    reports.iter().find(|r| r.kernel == entry).cloned()
+}
+
+/// Device-to-device copy bandwidth samples in GB/s (10⁹ bytes/s), counting read + write
+/// bytes (2 × `bytes` per copy). One warm-up copy is not sampled.
+pub fn measure_copy_bandwidth(
+    exec: &dyn Executor,
+    bytes: usize,
+    repeats: usize,
+) -> Result<Vec<f64>, AttnError> {
+    if bytes == 0 || repeats == 0 {
+        return Err(AttnError::InvalidArgument(
+            "copy bandwidth needs bytes > 0 and repeats > 0".into(),
+        ));
+    }
+    let bytes64 = bytes as u64;
+    let source = exec.alloc(bytes64, true)?;
+    let target = match exec.alloc(bytes64, true) {
+        Ok(t) => t,
+        Err(e) => {
+            exec.free(source);
+            return Err(e);
+        }
+    };
+    let result = (|| {
+        let mut copy = || exec.copy(target, source, bytes64);
+        copy()?;
+        let mut samples = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let elapsed = exec.time(&mut copy)?;
+            let seconds = elapsed.as_secs_f64().max(1e-9);
+            samples.push(2.0 * bytes as f64 / seconds / 1e9);
+        }
+        Ok(samples)
+    })();
+    exec.free(source);
+    exec.free(target);
+    result
+}

@@ -1,0 +1,323 @@
+//! The simulator executor: the same kernels, compiled by NVRTC for a real `sm_XX` exactly as
+//! for a GPU, run from their PTX by `linattn-ptxsim` on the CPU with every checker on.
+//!
+//! * Architecture: `sm_90` (H100 limits) unless [`set_arch`] or `LINATTN_SIM_ARCH=sm_80`
+//!   chose `sm_80` (A100) before first use.
+//! * Memory: `LINATTN_SIM_MEMORY_GIB` GiB, else half the host's available memory, at most
+//!   80 GiB (an H100's). Allocations are exact; an access outside one is a memcheck fault.
+//! * Times are host wall times of the simulation: they say nothing about a GPU.
+//! * Faults (memcheck, racecheck, initcheck, synccheck) are `AttnError::KernelFault` naming
+//!   kernel, PTX line, CTA, thread and address.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use linattn_core::{AttnError, HostMemory, Unsupported};
+use linattn_ptxsim::{Arg, Counters, Device, LaunchConfig, Module, SimArch, SimError};
+
+use super::{check_launch, report_for, DeviceInfo, Executor, Kernel, KernelArg, Launch, Platform};
+use crate::runtime::nvrtc::CompileKey;
+use crate::runtime::{compile, lock, nvrtc_available, nvrtc_version, Arch, KernelVariant};
+
+/// Shared memory a CTA may use without opting in.
+const DEFAULT_SHARED: u64 = 48 << 10;
+
+static ARCH: OnceLock<Arch> = OnceLock::new();
+
+/// Chooses the simulated architecture (`sm_80` or `sm_90`) before the executor is first
+/// used. Fails if it is already in use with another one, or for an unknown arch.
+pub fn set_arch(arch: Arch) -> Result<(), AttnError> {
+    sim_arch_of(arch)?;
+    let chosen = *ARCH.get_or_init(|| arch);
+    if chosen != arch {
+        return Err(AttnError::InvalidArgument(format!(
+            "the simulator already runs {chosen}; cannot switch to {arch} in this process"
+        )));
+    }
+    Ok(())
+}
+
+/// The simulated architecture (sm_90 unless chosen otherwise).
+pub fn arch() -> Arch {
+    *ARCH.get_or_init(|| {
+        std::env::var("LINATTN_SIM_ARCH")
+            .ok()
+            .and_then(|name| SimArch::by_name(&name))
+            .map_or(Arch::SM90, |a| Arch {
+                major: a.compute_capability.0,
+                minor: a.compute_capability.1,
+            })
+    })
+}
+
+fn sim_arch_of(arch: Arch) -> Result<SimArch, AttnError> {
+    SimArch::by_name(&arch.to_string()).ok_or_else(|| {
+        AttnError::InvalidArgument(format!("the simulator models sm_80 and sm_90, not {arch}"))
+    })
+}
+
+/// The process-wide simulator executor, or why it cannot run (it needs NVRTC for the PTX).
+pub fn executor() -> Result<Arc<dyn Executor>, Unsupported> {
+    shared().map(|e| e as Arc<dyn Executor>)
+}
+
+static EXECUTOR: OnceLock<Result<Arc<SimExecutor>, Unsupported>> = OnceLock::new();
+
+/// The simulator executor if this process has used it (never starts it).
+pub fn started() -> Option<Arc<SimExecutor>> {
+    EXECUTOR.get().and_then(|e| e.as_ref().ok().cloned())
+}
+
+/// The simulator executor with its own type (for its counters).
+pub fn shared() -> Result<Arc<SimExecutor>, Unsupported> {
+    nvrtc_available()
+        .map_err(|e| Unsupported::Unavailable(format!("the PTX simulator needs NVRTC: {e}")))?;
+    EXECUTOR
+        .get_or_init(|| {
+            SimExecutor::new(arch())
+                .map(Arc::new)
+                .map_err(|e| Unsupported::Unavailable(e.to_string()))
+        })
+        .clone()
+}
+
+fn memory_bytes() -> u64 {
+    if let Some(gib) = std::env::var("LINATTN_SIM_MEMORY_GIB")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+    {
+        return (gib * (1u64 << 30) as f64) as u64;
+    }
+    let half_available = HostMemory::available().unwrap_or(8 << 30) / 2;
+    half_available.min(80 << 30)
+}
+
+/// A loaded kernel: its module and entry point.
+struct SimKernel {
+    module: Module,
+    key: (CompileKey, String),
+}
+
+pub struct SimExecutor {
+    device: Device,
+    info: DeviceInfo,
+    arch: Arch,
+    modules: Mutex<HashMap<CompileKey, Module>>,
+    /// Dynamic shared memory each kernel opted in to (cuFuncSetAttribute).
+    opt_in: Mutex<HashMap<(CompileKey, String), u32>>,
+    counters: Mutex<Counters>,
+}
+
+impl SimExecutor {
+    pub fn new(arch: Arch) -> Result<SimExecutor, AttnError> {
+        let sim_arch = sim_arch_of(arch)?;
+        let memory = memory_bytes();
+        let device = Device::new(sim_arch, memory);
+        let info = DeviceInfo {
+            name: format!("ptxsim {} ({} limits)", sim_arch.name, sim_arch.part),
+            compute_capability: sim_arch.compute_capability,
+            sm_count: sim_arch.sm_count,
+            l2_bytes: sim_arch.l2_bytes,
+            total_memory_bytes: memory,
+            max_shared_per_block_optin: u64::from(sim_arch.max_shared_optin),
+            driver_version: "ptxsim".into(),
+            nvrtc_version: match nvrtc_version() {
+                Ok((a, b)) => format!("{a}.{b}"),
+                Err(e) => e.to_string(),
+            },
+        };
+        Ok(SimExecutor {
+            device,
+            info,
+            arch,
+            modules: Mutex::new(HashMap::new()),
+            opt_in: Mutex::new(HashMap::new()),
+            counters: Mutex::new(Counters::default()),
+        })
+    }
+
+    /// Instructions executed by every launch so far.
+    pub fn counters(&self) -> Counters {
+        self.counters.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    fn sim_kernel(kernel: &Kernel) -> Result<&SimKernel, AttnError> {
+        kernel.inner.downcast_ref::<SimKernel>().ok_or_else(|| {
+            AttnError::State(format!(
+                "{kernel:?} was not loaded by the simulator executor"
+            ))
+        })
+    }
+}
+
+/// Simulator errors as the harness's errors.
+pub fn sim_error(error: SimError) -> AttnError {
+    match error {
+        SimError::Fault(fault) => AttnError::KernelFault(fault.to_string()),
+        SimError::OutOfMemory {
+            requested,
+            free,
+            total,
+        } => AttnError::OutOfMemory {
+            device: "ptxsim".into(),
+            requested_bytes: requested,
+            detail: format!("{free} bytes free of {total}"),
+        },
+        SimError::Launch { .. } => AttnError::InvalidArgument(error.to_string()),
+        SimError::Parse { .. } | SimError::NoKernel { .. } => {
+            AttnError::Compile(format!("ptxsim: {error}"))
+        }
+        SimError::Memory(_) => AttnError::State(format!("ptxsim: {error}")),
+    }
+}
+
+impl Executor for SimExecutor {
+    fn platform(&self) -> Platform {
+        Platform::Sim
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    fn alloc(&self, bytes: u64, zeroed: bool) -> Result<u64, AttnError> {
+        let result = if zeroed {
+            self.device.alloc_zeroed(bytes)
+        } else {
+            self.device.alloc(bytes)
+        };
+        result.map_err(sim_error)
+    }
+
+    fn free(&self, address: u64) {
+        let _ = self.device.free(address);
+    }
+
+    fn upload(&self, address: u64, data: &[u8]) -> Result<(), AttnError> {
+        self.device.write(address, data).map_err(sim_error)
+    }
+
+    fn download(&self, address: u64, out: &mut [u8]) -> Result<(), AttnError> {
+        self.device.read(address, out).map_err(sim_error)
+    }
+
+    fn memset_zero(&self, address: u64, bytes: u64) -> Result<(), AttnError> {
+        self.device.fill(address, bytes, 0).map_err(sim_error)
+    }
+
+    fn copy(&self, dst: u64, src: u64, bytes: u64) -> Result<(), AttnError> {
+        self.device.copy(dst, src, bytes).map_err(sim_error)
+    }
+
+    fn memory_info(&self) -> Result<(u64, u64), AttnError> {
+        Ok(self.device.memory_info())
+    }
+
+    fn kernel(&self, variant: &KernelVariant, entry: &str) -> Result<Kernel, AttnError> {
+        if !variant.entry_points.iter().any(|e| e == entry) {
+            return Err(AttnError::State(format!(
+                "{} does not list entry point '{entry}'",
+                variant.label()
+            )));
+        }
+        let compiled = compile(variant, self.arch)?;
+        let key = CompileKey::of(variant, self.arch);
+        let cached = lock(&self.modules)?.get(&key).cloned();
+        let module = match cached {
+            Some(module) => module,
+            None => {
+                let module = self.device.load(&compiled.ptx).map_err(|e| {
+                    AttnError::Compile(format!("ptxsim cannot load {}: {e}", compiled.label))
+                })?;
+                lock(&self.modules)?.insert(key.clone(), module.clone());
+                module
+            }
+        };
+        module.kernel(entry).map_err(sim_error)?;
+        Ok(Kernel {
+            entry: entry.to_string(),
+            label: compiled.label.clone(),
+            ptxas: report_for(&compiled.report, entry),
+            inner: Arc::new(SimKernel {
+                module,
+                key: (key, entry.to_string()),
+            }),
+        })
+    }
+
+    fn allow_dynamic_shared(&self, kernel: &Kernel, bytes: u32) -> Result<(), AttnError> {
+        if u64::from(bytes) > self.info.max_shared_per_block_optin {
+            return Err(AttnError::InvalidArgument(format!(
+                "{bytes} bytes of shared memory requested; {} allows {} per block",
+                self.info.name, self.info.max_shared_per_block_optin
+            )));
+        }
+        let key = Self::sim_kernel(kernel)?.key.clone();
+        lock(&self.opt_in)?.insert(key, bytes);
+        Ok(())
+    }
+
+    fn launch(
+        &self,
+        kernel: &Kernel,
+        launch: &Launch,
+        args: &[KernelArg],
+    ) -> Result<(), AttnError> {
+        check_launch(&self.info, kernel, launch)?;
+        let sim = Self::sim_kernel(kernel)?;
+        let static_shared = kernel.ptxas.as_ref().map_or(0, |r| r.shared_bytes);
+        if static_shared + u64::from(launch.shared_bytes) > DEFAULT_SHARED {
+            let allowed = lock(&self.opt_in)?.get(&sim.key).copied().unwrap_or(0);
+            if launch.shared_bytes > allowed {
+                return Err(AttnError::InvalidArgument(format!(
+                    "launch of {}: {} bytes of dynamic shared memory (+ {static_shared} static) \
+                     exceed 48 KiB and the kernel opted in to {allowed} \
+                     (cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) missing)",
+                    kernel.entry, launch.shared_bytes
+                )));
+            }
+        }
+        let args: Vec<Arg> = args
+            .iter()
+            .map(|a| match *a {
+                KernelArg::Ptr(p) => Arg::U64(p),
+                KernelArg::I32(v) => Arg::I32(v),
+                KernelArg::U32(v) => Arg::U32(v),
+                KernelArg::I64(v) => Arg::I64(v),
+                KernelArg::F32(v) => Arg::F32(v),
+            })
+            .collect();
+        let config = LaunchConfig {
+            grid: [launch.grid.0, launch.grid.1, launch.grid.2],
+            block: [launch.block.0, launch.block.1, launch.block.2],
+            dynamic_shared_bytes: launch.shared_bytes,
+        };
+        let stats = self
+            .device
+            .launch(&sim.module, &kernel.entry, &config, &args)
+            .map_err(sim_error)?;
+        if let Ok(mut counters) = self.counters.lock() {
+            counters.add(&stats.counters);
+        }
+        Ok(())
+    }
+
+    fn time(&self, work: &mut dyn FnMut() -> Result<(), AttnError>) -> Result<Duration, AttnError> {
+        let start = Instant::now();
+        work()?;
+        Ok(start.elapsed())
+    }
+
+    fn synchronize(&self) -> Result<(), AttnError> {
+        Ok(())
+    }
+
+    fn flush_l2(&self) -> Result<(), AttnError> {
+        Ok(())
+    }
+}

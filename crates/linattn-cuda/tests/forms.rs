@@ -1,0 +1,85 @@
+//! Every CUDA backend against the f64 oracle of linattn-cpu: one body per form, stamped for
+//! every executor (the PTX simulator here; a GPU too where one exists) and precision.
+//!
+//! The grid of a backend: odd N (1, 7, 63, 65, 130) and one N > 1000, D ≠ M, B·H > 1, every
+//! feature map the backend supports (maps rotate over the lengths), decay. A case the backend
+//! does not implement (a head dim or map outside its kernels) is left out, and each backend
+//! must run at least `MIN_CASES` of them. The tolerance is the precision's RMS ratio (f32
+//! 1e-5, f16 2e-3, bf16 5e-3) for O and for each gradient. `linattn check --backends 'sim/*'`
+//! runs the wider default grid; these are the ones `cargo test` runs.
+
+use libtest_mimic::Trial;
+use linattn_core::{Algorithm, Backend, Causality, FeatureMap, Inputs, Problem, Shape};
+use linattn_cuda::Platform;
+use linattn_testkit::{against_oracle, all, stamp};
+
+/// (D, M) pairs tried in rotation until the backend supports one: D ≠ M first.
+const PAIRS: [(usize, usize); 6] = [(64, 128), (128, 64), (48, 80), (80, 32), (32, 16), (64, 64)];
+const SEQ_LENS: [usize; 5] = [1, 7, 63, 65, 130];
+const LONG_SEQ: usize = 1100;
+const DECAY: f64 = 0.97;
+const MIN_CASES: usize = 6;
+
+fn main() {
+    let mut trials: Vec<Trial> = Vec::new();
+    for platform in Platform::ALL {
+        for backend in linattn_cuda::backends_on(platform) {
+            let name = backend.name().to_string();
+            trials.push(stamp(
+                platform,
+                format!("{name}: O and gradients match the f64 oracle"),
+                Box::new(move || matches_oracle(&name)),
+            ));
+        }
+    }
+    linattn_testkit::run(trials)
+}
+
+fn causality_of(b: &dyn Backend) -> Causality {
+    match b.info().algorithm {
+        Algorithm::Linear(form) if form.supports(Causality::Causal) => Causality::Causal,
+        _ => Causality::NonCausal,
+    }
+}
+
+/// The problems of `b`'s grid it implements.
+fn grid(b: &dyn Backend) -> Vec<Problem> {
+    let causality = causality_of(b);
+    let maps = FeatureMap::all(32);
+    let supported = |n: usize, bh: (usize, usize), map: FeatureMap, decay: f64| {
+        (0..PAIRS.len()).find_map(|k| {
+            let (d, m) = PAIRS[(n + k) % PAIRS.len()];
+            let p = Problem::new(Shape::new(bh.0, bh.1, n, d, m), causality, map).with_decay(decay);
+            b.supports(&p).is_ok().then_some(p)
+        })
+    };
+    let mut problems = Vec::new();
+    // Each length with the next map in rotation that the backend implements.
+    for (i, &n) in SEQ_LENS.iter().enumerate() {
+        problems.extend(
+            (0..maps.len()).find_map(|k| supported(n, (2, 3), maps[(i + k) % maps.len()], 1.0)),
+        );
+    }
+    for map in maps.iter().skip(SEQ_LENS.len()) {
+        problems.extend(supported(33, (2, 3), *map, 1.0));
+    }
+    problems.extend(supported(65, (2, 3), FeatureMap::EluPlusOne, DECAY));
+    problems.extend(supported(LONG_SEQ, (1, 2), FeatureMap::EluPlusOne, 1.0));
+    problems
+}
+
+fn matches_oracle(name: &str) -> Result<(), String> {
+    let mut b = linattn_testkit::backend(name)?;
+    let problems = grid(b.as_ref());
+    if problems.len() < MIN_CASES {
+        return Err(format!(
+            "{name}: only {} cases of the grid are supported (need {MIN_CASES})",
+            problems.len()
+        ));
+    }
+    all(problems.iter().enumerate().map(|(seed, problem)| {
+        let inputs =
+            Inputs::random(problem.shape, 100 + seed as u64, true).map_err(|e| e.to_string())?;
+        against_oracle(b.as_mut(), problem, &inputs)
+    }))
+}
