@@ -1,23 +1,158 @@
-// softmax.cu — the row-wise kernels of naive softmax attention (crates/linattn-softmax).
+// softmax.cu — the kernels of naive softmax attention (crates/linattn-softmax): a batched
+// tiled GEMM and the row-wise masked softmax and its backward.
 //
-// Math (SPEC §1). Per (batch, head) the Rust side computes with cuBLAS, in row-major N×N
-// buffers of the storage type (fp32 accumulate):
+// Math (SPEC §1). Per (batch, head), in row-major buffers of the storage type (fp32
+// accumulate), the Rust side runs:
 //   forward   S = Q Kᵀ                 (unscaled: the scale s = 1/√D is applied here in fp32)
 //             P = softmax_row(s·S + mask)          <- la_softmax_forward_rows, in place
 //             O = P V
 //   backward  dV = Pᵀ dO,  dP = dO Vᵀ
 //             dS = s · P ⊙ (dP − rowsum(P ⊙ dP))  <- la_softmax_backward_rows, in place on dP
 //             dQ = dS K,  dK = dSᵀ Q
+// The five products are strided-batched GEMMs planned by crates/linattn-softmax/src/
+// gemm_plan.rs (RowMajorGemm): on a GPU by cuBLAS (default) or by la_softmax_gemm below, on
+// the PTX simulator by la_softmax_gemm.
 // rowsum(P ⊙ dP) equals rowsum(dO ⊙ O); the kernel forms it from the row it already reads.
 // The causal mask keeps key j ≤ query i: masked entries are written as exact zeros, so the
 // following full N×N GEMMs (the naive baseline does not skip the upper triangle) add nothing.
+
+// ---- la_softmax_gemm ------------------------------------------------------------------------
+// Math. For every batch index z < batches, with A_z = a + z·stride_a (likewise B_z, C_z):
+//   C_z[m×n] = op(A_z)·op(B_z),   op(A) m×k, op(B) k×n, all buffers row-major and contiguous:
+//   A_z is m×k (lda = k), or k×m (lda = m) read transposed when a_transposed;
+//   B_z is k×n (ldb = n), or n×k (ldb = k) read transposed when b_transposed;
+//   C_z is m×n (ldc = n), overwritten (β = 0, never read).
+// Products and sums in fp32 (fmaf, k ascending in steps of 16), loads widen from LA_STORAGE,
+// the store rounds once to LA_STORAGE (RN).
 //
+// Mapping. One block of 256 threads per 64×64 tile of C: blockIdx.x = tile_row·tiles_n +
+// tile_col with tiles_n = ⌈n/64⌉; blockIdx.y is the first batch index, the block then steps
+// by gridDim.y (so any number of batches fits the 65535 limit of grid.y). Thread t = 16·ty + tx
+// owns C[row0 + ty + 16i][col0 + tx + 16j], i, j < 4 (16 accumulators): a warp's 32 threads
+// read 16 consecutive columns of the B tile (conflict-free) and 2 rows of the A tile
+// (broadcasts). Per k step of 16 the block stages op(A)[64×16] and op(B)[16×64] in shared
+// memory as fp32 ([16][65], the +1 staggers the banks of the transposed stores); each thread
+// loads 4 elements of each, with consecutive threads on consecutive addresses of global memory
+// whichever way the operand is stored. Elements outside m, n or k are staged as 0 and outputs
+// outside m×n are not stored, so any m, n, k ≥ 1 work.
+//
+// Limits. 1 ≤ m, n, k ≤ 2^31 − 1; ⌈m/64⌉·⌈n/64⌉ ≤ 2^31 − 1 blocks (grid.x); offsets are 64-bit
+// (batch strides, row·ld). blockDim.x must be exactly LA_GEMM_THREADS = 256 (the kernel
+// returns without touching memory otherwise). 8320 bytes of static shared memory.
+
+#define LA_GEMM_TILE 64
+#define LA_GEMM_K 16
+#define LA_GEMM_THREADS 256
+#define LA_GEMM_SUB (LA_GEMM_TILE / 16)
+
+extern "C" __global__ void __launch_bounds__(LA_GEMM_THREADS)
+la_softmax_gemm(const la_storage_t* __restrict__ a, const la_storage_t* __restrict__ b,
+                la_storage_t* __restrict__ c, int m, int n, int k, int a_transposed,
+                int b_transposed, la_index_t stride_a, la_index_t stride_b, la_index_t stride_c,
+                int batches) {
+    __shared__ float a_tile[LA_GEMM_K][LA_GEMM_TILE + 1];  // [p][i] of op(A)
+    __shared__ float b_tile[LA_GEMM_K][LA_GEMM_TILE + 1];  // [p][j] of op(B)
+    if (blockDim.x != LA_GEMM_THREADS) return;
+    const int t = threadIdx.x;
+    const int tx = t % 16;
+    const int ty = t / 16;
+    const int tiles_n = (n + LA_GEMM_TILE - 1) / LA_GEMM_TILE;
+    const int row0 = (int)(blockIdx.x / tiles_n) * LA_GEMM_TILE;
+    const int col0 = (int)(blockIdx.x % tiles_n) * LA_GEMM_TILE;
+    const la_index_t lda = a_transposed ? m : k;
+    const la_index_t ldb = b_transposed ? k : n;
+
+    for (int z = blockIdx.y; z < batches; z += gridDim.y) {
+        const la_storage_t* __restrict__ az = a + (la_index_t)z * stride_a;
+        const la_storage_t* __restrict__ bz = b + (la_index_t)z * stride_b;
+        la_storage_t* __restrict__ cz = c + (la_index_t)z * stride_c;
+
+        float acc[LA_GEMM_SUB][LA_GEMM_SUB];
+#pragma unroll
+        for (int i = 0; i < LA_GEMM_SUB; ++i)
+#pragma unroll
+            for (int j = 0; j < LA_GEMM_SUB; ++j) acc[i][j] = 0.0f;
+
+        for (int p0 = 0; p0 < k; p0 += LA_GEMM_K) {
+            // Stage op(A)[row0.., p0..] and op(B)[p0.., col0..]; the fast thread index runs
+            // along the operand's contiguous dimension.
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                int i, p;
+                if (a_transposed) {  // A is k×m: contiguous along i
+                    i = t % LA_GEMM_TILE;
+                    p = t / LA_GEMM_TILE + 4 * r;
+                } else {  // A is m×k: contiguous along p
+                    p = t % LA_GEMM_K;
+                    i = t / LA_GEMM_K + 16 * r;
+                }
+                const int gi = row0 + i;
+                const int gp = p0 + p;
+                float x = 0.0f;
+                if (gi < m && gp < k) {
+                    x = a_transposed ? la_load(az, (la_index_t)gp * lda + gi)
+                                     : la_load(az, (la_index_t)gi * lda + gp);
+                }
+                a_tile[p][i] = x;
+            }
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                int j, p;
+                if (b_transposed) {  // B is n×k: contiguous along p
+                    p = t % LA_GEMM_K;
+                    j = t / LA_GEMM_K + 16 * r;
+                } else {  // B is k×n: contiguous along j
+                    j = t % LA_GEMM_TILE;
+                    p = t / LA_GEMM_TILE + 4 * r;
+                }
+                const int gj = col0 + j;
+                const int gp = p0 + p;
+                float x = 0.0f;
+                if (gj < n && gp < k) {
+                    x = b_transposed ? la_load(bz, (la_index_t)gj * ldb + gp)
+                                     : la_load(bz, (la_index_t)gp * ldb + gj);
+                }
+                b_tile[p][j] = x;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int p = 0; p < LA_GEMM_K; ++p) {
+                float av[LA_GEMM_SUB];
+                float bv[LA_GEMM_SUB];
+#pragma unroll
+                for (int i = 0; i < LA_GEMM_SUB; ++i) av[i] = a_tile[p][ty + 16 * i];
+#pragma unroll
+                for (int j = 0; j < LA_GEMM_SUB; ++j) bv[j] = b_tile[p][tx + 16 * j];
+#pragma unroll
+                for (int i = 0; i < LA_GEMM_SUB; ++i)
+#pragma unroll
+                    for (int j = 0; j < LA_GEMM_SUB; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            }
+            // The next step (or batch) overwrites the tiles.
+            __syncthreads();
+        }
+
+#pragma unroll
+        for (int i = 0; i < LA_GEMM_SUB; ++i) {
+            const int gi = row0 + ty + 16 * i;
+            if (gi >= m) continue;
+#pragma unroll
+            for (int j = 0; j < LA_GEMM_SUB; ++j) {
+                const int gj = col0 + tx + 16 * j;
+                if (gj < n) la_store(cz, (la_index_t)gi * n + gj, acc[i][j]);
+            }
+        }
+    }
+}
+
+// ---- the row kernels ------------------------------------------------------------------------
 // Mapping. One block per row of the [B·H·N, N] matrix: blockIdx.x = (b·H + h)·N + i, so the
 // query index is blockIdx.x mod N. Threads stride over the row's columns. Forward: one pass
 // keeps a per-thread online (max, Σexp) pair, combined by block reductions (max first, then
 // each thread rescales its sum to the block max); a second pass writes exp(x − max)/Σ.
 // Backward: one pass for rowsum(P ⊙ dP), one pass writing dS. All math in fp32; the storage
-// type (LA_STORAGE, see prelude.cuh) is only what is loaded and stored.
+// type (LA_STORAGE, see prelude.cuh) is only what is loaded and stored. Both write every
+// column of their row (masked ones as 0), so their outputs need no zero-fill.
 //
 // Limits. Any N ≥ 1 (columns are strided, rows never cached), N ≤ 2^31 − 1 (int), and
 // B·H·N ≤ 2^31 − 1 rows (grid.x); row offsets are 64-bit. blockDim.x must be a multiple of

@@ -1,13 +1,26 @@
-//! Row-major matrix products expressed as column-major (cuBLAS) calls.
+//! The five strided-batched products of softmax attention, planned once ([`RowMajorGemm`])
+//! and carried out by either GEMM engine of [`crate::cuda`].
 //!
-//! A row-major `r×c` buffer read as column-major is its transpose (`c×r`, leading dim `c`).
-//! So row-major `C = op(A)·op(B)` is column-major `Cᵀ = op(B)ᵀ·op(A)ᵀ`: B's buffer is the
-//! first operand, A's the second, the sizes swap (`m' = n`, `n' = m`) and `ldc = n`.
-//! Host-only logic, so it is tested here against a plain column-major GEMM.
+//! A plan is the row-major product `C = op(A)·op(B)` with its sizes, transposes, leading
+//! dims and batch strides. It is the single source of truth for both engines:
+//! * `la_softmax_gemm` (kernels/softmax.cu) takes the plan's fields as they are: m, n, k,
+//!   the two transpose flags and the three strides (leading dims follow from them, see
+//!   [`RowMajorGemm::lda`]);
+//! * cuBLAS, which is column-major, takes [`RowMajorGemm::column_major`]: a row-major `r×c`
+//!   buffer read as column-major is its transpose (`c×r`, leading dim `c`), so row-major
+//!   `C = op(A)·op(B)` is column-major `Cᵀ = op(B)ᵀ·op(A)ᵀ`: B's buffer is the first operand,
+//!   A's the second, the sizes swap (`m' = n`, `n' = m`) and `ldc = n`.
+//!
+//! What is verified where: the plans themselves (which product, which transposes, which
+//! strides) run through `la_softmax_gemm` on the PTX simulator in the `sim/softmax` tests, and
+//! the column-major mapping is checked here on the host against a plain BLAS-style GEMM. What
+//! only a GPU can verify is the last step, the cuBLAS call built from [`ColumnMajorCall`]
+//! (argument order, the `cublasOperation_t` values, data and compute types): the
+//! `gemm_engines_match_f64_matmul` test does that when `cuda` is available.
 
 /// Whether cuBLAS transposes an operand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Transpose {
+pub enum Transpose {
     No,
     Yes,
 }
@@ -16,7 +29,7 @@ pub(crate) enum Transpose {
 /// is `m×k`, or `k×m` when `a_transposed`. `op(B)` is `k×n`: B's buffer is `k×n`, or `n×k`
 /// when `b_transposed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RowMajorGemm {
+pub struct RowMajorGemm {
     pub m: i32,
     pub n: i32,
     pub k: i32,
@@ -26,7 +39,7 @@ pub(crate) struct RowMajorGemm {
 
 /// The arguments of the column-major call (first operand = B's buffer, second = A's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ColumnMajorCall {
+pub struct ColumnMajorCall {
     pub trans_first: Transpose,
     pub trans_second: Transpose,
     pub m: i32,
@@ -68,6 +81,7 @@ impl RowMajorGemm {
         }
     }
 
+    /// The same product as a column-major (cuBLAS) call.
     pub fn column_major(&self) -> ColumnMajorCall {
         let flag = |t: bool| if t { Transpose::Yes } else { Transpose::No };
         ColumnMajorCall {
@@ -76,11 +90,42 @@ impl RowMajorGemm {
             m: self.n,
             n: self.m,
             k: self.k,
-            // B's buffer has rows of n (k×n) or of k (n×k); A's rows of k (m×k) or of m (k×m).
-            ld_first: if self.b_transposed { self.k } else { self.n },
-            ld_second: if self.a_transposed { self.m } else { self.k },
-            ldc: self.n,
+            ld_first: self.ldb(),
+            ld_second: self.lda(),
+            ldc: self.ldc(),
         }
+    }
+
+    /// Row length of A's buffer: k (m×k), or m (k×m) when transposed.
+    pub fn lda(&self) -> i32 {
+        if self.a_transposed {
+            self.m
+        } else {
+            self.k
+        }
+    }
+
+    /// Row length of B's buffer: n (k×n), or k (n×k) when transposed.
+    pub fn ldb(&self) -> i32 {
+        if self.b_transposed {
+            self.k
+        } else {
+            self.n
+        }
+    }
+
+    /// Row length of C's buffer.
+    pub fn ldc(&self) -> i32 {
+        self.n
+    }
+
+    /// The three plans softmax attention uses, for `seq` positions and operand width `width`.
+    pub fn all(seq: i32, width: i32) -> [RowMajorGemm; 3] {
+        [
+            Self::scores(seq, width),
+            Self::probs_times(seq, width),
+            Self::probs_transposed_times(seq, width),
+        ]
     }
 
     /// Elements between consecutive (batch, head) matrices of A, B and C.
@@ -157,11 +202,7 @@ mod tests {
                 .collect()
         };
         for (seq, width) in [(1, 1), (3, 2), (5, 4), (4, 7)] {
-            for plan in [
-                RowMajorGemm::scores(seq, width),
-                RowMajorGemm::probs_times(seq, width),
-                RowMajorGemm::probs_transposed_times(seq, width),
-            ] {
+            for plan in RowMajorGemm::all(seq, width) {
                 let a = values(plan.stride_a() as usize, 1);
                 let b = values(plan.stride_b() as usize, 2);
                 let got = column_major_gemm(&plan.column_major(), &b, &a);

@@ -4,25 +4,30 @@
 //! * [`oracle`]: f64 loops, one query row at a time; the reference for the baselines.
 //! * [`cpu`]: `cpu/softmax/f32`, candle-core on the CPU, materialising `[B, H, N, N]` on
 //!   purpose; gradients by candle's autograd.
-//! * [`cuda`]: `cuda/softmax/f32`, `cuda/softmax/f16`, cuBLAS GEMMs plus the row kernels of
-//!   `kernels/softmax.cu`.
+//! * [`cuda`]: `{cuda,sim}/softmax/{f32,f16}` through the `linattn-cuda` executor seam:
+//!   batched GEMMs (cuBLAS on a GPU, the `la_softmax_gemm` kernel on the PTX simulator) plus
+//!   the row kernels of `kernels/softmax.cu`.
+//! * [`gemm_plan`]: the row-major GEMM plans both GEMM engines carry out.
 
 pub mod cpu;
+mod cublas;
 pub mod cuda;
-mod gemm_plan;
+pub mod gemm_plan;
 pub mod oracle;
 mod validate;
 
 use linattn_core::Backend;
+use linattn_cuda::Platform;
 
-/// Every softmax backend. Those whose hardware is absent still appear; their `supports`
+/// Every softmax backend: the CPU ones, then `cuda/softmax/{f32,f16}`, then
+/// `sim/softmax/{f32,f16}`. Those whose hardware is absent still appear; their `supports`
 /// says `skipped: <reason>`.
 pub fn backends() -> Vec<Box<dyn Backend>> {
-    vec![
-        Box::new(cpu::CandleCpuBackend::new()),
-        Box::new(cuda::f32_backend()),
-        Box::new(cuda::f16_backend()),
-    ]
+    let mut all: Vec<Box<dyn Backend>> = vec![Box::new(cpu::CandleCpuBackend::new())];
+    for platform in [Platform::Cuda, Platform::Sim] {
+        all.extend(cuda::backends(platform));
+    }
+    all
 }
 
 /// The variants of `kernels/softmax.cu` (f32 and f16 storage), for compile-all tests.

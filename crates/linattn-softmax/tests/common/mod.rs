@@ -1,6 +1,8 @@
 //! Helpers shared by the softmax test files.
 #![allow(dead_code)]
 
+pub mod platforms;
+
 use linattn_core::{Causality, ErrorMetrics, FeatureMap, Grads, Inputs, Problem, Shape, Tensor};
 
 /// A softmax problem; the feature map is irrelevant to softmax attention.
