@@ -21,6 +21,13 @@ build:
 check *ARGS: build
     {{bin}} check {{ARGS}}
 
+# Run every CUDA kernel on the PTX simulator (sim/* backends) against the f64 oracle: the
+# default grid plus the long cases (N = 4096, 16384, 65536; B = 1, H = 2, D = M = 64), every
+# checker on. Takes about an hour on 2 cores (the long recurrent scans dominate). Pass
+# `--sim-arch sm_80` to model an A100 instead of an H100.
+check-sim *ARGS: build
+    {{bin}} check --backends 'sim/*' --long {{ARGS}}
+
 # Sweep N for the fast backends (CPU here; CUDA too on a GPU machine); JSON into bench-results/.
 bench *ARGS: build
     {{bin}} bench {{ARGS}}

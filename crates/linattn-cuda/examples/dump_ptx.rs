@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use linattn_cuda::runtime::{compile, Arch};
 
 fn main() -> ExitCode {
-    let dir = std::env::args().nth(1).unwrap_or_else(|| "target/ptx".into());
+    let dir = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "target/ptx".into());
     let arch = match std::env::args().nth(2).as_deref() {
         Some("sm_80") => Arch::SM80,
         None | Some("sm_90") => Arch::SM90,
@@ -24,7 +26,10 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     for variant in linattn_cuda::kernel_variants() {
-        let file = format!("{dir}/{}.ptx", variant.label().replace(['[', ']', ',', '='], "_"));
+        let file = format!(
+            "{dir}/{}.ptx",
+            variant.label().replace(['[', ']', ',', '='], "_")
+        );
         let written = compile(&variant, arch)
             .map_err(|e| e.to_string())
             .and_then(|c| std::fs::write(&file, &c.ptx).map_err(|e| e.to_string()));

@@ -67,14 +67,20 @@ fn run() -> Result<(), AttnError> {
     let mut q = inputs.q.data().to_vec();
     let mut k = inputs.k.data().to_vec();
     for t in 0..negative_rows.min(n) {
-        k[t * d..(t + 1) * d].iter_mut().for_each(|x| *x = negative(*x));
+        k[t * d..(t + 1) * d]
+            .iter_mut()
+            .for_each(|x| *x = negative(*x));
     }
     if disjoint {
         for t in 0..n.min(100) {
-            k[t * d + d / 2..(t + 1) * d].iter_mut().for_each(|x| *x = negative(*x));
+            k[t * d + d / 2..(t + 1) * d]
+                .iter_mut()
+                .for_each(|x| *x = negative(*x));
         }
         for t in 70.min(n)..n.min(90) {
-            q[t * d..t * d + d / 2].iter_mut().for_each(|x| *x = negative(*x));
+            q[t * d..t * d + d / 2]
+                .iter_mut()
+                .for_each(|x| *x = negative(*x));
         }
     }
     inputs.q = Tensor::from_vec(shape.qk_dims(), q)?;

@@ -540,7 +540,7 @@ mod gpu {
 
     /// Name, driver, CUDA/NVRTC versions and memory of device 0; `None` without a GPU.
     pub fn environment() -> Option<GpuEnvironment> {
-        let info = linattn_cuda::device_info().ok()?;
+        let info = linattn_cuda::device_info(linattn_cuda::Platform::Cuda).ok()?;
         Some(GpuEnvironment {
             name: info.name,
             driver_version: kernel_driver_version(),
@@ -562,14 +562,14 @@ mod gpu {
 
     /// (free, total) device bytes.
     pub fn memory_info() -> Option<(u64, u64)> {
-        linattn_cuda::memory_info().ok()
+        linattn_cuda::memory_info(linattn_cuda::Platform::Cuda).ok()
     }
 
     /// Device-to-device copy bandwidth samples in GB/s.
     pub fn copy_bandwidth(bytes: u64, repeats: usize) -> Result<Vec<f64>, AttnError> {
         let bytes = usize::try_from(bytes)
             .map_err(|_| AttnError::SizeOverflow(format!("copy buffer of {bytes} bytes")))?;
-        linattn_cuda::measure_copy_bandwidth(bytes, repeats)
+        linattn_cuda::measure_copy_bandwidth(linattn_cuda::Platform::Cuda, bytes, repeats)
     }
 }
 
@@ -735,7 +735,7 @@ fn run_once(backend: &mut dyn Backend, mode: Mode) -> Result<OneRun, AttnError> 
     };
     let peak_bytes = match backend.info().device {
         DeviceKind::Cpu => HostMemory::is_metered().then_some(host_peak),
-        DeviceKind::Cuda => device_peak,
+        DeviceKind::Cuda | DeviceKind::Sim => device_peak,
     };
     Ok(OneRun {
         forward_s: fwd.elapsed.as_secs_f64(),
@@ -769,7 +769,7 @@ fn measure(
         forward: Vec::new(),
         backward: Vec::new(),
         peak_bytes: None,
-        peak_source: if on_gpu {
+        peak_source: if backend.info().device != DeviceKind::Cpu {
             PeakSource::DeviceExact
         } else {
             PeakSource::CountingAllocator
@@ -1072,6 +1072,7 @@ fn render_tables(file: &ResultsFile) -> String {
     ]);
     // Series that ran nowhere (no driver, unsupported problem) get one line each below.
     let mut not_run: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut any_simulated = false;
     for ((backend, mode, axes), mut cells) in groups {
         cells.sort_by_key(|c| c.shape.seq);
         let never_ran = cells
@@ -1088,8 +1089,11 @@ fn render_tables(file: &ResultsFile) -> String {
             }
             continue;
         }
+        let simulated = registry::family(&backend) == "sim";
+        any_simulated |= simulated;
         for c in &cells {
             let status = match (&c.status, &c.message) {
+                (CellStatus::Ok, _) if simulated => "ok, simulated †".to_string(),
                 (CellStatus::Ok, _) => "ok".to_string(),
                 // Unsupported's own text already starts with "unsupported:" / "skipped:".
                 (CellStatus::Unsupported | CellStatus::Unavailable, Some(m)) => truncate(m, 60),
@@ -1130,6 +1134,13 @@ fn render_tables(file: &ResultsFile) -> String {
     out.push('\n');
     for (reason, backends) in &not_run {
         out.push_str(&format!("not run ({reason}): {}\n", backends.join(", ")));
+    }
+    if any_simulated {
+        out.push_str(
+            "† sim/*: the CUDA kernels run by the PTX simulator on the host. Their times are \
+             host times of the simulation and say nothing about a GPU; their memory is the \
+             exact device bytes the kernels allocate.\n",
+        );
     }
     if !file.copy_bandwidth.is_empty() {
         for c in &file.copy_bandwidth {

@@ -27,8 +27,8 @@ use tabled::builder::Builder;
 use tabled::settings::Style;
 
 /// Sequence lengths of the default grid: single token, odd sizes around 64 (chunk and tile
-/// edges), and one long enough for accumulated error to show.
-const SEQ_LENS: [usize; 5] = [1, 7, 63, 65, 1000];
+/// edges) and past two chunks, and one long enough for accumulated error to show.
+const SEQ_LENS: [usize; 6] = [1, 7, 63, 65, 130, 1100];
 /// Head dims the grid draws D and M from.
 const HEAD_DIMS: [usize; 6] = [16, 32, 48, 64, 80, 128];
 /// (D, M) pairs the default grid cycles through: M ≠ D, every head dim once as D and once
@@ -37,7 +37,7 @@ const HEAD_DIMS: [usize; 6] = [16, 32, 48, 64, 80, 128];
 const DEFAULT_PAIRS: [(usize, usize); 6] =
     [(64, 128), (128, 64), (16, 48), (48, 80), (80, 32), (32, 16)];
 /// Extra lengths of `--long`.
-const LONG_SEQ_LENS: [usize; 2] = [4096, 65536];
+const LONG_SEQ_LENS: [usize; 3] = [4096, 16384, 65536];
 /// The softmax oracle is O(N²): beyond this length it would take hours on the CPU.
 const SOFTMAX_ORACLE_MAX_SEQ: usize = 4096;
 const BATCH: usize = 2;
@@ -51,7 +51,7 @@ const WORST_SHOWN: usize = 10;
 
 #[derive(clap::Args)]
 #[command(after_help = "\
-Default grid: N ∈ {1, 7, 63, 65, 1000}; (D, M) cycling through pairs of {16, 32, 48, 64, 80, \
+Default grid: N ∈ {1, 7, 63, 65, 130, 1100}; (D, M) cycling through pairs of {16, 32, 48, 64, 80, \
 128} with M ≠ D; B = 2, H = 3; causal and non-causal; every feature map (favor with R = 32); \
 default ε; plus one λ = 0.97 decay case per causality.
 Verdict: a case passes when O and each gradient (dq, dk, dv, for backends with a backward) \
@@ -71,7 +71,7 @@ pub struct CheckArgs {
     /// the covering default grid.
     #[arg(long)]
     full: bool,
-    /// Add N ∈ {4096, 65536} (B = 1, H = 2, D = M = 64, elu+1) for non-reference backends
+    /// Add N ∈ {4096, 16384, 65536} (B = 1, H = 2, D = M = 64, elu+1) for non-reference backends
     /// (not cpu-ref/*, not softmax on the CPU; softmax elsewhere up to N = 4096 only).
     #[arg(long)]
     long: bool,
@@ -214,6 +214,13 @@ impl OracleKey {
 struct Reference {
     output: Tensor,
     grads: Option<Grads>,
+    /// Host seconds the oracle took (kept out of the backends' times).
+    seconds: f64,
+}
+
+/// Seconds spent computing the cached oracle results so far.
+fn oracle_seconds(cache: &HashMap<OracleKey, Result<Reference, String>>) -> f64 {
+    cache.values().flatten().map(|r| r.seconds).sum()
 }
 
 fn run_oracle(
@@ -223,6 +230,7 @@ fn run_oracle(
     with_grads: bool,
 ) -> Result<Reference, String> {
     let inputs = key.inputs(inputs);
+    let started = std::time::Instant::now();
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<Reference, AttnError> {
         if with_grads {
             let (output, grads) = if key.softmax {
@@ -233,6 +241,7 @@ fn run_oracle(
             Ok(Reference {
                 output,
                 grads: Some(grads),
+                seconds: 0.0,
             })
         } else {
             let output = if key.softmax {
@@ -243,11 +252,15 @@ fn run_oracle(
             Ok(Reference {
                 output,
                 grads: None,
+                seconds: 0.0,
             })
         }
     }));
     match result {
-        Ok(Ok(reference)) => Ok(reference),
+        Ok(Ok(reference)) => Ok(Reference {
+            seconds: started.elapsed().as_secs_f64(),
+            ..reference
+        }),
         Ok(Err(e)) => Err(format!("oracle failed: {e}")),
         Err(panic) => Err(format!("oracle panicked: {}", panic_message(&panic))),
     }
@@ -384,6 +397,8 @@ struct BackendSummary {
     not_applicable: usize,
     worst_max_abs: f64,
     worst_rms_ratio: f64,
+    /// Host seconds spent in this backend's cases (oracles excluded).
+    seconds: f64,
     /// Set when the backend cannot run on this machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     skipped: Option<String>,
@@ -402,6 +417,7 @@ impl BackendSummary {
             not_applicable: 0,
             worst_max_abs: 0.0,
             worst_rms_ratio: 0.0,
+            seconds: 0.0,
             skipped: None,
             verdict: String::new(),
         }
@@ -521,7 +537,12 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
                 continue;
             }
             progress.set_message(format!("{} {}", entry.summary.backend, case.problem));
+            let started = std::time::Instant::now();
+            let oracle_before = oracle_seconds(&oracle_cache);
             let record = check_case(entry, case, seed, &inputs, &mut oracle_cache);
+            entry.summary.seconds += (started.elapsed().as_secs_f64()
+                - (oracle_seconds(&oracle_cache) - oracle_before))
+                .max(0.0);
             progress.inc(1);
             if let Some(record) = record {
                 entry.summary.add(&record);
@@ -540,6 +561,23 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
         .collect();
 
     println!("{}", summary_table(&summaries));
+    if let Some(sim) = linattn_cuda::executor::sim::started() {
+        let c = sim.counters();
+        let seconds: f64 = summaries
+            .iter()
+            .filter(|s| registry::family(&s.backend) == "sim")
+            .map(|s| s.seconds)
+            .sum();
+        println!(
+            "PTX simulator ({}): {:.3e} warp instructions ({:.3e} thread instructions) in {:.0} s of \
+             sim/* cases, {:.2} M warp instructions/s",
+            linattn_cuda::Executor::info(sim.as_ref()).name,
+            c.warp_instructions as f64,
+            c.thread_instructions as f64,
+            seconds,
+            c.warp_instructions as f64 / seconds.max(1e-9) / 1e6
+        );
+    }
     let mut failures: Vec<&CaseRecord> = records
         .iter()
         .filter(|r| matches!(r.outcome, Outcome::Fail | Outcome::Error))
@@ -737,6 +775,7 @@ fn summary_table(rows: &[BackendSummary]) -> String {
         "worst max-abs",
         "worst rms ratio",
         "tolerance",
+        "seconds",
         "verdict",
     ]);
     for r in rows {
@@ -756,6 +795,11 @@ fn summary_table(rows: &[BackendSummary]) -> String {
                 "-".into()
             },
             format!("{:.0e}", r.tolerance),
+            if ran {
+                format!("{:.1}", r.seconds)
+            } else {
+                "-".into()
+            },
             r.verdict.clone(),
         ]);
     }

@@ -28,8 +28,20 @@ static ALLOC: CountingAllocator = CountingAllocator;
     about = "Linear attention: every form, checked and timed"
 )]
 struct Cli {
+    /// Architecture the PTX simulator models for the `sim/*` backends: sm_90 (H100 limits) or
+    /// sm_80 (A100). Also `LINATTN_SIM_ARCH`.
+    #[arg(long, global = true, value_name = "ARCH", value_parser = parse_sim_arch)]
+    sim_arch: Option<linattn_cuda::runtime::Arch>,
     #[command(subcommand)]
     command: Command,
+}
+
+fn parse_sim_arch(text: &str) -> Result<linattn_cuda::runtime::Arch, String> {
+    match text.trim().trim_start_matches("sm_") {
+        "80" => Ok(linattn_cuda::runtime::Arch::SM80),
+        "90" => Ok(linattn_cuda::runtime::Arch::SM90),
+        _ => Err(format!("'{text}': the simulator models sm_80 and sm_90")),
+    }
 }
 
 #[derive(Subcommand)]
@@ -52,6 +64,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(arch) = cli.sim_arch {
+        if let Err(e) = linattn_cuda::executor::sim::set_arch(arch) {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let result: Result<ExitCode, AttnError> = match cli.command {
         Command::All(args) => all::run(args),
         Command::Check(args) => check::run(args),

@@ -63,9 +63,9 @@ fn reference_backends_pass_the_default_grid() {
     let rows = table_rows(&stdout);
     assert!(!rows.is_empty(), "no backend rows:\n{stdout}");
     for row in &rows {
-        assert_eq!(row.len(), 7, "{row:?}");
+        assert_eq!(row.len(), 8, "{row:?}");
         assert!(row[0].starts_with("cpu-ref/"), "{row:?}");
-        assert_eq!(row[6], "PASS", "{row:?}");
+        assert_eq!(row[7], "PASS", "{row:?}");
         let (passed, run) = row[1].split_once('/').expect("cases as passed/run");
         assert_eq!(passed, run, "{row:?}");
         assert!(run.parse::<usize>().unwrap() > 0, "{row:?}");
@@ -117,11 +117,11 @@ fn cuda_backends_are_skipped_without_a_gpu() {
         // Nothing ran: skipped once the backend reported its absence, or n/a when no case
         // of the grid is one it implements (it is never asked about the machine then).
         assert_eq!(row[1], "0/0", "{row:?}");
-        let skipped = row[6].starts_with("skipped: ") && row[6].len() > "skipped: ".len();
-        assert!(skipped || row[6] == "n/a: no case applies", "{row:?}");
+        let skipped = row[7].starts_with("skipped: ") && row[7].len() > "skipped: ".len();
+        assert!(skipped || row[7] == "n/a: no case applies", "{row:?}");
     }
     assert!(
-        rows.iter().any(|row| row[6].starts_with("skipped: ")),
+        rows.iter().any(|row| row[7].starts_with("skipped: ")),
         "{stdout}"
     );
 }
