@@ -1,11 +1,13 @@
 //! The limits of the simulated architectures, written down once.
 //!
 //! Sources: CUDA C++ Programming Guide, "Compute Capabilities", table "Technical
-//! Specifications per Compute Capability" (8.0 and 9.0), and the A100 / H100 whitepapers for
-//! the per-part numbers (SM count, L2).
+//! Specifications per Compute Capability" (8.0 and 9.0) for the per-SM and per-CTA limits
+//! and the allocation granularities of the CUDA occupancy calculator; the NVIDIA A100 (SXM4
+//! 80 GB) and H100 (SXM5) datasheets and whitepapers for the per-part numbers: SM count, L2,
+//! boost clock, HBM bandwidth, dense FP16/BF16 tensor-core and FP32 peaks.
 
 /// A simulated GPU architecture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimArch {
     /// `sm_80` or `sm_90`.
     pub name: &'static str,
@@ -28,10 +30,26 @@ pub struct SimArch {
     pub max_registers_per_thread: u32,
     pub max_threads_per_sm: u32,
     pub max_ctas_per_sm: u32,
+    pub max_warps_per_sm: u32,
+    /// Registers are allocated per warp in units of this many (regs/thread rounded to 8).
+    pub register_alloc_unit: u32,
+    /// Shared memory is allocated per CTA in units of this many bytes, plus a reserved part.
+    pub shared_alloc_unit: u32,
+    pub shared_reserved_per_cta: u32,
+    /// Warp schedulers per SM (each issues one warp instruction per clock).
+    pub schedulers_per_sm: u32,
+    pub boost_clock_ghz: f64,
+    pub hbm_gbps: f64,
+    /// Dense FP16/BF16 tensor-core peak (FP32 accumulate).
+    pub tensor_tflops: f64,
+    /// FP32 (CUDA-core) peak, an FMA counting 2.
+    pub fp32_tflops: f64,
+    /// Host-side cost of one kernel launch in a stream of launches (a model constant).
+    pub launch_overhead_us: f64,
 }
 
 impl SimArch {
-    /// A100 (compute capability 8.0).
+    /// A100 SXM4 80 GB (compute capability 8.0).
     pub const SM80: SimArch = SimArch {
         name: "sm_80",
         part: "A100",
@@ -48,6 +66,16 @@ impl SimArch {
         max_registers_per_thread: 255,
         max_threads_per_sm: 2048,
         max_ctas_per_sm: 32,
+        max_warps_per_sm: 64,
+        register_alloc_unit: 256,
+        shared_alloc_unit: 128,
+        shared_reserved_per_cta: 1024,
+        schedulers_per_sm: 4,
+        boost_clock_ghz: 1.41,
+        hbm_gbps: 2039.0,
+        tensor_tflops: 312.0,
+        fp32_tflops: 19.5,
+        launch_overhead_us: 2.5,
     };
 
     /// H100 SXM (compute capability 9.0).
@@ -67,6 +95,16 @@ impl SimArch {
         max_registers_per_thread: 255,
         max_threads_per_sm: 2048,
         max_ctas_per_sm: 32,
+        max_warps_per_sm: 64,
+        register_alloc_unit: 256,
+        shared_alloc_unit: 128,
+        shared_reserved_per_cta: 1024,
+        schedulers_per_sm: 4,
+        boost_clock_ghz: 1.98,
+        hbm_gbps: 3352.0,
+        tensor_tflops: 989.5,
+        fp32_tflops: 66.9,
+        launch_overhead_us: 2.5,
     };
 
     /// `sm_80` / `sm_90` (also `80`, `90`).

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use crate::arch::SimArch;
+use crate::counters::Counters;
 use crate::error::SimError;
-use crate::exec::cta::{Counters, CtaRunner, LaunchCtx};
+use crate::exec::cta::{CtaRunner, LaunchCtx};
 use crate::exec::memory::GlobalMemory;
 use crate::ir::{Kernel, Program, Ty};
 use crate::parse::parse_program;
@@ -107,6 +108,8 @@ pub struct Device {
     arch: SimArch,
     memory: RwLock<GlobalMemory>,
     checks: Checks,
+    /// Whether launches keep the memory counters (sectors, wavefronts, unique sectors).
+    count_memory: std::sync::atomic::AtomicBool,
 }
 
 thread_local! {
@@ -120,7 +123,16 @@ impl Device {
             arch,
             memory: RwLock::new(GlobalMemory::new(memory_bytes)),
             checks: Checks::default(),
+            count_memory: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether later launches keep the memory counters of [`Counters`] (global sectors,
+    /// shared wavefronts, unique sectors): they cost a pass over the lanes of every memory
+    /// instruction. Instruction counts are always kept.
+    pub fn count_memory(&self, on: bool) {
+        self.count_memory
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn with_checks(mut self, checks: Checks) -> Device {
@@ -227,6 +239,7 @@ impl Device {
             block: config.block,
             shared_bytes,
             checks: self.checks,
+            count_memory: self.count_memory.load(std::sync::atomic::Ordering::Relaxed),
         };
         let [gx, gy, gz] = config.grid.map(u64::from);
         let total = gx * gy * gz;
@@ -256,6 +269,11 @@ impl Device {
                 counters.add(&c);
             }
             first = last;
+        }
+        if ctx.count_memory {
+            let (loaded, stored) = view.touched_sectors();
+            counters.unique_load_sectors = loaded;
+            counters.unique_store_sectors = stored;
         }
         Ok(LaunchStats {
             ctas: total,

@@ -467,6 +467,9 @@ pub struct Instr {
     pub op: Op,
     /// 1-based line in the PTX text.
     pub line: u32,
+    /// Its class for the counters, and the fp32 operations one lane performs.
+    pub class: crate::counters::InstrClass,
+    pub fp32_flops: u32,
 }
 
 /// One kernel parameter: its byte offset in the parameter buffer and its size.

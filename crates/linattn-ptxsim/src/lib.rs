@@ -23,13 +23,15 @@
 //! driver behaviour, and inter-CTA ordering beyond one interleaving.
 
 pub mod arch;
+pub mod counters;
 mod device;
 pub mod error;
 pub mod exec;
 pub mod ir;
+pub mod model;
 pub mod parse;
 
 pub use arch::SimArch;
+pub use counters::{Counters, InstrClass};
 pub use device::{Arg, Checks, Device, LaunchConfig, LaunchStats, Module};
 pub use error::{Checker, Fault, SimError, Site};
-pub use exec::cta::Counters;

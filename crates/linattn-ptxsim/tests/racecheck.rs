@@ -340,17 +340,22 @@ fn two_phase_kernel_with_only_bar_warp_sync_is_still_wrong_across_warps() {
     );
 }
 
-/// Shared atomics by many threads do not race with each other.
+/// Thread 0 initialises `s_max`, then every thread's atomic max: without the barrier between
+/// them, the other threads' atomics race with thread 0's plain store — even after thread 0's
+/// own atomic (ordered after its store) has written the word (the shadow keeps plain writes
+/// and atomics apart). With the barrier, the atomics of many threads do not race with each
+/// other and give the maximum.
 #[test]
-fn shared_atomics_do_not_race_with_each_other() {
-    let text = ptx(r#".visible .entry race(
+fn an_atomic_races_with_an_unordered_plain_initialisation() {
+    let text = |barrier: &str| {
+        ptx(&format!(
+            r#".visible .entry race(
 	.param .u64 race_param_0
 )
-{
+{{
 	.reg .pred 	%p<2>;
 	.reg .b32 	%r<6>;
 	.reg .b64 	%rd<3>;
-	// demoted variable
 	.shared .align 4 .u32 s_max;
 
 	ld.param.u64 	%rd1, [race_param_0];
@@ -358,13 +363,12 @@ fn shared_atomics_do_not_race_with_each_other() {
 	setp.ne.s32 	%p1, %r1, 0;
 	@%p1 bra 	$L__BB0_2;
 
-	mov.u32 	%r2, -5;
+	mov.u32 	%r2, 0;
 	st.shared.u32 	[s_max], %r2;
 
 $L__BB0_2:
-	bar.sync 	0;
-	mul.lo.s32 	%r3, %r1, 7;
-	and.b32 	%r4, %r3, 63;
+{barrier}
+	and.b32 	%r4, %r1, 63;
 	atom.shared.max.s32 	%r5, [s_max], %r4;
 	bar.sync 	0;
 	@%p1 bra 	$L__BB0_4;
@@ -376,12 +380,22 @@ $L__BB0_2:
 $L__BB0_4:
 	ret;
 
-}
-"#);
-    let (dev, out, result) = run(&text, 96);
+}}
+"#
+        ))
+    };
+    let (_, _, result) = run(&text(""), 64);
+    let fault = expect_fault(result, Checker::Racecheck);
+    assert!(
+        fault.detail.contains("write by thread 0"),
+        "{}",
+        fault.detail
+    );
+    // Lane 1 of warp 0 already races: lanes are unordered without bar.warp.sync.
+    assert_eq!(fault.site.thread, [1, 0, 0]);
+    let (dev, out, result) = run(&text("\tbar.sync \t0;"), 64);
     expect_ok(result);
-    let expected = (0..96u32).map(|t| (t * 7) & 63).max().unwrap_or(0);
-    assert_eq!(download_u32(&dev, out, 1), vec![expected]);
+    assert_eq!(download_u32(&dev, out, 1), vec![63]);
 }
 
 /// C = A·B (n = 32) with 16×16 shared tiles: load a tile of A and of B, `bar.sync`, 16

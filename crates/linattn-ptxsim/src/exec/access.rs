@@ -4,6 +4,7 @@
 use super::memory::{AccessError, Allocation, MemoryView};
 use super::shared::{Accessor, SharedFault, SharedMemory};
 use super::warp::{each, lanes, Lanes64, Uniforms, Warp, LANES};
+use crate::counters::{distinct_sectors, shared_wavefronts, Counters};
 use crate::error::Checker;
 use crate::ir::{Address, AtomOp, Bank, Reg, Space, Src, Ty};
 
@@ -31,6 +32,8 @@ pub struct MemoryCtx<'a> {
     pub uniforms: &'a Uniforms,
     /// Whether reads of never-written global memory are reported (`Checks::initcheck`).
     pub initcheck: bool,
+    /// Where memory counters go, when the device counts them.
+    pub counters: Option<&'a mut Counters>,
 }
 
 /// Where one lane's access goes.
@@ -183,6 +186,51 @@ impl<'a> MemoryCtx<'a> {
         }
     }
 
+    /// Memory counters of one request: sectors (global) or wavefronts (shared), and the
+    /// unique sectors of the launch.
+    fn count(&mut self, space: Space, addresses: &Lanes64, mask: u32, total: u32, store: bool) {
+        let Some(c) = self.counters.as_deref_mut() else {
+            return;
+        };
+        if mask == 0 {
+            return;
+        }
+        let first = addresses[mask.trailing_zeros() as usize];
+        let shared = space == Space::Shared
+            || (space == Space::Generic
+                && (SHARED_WINDOW..SHARED_WINDOW + (1 << 32)).contains(&first));
+        if shared {
+            let (wavefronts, ideal) = shared_wavefronts(addresses, mask, total);
+            if store {
+                c.shared_store_requests += 1;
+                c.shared_store_wavefronts += wavefronts;
+                c.shared_store_ideal_wavefronts += ideal;
+            } else {
+                c.shared_load_requests += 1;
+                c.shared_load_wavefronts += wavefronts;
+                c.shared_load_ideal_wavefronts += ideal;
+            }
+            return;
+        }
+        if space == Space::Param {
+            return;
+        }
+        let sectors = distinct_sectors(addresses, mask, total);
+        let bytes = u64::from(mask.count_ones()) * u64::from(total);
+        if store {
+            c.global_store_requests += 1;
+            c.global_store_sectors += sectors;
+            c.global_store_bytes += bytes;
+        } else {
+            c.global_load_requests += 1;
+            c.global_load_sectors += sectors;
+            c.global_load_bytes += bytes;
+        }
+        for lane in lanes(mask) {
+            self.global.mark(addresses[lane], total, store);
+        }
+    }
+
     /// `ld.space.[vN.]ty {d...}, [addr]` (N ≤ 4).
     pub fn load(
         &mut self,
@@ -198,6 +246,7 @@ impl<'a> MemoryCtx<'a> {
         let total = size * n as u32;
         let base = addr.base.map(|r| w.read64(&Src::Reg(r), self.uniforms));
         let addresses: Lanes64 = each(|l| lane_address(addr, &base, l));
+        self.count(space, &addresses, mask, total, false);
         // The common case, 32-bit elements from shared memory into 32-bit registers, without
         // per-lane dispatch: validate every lane, update the shadow, then gather.
         if space == Space::Shared && size == 4 && d.iter().all(|r| r.bank != Bank::R64) {
@@ -299,9 +348,11 @@ impl<'a> MemoryCtx<'a> {
         for (value, src) in values.iter_mut().zip(a) {
             *value = w.read64(src, self.uniforms);
         }
+        let addresses: Lanes64 = each(|l| lane_address(addr, &base, l));
+        self.count(space, &addresses, mask, total, true);
         let mut last = None;
         for lane in lanes(mask) {
-            let address = lane_address(addr, &base, lane);
+            let address = addresses[lane];
             match self.target(space, address, total, lane, &mut last)? {
                 Target::Param(_) => {
                     return Err(self.fault(

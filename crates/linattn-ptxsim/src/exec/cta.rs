@@ -16,6 +16,7 @@ use super::collective;
 use super::memory::MemoryView;
 use super::shared::SharedMemory;
 use super::warp::{each, lanes, Uniforms, Warp, LANES};
+use crate::counters::Counters;
 use crate::error::{Checker, SimError, Site};
 use crate::ir::{Instr, Kernel, Op, Src};
 use crate::Checks;
@@ -30,22 +31,8 @@ pub struct LaunchCtx<'a> {
     /// Static + dynamic shared bytes.
     pub shared_bytes: u32,
     pub checks: Checks,
-}
-
-/// Instruction counts of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Warp-level instructions issued (one per group of lanes executing one instruction).
-    pub warp_instructions: u64,
-    /// Thread-level instructions (active lanes summed over warp instructions).
-    pub thread_instructions: u64,
-}
-
-impl Counters {
-    pub fn add(&mut self, other: &Counters) {
-        self.warp_instructions += other.warp_instructions;
-        self.thread_instructions += other.thread_instructions;
-    }
+    /// Whether memory counters (sectors, wavefronts, unique sectors) are kept.
+    pub count_memory: bool,
 }
 
 /// Reusable per-host-thread state: warps and shared memory of the CTA being run.
@@ -166,8 +153,11 @@ impl CtaRunner {
                     mask & if negate { !bits } else { bits }
                 }
             };
-            self.counters.warp_instructions += 1;
-            self.counters.thread_instructions += u64::from(active.count_ones());
+            self.counters.instruction(instr.class, active);
+            if instr.fp32_flops > 0 {
+                self.counters.fp32_flops +=
+                    u64::from(instr.fp32_flops) * u64::from(active.count_ones());
+            }
             match &instr.op {
                 Op::Bra { target } => {
                     let target = *target;
@@ -193,6 +183,7 @@ impl CtaRunner {
                     }
                 }
                 Op::BarSync { id } => {
+                    self.counters.barriers += 1;
                     let ids = warp.read32(id, u);
                     if let Some(l) = lanes(active).find(|&l| ids[l] != 0) {
                         return Err(lane_fault(
@@ -309,6 +300,7 @@ impl CtaRunner {
             instr: pc,
             uniforms: u,
             initcheck: ctx.checks.initcheck,
+            counters: ctx.count_memory.then_some(&mut self.counters),
         }
     }
 
@@ -407,7 +399,10 @@ impl CtaRunner {
                     ));
                 }
             }
-            Op::Mma(m) => collective::mma(warp, m.input, &m.d, &m.a, &m.b, &m.c, u),
+            Op::Mma(m) => {
+                self.counters.mma += 1;
+                collective::mma(warp, m.input, &m.d, &m.a, &m.b, &m.c, u)
+            }
             _ => {}
         }
         for l in lanes(arrived) {

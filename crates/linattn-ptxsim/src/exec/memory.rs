@@ -3,8 +3,8 @@
 //! atomics), and a per-byte "written" shadow for initcheck.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 
 use crate::error::SimError;
 
@@ -285,8 +285,10 @@ impl GlobalMemory {
 
     /// A read-only view for one launch.
     pub fn view(&self) -> MemoryView {
+        let allocations: Vec<Arc<Allocation>> = self.live.values().cloned().collect();
         MemoryView {
-            allocations: self.live.values().cloned().collect(),
+            touched: allocations.iter().map(|_| Default::default()).collect(),
+            allocations,
             freed: self.freed.clone(),
         }
     }
@@ -330,13 +332,52 @@ fn describe(address: u64, live: impl Iterator<Item = (u64, u64)>, freed: &[(u64,
     }
 }
 
-/// The allocations live during one launch, sorted by base address.
+/// The allocations live during one launch, sorted by base address, and the sectors this
+/// launch touched in each. The sector sets belong to the view, not the allocations, so
+/// launches running at once on different host threads count their own sectors only.
 pub struct MemoryView {
     allocations: Vec<Arc<Allocation>>,
     freed: Vec<(u64, u64)>,
+    /// Per allocation: one bit per 32-byte sector read / written (memory counters only;
+    /// made on first use).
+    touched: Vec<[OnceLock<Box<[AtomicU64]>>; 2]>,
 }
 
 impl MemoryView {
+    /// Marks the sectors of an access as touched by this launch (memory counters).
+    pub fn mark(&self, address: u64, bytes: u32, store: bool) {
+        let k = self.allocations.partition_point(|a| a.base <= address);
+        if k == 0 || address >= self.allocations[k - 1].end() {
+            return;
+        }
+        let a = &self.allocations[k - 1];
+        let bits = self.touched[k - 1][usize::from(store)].get_or_init(|| {
+            (0..a.bytes.div_ceil(32).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect()
+        });
+        let offset = address - a.base;
+        for sector in offset / 32..=(offset + u64::from(bytes.max(1)) - 1) / 32 {
+            let (word, bit) = ((sector / 64) as usize, sector % 64);
+            if bits[word].load(Relaxed) & (1 << bit) == 0 {
+                bits[word].fetch_or(1 << bit, Relaxed);
+            }
+        }
+    }
+
+    /// Distinct sectors (read, written) by this launch so far.
+    pub fn touched_sectors(&self) -> (u64, u64) {
+        let count = |store: bool| -> u64 {
+            self.touched
+                .iter()
+                .filter_map(|t| t[usize::from(store)].get())
+                .flat_map(|bits| bits.iter())
+                .map(|w| u64::from(w.load(Relaxed).count_ones()))
+                .sum()
+        };
+        (count(false), count(true))
+    }
+
     /// The allocation holding `[address, address + size)` and the offset into it.
     #[inline]
     pub fn find(&self, address: u64, size: u32) -> Result<(&Allocation, u64), AccessError> {

@@ -12,31 +12,45 @@
 const NONE: u16 = u16::MAX;
 const MANY: u16 = u16::MAX - 1;
 
+/// Accesses of one kind (plain reads, or atomics) to a granule within one CTA barrier
+/// interval: one thread, or several (`MANY`), of one warp or several.
+#[derive(Clone, Copy)]
+struct Accesses {
+    tid: u16,
+    warp: u16,
+    bar: u32,
+    wsync: u32,
+    instr: u32,
+}
+
+const NO_ACCESSES: Accesses = Accesses {
+    tid: NONE,
+    warp: NONE,
+    bar: 0,
+    wsync: 0,
+    instr: 0,
+};
+
+/// The shadow of one granule: the last plain write, and the reads and the atomics of the
+/// current barrier interval (atomics conflict with plain accesses, not with each other, so
+/// an atomic never hides an earlier plain write from a later check).
 #[derive(Clone, Copy)]
 struct Granule {
     w_tid: u16,
-    w_atomic: bool,
     w_bar: u32,
     w_wsync: u32,
     w_instr: u32,
-    r_tid: u16,
-    r_warp: u16,
-    r_bar: u32,
-    r_wsync: u32,
-    r_instr: u32,
+    reads: Accesses,
+    atomics: Accesses,
 }
 
 const FRESH: Granule = Granule {
     w_tid: NONE,
-    w_atomic: false,
     w_bar: 0,
     w_wsync: 0,
     w_instr: 0,
-    r_tid: NONE,
-    r_warp: NONE,
-    r_bar: 0,
-    r_wsync: 0,
-    r_instr: 0,
+    reads: NO_ACCESSES,
+    atomics: NO_ACCESSES,
 };
 
 /// Who accesses: linear thread id, its warp's sync epoch, the CTA barrier epoch, and the
@@ -147,26 +161,22 @@ impl SharedMemory {
         let (race, init) = (self.race, self.init);
         for g in granules(offset, size) {
             let s = &mut self.shadow[g];
-            if s.w_tid == NONE {
+            if s.w_tid == NONE && s.atomics.tid == NONE {
                 if init {
                     return Err(SharedFault::Uninitialised);
                 }
-            } else if race && s.w_bar == who.bar && !ordered(s.w_tid, s.w_wsync, who) {
-                return Err(SharedFault::Race {
-                    this_is_write: false,
-                    other_is_write: true,
-                    other_tid: Some(s.w_tid),
-                    other_instr: s.w_instr,
-                });
+            } else if race {
+                check_plain_write(s, who, false)?;
+                check_accesses(&s.atomics, who, false, true)?;
             }
             if race {
-                record_read(s, who);
+                record(&mut s.reads, who);
             }
         }
         Ok(())
     }
 
-    /// Shadow update for a write (or an atomic read-modify-write).
+    /// Shadow update for a plain write, or an atomic read-modify-write.
     #[inline]
     pub fn on_write(
         &mut self,
@@ -178,39 +188,64 @@ impl SharedMemory {
         if self.shadow.is_empty() {
             return Ok(());
         }
-        let race = self.race;
+        let (race, init) = (self.race, self.init);
         for g in granules(offset, size) {
             let s = &mut self.shadow[g];
+            // An atomic reads the old value: it must have been written.
+            if atomic && init && s.w_tid == NONE && s.atomics.tid == NONE {
+                return Err(SharedFault::Uninitialised);
+            }
             if race {
-                if s.w_tid != NONE
-                    && s.w_bar == who.bar
-                    && !(atomic && s.w_atomic)
-                    && !ordered(s.w_tid, s.w_wsync, who)
-                {
-                    return Err(SharedFault::Race {
-                        this_is_write: true,
-                        other_is_write: true,
-                        other_tid: Some(s.w_tid),
-                        other_instr: s.w_instr,
-                    });
-                }
-                if s.r_bar == who.bar && s.r_tid != NONE && reads_conflict(s, who) {
-                    return Err(SharedFault::Race {
-                        this_is_write: true,
-                        other_is_write: false,
-                        other_tid: (s.r_tid != MANY).then_some(s.r_tid),
-                        other_instr: s.r_instr,
-                    });
+                check_plain_write(s, who, true)?;
+                check_accesses(&s.reads, who, true, false)?;
+                if !atomic {
+                    check_accesses(&s.atomics, who, true, true)?;
                 }
             }
-            s.w_tid = who.tid;
-            s.w_atomic = atomic;
-            s.w_bar = who.bar;
-            s.w_wsync = who.wsync;
-            s.w_instr = who.instr;
+            if atomic {
+                record(&mut s.atomics, who);
+            } else {
+                s.w_tid = who.tid;
+                s.w_bar = who.bar;
+                s.w_wsync = who.wsync;
+                s.w_instr = who.instr;
+            }
         }
         Ok(())
     }
+}
+
+/// `who`'s access against the granule's last plain write.
+#[inline]
+fn check_plain_write(s: &Granule, who: Accessor, this_is_write: bool) -> Result<(), SharedFault> {
+    if s.w_tid != NONE && s.w_bar == who.bar && !ordered(s.w_tid, s.w_wsync, who) {
+        return Err(SharedFault::Race {
+            this_is_write,
+            other_is_write: true,
+            other_tid: Some(s.w_tid),
+            other_instr: s.w_instr,
+        });
+    }
+    Ok(())
+}
+
+/// `who`'s access against the reads (or atomics) of this barrier interval.
+#[inline]
+fn check_accesses(
+    a: &Accesses,
+    who: Accessor,
+    this_is_write: bool,
+    others_write: bool,
+) -> Result<(), SharedFault> {
+    if a.tid != NONE && a.bar == who.bar && conflicts(a, who) {
+        return Err(SharedFault::Race {
+            this_is_write,
+            other_is_write: others_write,
+            other_tid: (a.tid != MANY).then_some(a.tid),
+            other_instr: a.instr,
+        });
+    }
+    Ok(())
 }
 
 /// Bytes tracked by one shadow entry.
@@ -228,37 +263,41 @@ fn ordered(tid: u16, wsync: u32, who: Accessor) -> bool {
     tid == who.tid || (tid / 32 == who.warp() && wsync < who.wsync)
 }
 
+/// Adds `who` to the accesses of this barrier interval.
 #[inline]
-fn record_read(s: &mut Granule, who: Accessor) {
-    if s.r_bar != who.bar || s.r_tid == NONE {
-        s.r_bar = who.bar;
-        s.r_tid = who.tid;
-        s.r_warp = who.warp();
-        s.r_wsync = who.wsync;
-        s.r_instr = who.instr;
+fn record(a: &mut Accesses, who: Accessor) {
+    if a.bar != who.bar || a.tid == NONE {
+        *a = Accesses {
+            tid: who.tid,
+            warp: who.warp(),
+            bar: who.bar,
+            wsync: who.wsync,
+            instr: who.instr,
+        };
         return;
     }
-    if s.r_warp == who.warp() {
-        if s.r_wsync < who.wsync {
-            // Earlier reads of this warp are ordered before everything it does from now on;
-            // for the other warps any reader of this warp is as good as another.
-            s.r_tid = who.tid;
-            s.r_wsync = who.wsync;
-            s.r_instr = who.instr;
-        } else if s.r_tid != who.tid {
-            s.r_tid = MANY;
+    if a.warp == who.warp() {
+        if a.wsync < who.wsync {
+            // Earlier accesses of this warp are ordered before everything it does from now
+            // on; for the other warps any thread of this warp is as good as another.
+            a.tid = who.tid;
+            a.wsync = who.wsync;
+            a.instr = who.instr;
+        } else if a.tid != who.tid {
+            a.tid = MANY;
         }
-    } else if s.r_warp != MANY {
-        s.r_warp = MANY;
-        s.r_tid = MANY;
-        s.r_instr = who.instr;
+    } else if a.warp != MANY {
+        a.warp = MANY;
+        a.tid = MANY;
+        a.instr = who.instr;
     }
 }
 
+/// Whether accesses recorded in `a` (same barrier interval) are unordered with `who`'s.
 #[inline]
-fn reads_conflict(s: &Granule, who: Accessor) -> bool {
-    if s.r_warp == MANY || s.r_warp != who.warp() {
+fn conflicts(a: &Accesses, who: Accessor) -> bool {
+    if a.warp == MANY || a.warp != who.warp() {
         return true;
     }
-    s.r_tid != who.tid && s.r_wsync >= who.wsync
+    a.tid != who.tid && a.wsync >= who.wsync
 }

@@ -172,6 +172,8 @@ pub(super) fn decode(s: &Statement, scope: &Scope<'_>) -> Result<Instr, SimError
     let op = decode_op(&parts)?;
     Ok(Instr {
         guard,
+        class: crate::counters::InstrClass::of(&op),
+        fp32_flops: crate::counters::InstrClass::fp32_flops(&op),
         op,
         line: s.line,
     })

@@ -1,0 +1,342 @@
+//! What a launch executed, counted at warp granularity, with the vocabulary of Nsight
+//! Compute: instructions by class, active lanes, global requests and the 32-byte sectors they
+//! touch (and the unique sectors of the launch: the DRAM traffic an infinite L2 would see),
+//! shared-memory requests and the wavefronts they take (bank conflicts), mma operations.
+//!
+//! Instruction counts are always kept; the memory counters (sectors, wavefronts, unique
+//! sectors) only when the device counts them (`Device::with_counters`), since they cost a
+//! pass over the lanes of every memory instruction.
+
+use crate::ir::{BinOp, Op, Space, Ty, UnOp};
+
+/// Instruction classes, as a kernel engineer reads a profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum InstrClass {
+    /// f32/f64 add, mul, fma, min, max, neg, abs, compare and select on floats.
+    Fp32,
+    /// Integer and bitwise arithmetic, moves, predicate logic, integer compare and select,
+    /// parameter loads.
+    Integer,
+    /// `cvt`, `cvta`: type and address-space conversions.
+    Conversion,
+    /// Special functions and IEEE division: ex2, lg2, rsqrt, rcp, sqrt, sin, cos, tanh, div.
+    SpecialFunction,
+    /// `mma.sync` (tensor cores).
+    Mma,
+    GlobalLoad,
+    GlobalStore,
+    SharedLoad,
+    SharedStore,
+    Atomic,
+    /// `shfl.sync`.
+    Shuffle,
+    /// `bar.sync`, `bar.warp.sync`.
+    Barrier,
+    /// Branches and returns.
+    Control,
+}
+
+impl InstrClass {
+    pub const ALL: [InstrClass; 13] = [
+        InstrClass::Fp32,
+        InstrClass::Integer,
+        InstrClass::Conversion,
+        InstrClass::SpecialFunction,
+        InstrClass::Mma,
+        InstrClass::GlobalLoad,
+        InstrClass::GlobalStore,
+        InstrClass::SharedLoad,
+        InstrClass::SharedStore,
+        InstrClass::Atomic,
+        InstrClass::Shuffle,
+        InstrClass::Barrier,
+        InstrClass::Control,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            InstrClass::Fp32 => "fp32",
+            InstrClass::Integer => "integer",
+            InstrClass::Conversion => "conversion",
+            InstrClass::SpecialFunction => "special",
+            InstrClass::Mma => "mma",
+            InstrClass::GlobalLoad => "global_load",
+            InstrClass::GlobalStore => "global_store",
+            InstrClass::SharedLoad => "shared_load",
+            InstrClass::SharedStore => "shared_store",
+            InstrClass::Atomic => "atomic",
+            InstrClass::Shuffle => "shuffle",
+            InstrClass::Barrier => "barrier",
+            InstrClass::Control => "control",
+        }
+    }
+
+    /// The class of a decoded operation.
+    pub fn of(op: &Op) -> InstrClass {
+        let float = |ty: &Ty| matches!(ty, Ty::F32 | Ty::F64);
+        match op {
+            Op::Bin {
+                op: BinOp::Div, ty, ..
+            } if float(ty) => InstrClass::SpecialFunction,
+            Op::Bin { ty, .. } | Op::Fma { ty, .. } | Op::Setp { ty, .. } | Op::Selp { ty, .. }
+                if float(ty) =>
+            {
+                InstrClass::Fp32
+            }
+            Op::Un { op, ty, .. } if float(ty) => match op {
+                UnOp::Neg | UnOp::Abs => InstrClass::Fp32,
+                _ => InstrClass::SpecialFunction,
+            },
+            Op::Cvt { .. } | Op::CvtPack { .. } | Op::Cvta { .. } => InstrClass::Conversion,
+            Op::Mma(_) => InstrClass::Mma,
+            Op::Ld { space, .. } => match space {
+                Space::Global => InstrClass::GlobalLoad,
+                Space::Shared => InstrClass::SharedLoad,
+                Space::Param => InstrClass::Integer,
+                Space::Generic => InstrClass::GlobalLoad,
+            },
+            Op::St { space, .. } => match space {
+                Space::Shared => InstrClass::SharedStore,
+                _ => InstrClass::GlobalStore,
+            },
+            Op::Atom { .. } => InstrClass::Atomic,
+            Op::Shfl { .. } => InstrClass::Shuffle,
+            Op::BarSync { .. } | Op::WarpSync { .. } => InstrClass::Barrier,
+            Op::Bra { .. } | Op::Ret => InstrClass::Control,
+            _ => InstrClass::Integer,
+        }
+    }
+
+    /// Floating-point operations one active lane of `op` performs (fma = 2), for the fp32
+    /// roofline; 0 for everything that is not fp32 arithmetic.
+    pub fn fp32_flops(op: &Op) -> u32 {
+        match op {
+            Op::Fma { ty: Ty::F32, .. } => 2,
+            Op::Bin {
+                ty: Ty::F32,
+                op: BinOp::Add | BinOp::Sub | BinOp::MulLo | BinOp::Div,
+                ..
+            } => 1,
+            _ => 0,
+        }
+    }
+}
+
+/// Floating-point operations of one `mma.m16n8k16`: 2 · 16 · 8 · 16.
+pub const MMA_FLOPS: u64 = 2 * 16 * 8 * 16;
+
+/// Counts of one launch (or a sum of launches).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Warp-level instructions issued (one per group of lanes executing one instruction).
+    pub warp_instructions: u64,
+    /// Thread-level instructions (active lanes summed over warp instructions).
+    pub thread_instructions: u64,
+    /// Per [`InstrClass::ALL`] entry: warp and thread instructions.
+    pub warp_by_class: [u64; 13],
+    pub thread_by_class: [u64; 13],
+    /// fp32 floating-point operations (lanes × ops; fma counts 2).
+    pub fp32_flops: u64,
+    /// `mma.sync` executions (warp level).
+    pub mma: u64,
+    /// Warp arrivals at `bar.sync`.
+    pub barriers: u64,
+    /// Global load / store requests (warp instructions), the distinct 32-byte sectors each
+    /// touched (summed over requests), and the bytes the active lanes asked for.
+    pub global_load_requests: u64,
+    pub global_load_sectors: u64,
+    pub global_load_bytes: u64,
+    pub global_store_requests: u64,
+    pub global_store_sectors: u64,
+    pub global_store_bytes: u64,
+    /// Distinct sectors read / written by the whole launch (an infinite L2's DRAM traffic).
+    pub unique_load_sectors: u64,
+    pub unique_store_sectors: u64,
+    /// Shared load / store requests, the wavefronts they took (32 banks of 4 bytes, 64-bit
+    /// accesses in two half-warp phases, 128-bit in four quarter-warp phases), and the
+    /// wavefronts a conflict-free access pattern would have taken (one per phase with active
+    /// lanes).
+    pub shared_load_requests: u64,
+    pub shared_load_wavefronts: u64,
+    pub shared_load_ideal_wavefronts: u64,
+    pub shared_store_requests: u64,
+    pub shared_store_wavefronts: u64,
+    pub shared_store_ideal_wavefronts: u64,
+}
+
+impl Counters {
+    pub fn add(&mut self, o: &Counters) {
+        self.warp_instructions += o.warp_instructions;
+        self.thread_instructions += o.thread_instructions;
+        for k in 0..self.warp_by_class.len() {
+            self.warp_by_class[k] += o.warp_by_class[k];
+            self.thread_by_class[k] += o.thread_by_class[k];
+        }
+        self.fp32_flops += o.fp32_flops;
+        self.mma += o.mma;
+        self.barriers += o.barriers;
+        self.global_load_requests += o.global_load_requests;
+        self.global_load_sectors += o.global_load_sectors;
+        self.global_load_bytes += o.global_load_bytes;
+        self.global_store_requests += o.global_store_requests;
+        self.global_store_sectors += o.global_store_sectors;
+        self.global_store_bytes += o.global_store_bytes;
+        self.unique_load_sectors += o.unique_load_sectors;
+        self.unique_store_sectors += o.unique_store_sectors;
+        self.shared_load_requests += o.shared_load_requests;
+        self.shared_load_wavefronts += o.shared_load_wavefronts;
+        self.shared_load_ideal_wavefronts += o.shared_load_ideal_wavefronts;
+        self.shared_store_requests += o.shared_store_requests;
+        self.shared_store_wavefronts += o.shared_store_wavefronts;
+        self.shared_store_ideal_wavefronts += o.shared_store_ideal_wavefronts;
+    }
+
+    /// Counts one warp instruction of class `class` run by `active` lanes.
+    #[inline]
+    pub fn instruction(&mut self, class: InstrClass, active: u32) {
+        let lanes = u64::from(active.count_ones());
+        self.warp_instructions += 1;
+        self.thread_instructions += lanes;
+        self.warp_by_class[class as usize] += 1;
+        self.thread_by_class[class as usize] += lanes;
+    }
+
+    /// Warp instructions of `class`.
+    pub fn warp(&self, class: InstrClass) -> u64 {
+        self.warp_by_class[class as usize]
+    }
+
+    /// Active lanes per warp instruction, as a fraction of 32.
+    pub fn lane_utilisation(&self) -> f64 {
+        self.thread_instructions as f64 / (32.0 * self.warp_instructions.max(1) as f64)
+    }
+
+    /// Bytes the lanes used per byte of the sectors they touched (1 = perfectly coalesced).
+    pub fn global_sector_efficiency(&self) -> f64 {
+        let used = (self.global_load_bytes + self.global_store_bytes) as f64;
+        let touched = 32.0 * (self.global_load_sectors + self.global_store_sectors) as f64;
+        if touched == 0.0 {
+            1.0
+        } else {
+            used / touched
+        }
+    }
+
+    /// Wavefronts per conflict-free wavefront (1 = no bank conflicts).
+    pub fn shared_conflict_factor(&self) -> f64 {
+        let ideal = (self.shared_load_ideal_wavefronts + self.shared_store_ideal_wavefronts) as f64;
+        let actual = (self.shared_load_wavefronts + self.shared_store_wavefronts) as f64;
+        if ideal == 0.0 {
+            1.0
+        } else {
+            actual / ideal
+        }
+    }
+
+    /// Bytes an infinite L2 would move to and from DRAM.
+    pub fn unique_dram_bytes(&self) -> u64 {
+        32 * (self.unique_load_sectors + self.unique_store_sectors)
+    }
+}
+
+/// Distinct 32-byte sectors touched by the active lanes' accesses of `bytes` each (aligned,
+/// so one access stays within one sector up to 32 bytes).
+#[inline]
+pub fn distinct_sectors(addresses: &[u64; 32], mask: u32, bytes: u32) -> u64 {
+    let mut sectors = [u64::MAX; 64];
+    let mut n = 0usize;
+    let mut m = mask;
+    while m != 0 {
+        let lane = m.trailing_zeros() as usize;
+        m &= m - 1;
+        let first = addresses[lane] / 32;
+        let last = (addresses[lane] + u64::from(bytes.max(1)) - 1) / 32;
+        for s in first..=last {
+            if !sectors[..n].contains(&s) && n < sectors.len() {
+                sectors[n] = s;
+                n += 1;
+            }
+        }
+    }
+    n as u64
+}
+
+/// (wavefronts, conflict-free wavefronts) of a shared access of `bytes` per lane (the whole
+/// vector) at `offsets`: lanes are served in phases (all 32 for ≤ 4 bytes, half-warps for 8,
+/// quarter-warps for 16); in a phase each bank serves one distinct 4-byte word per wavefront
+/// (lanes reading the same word share it).
+pub fn shared_wavefronts(offsets: &[u64; 32], mask: u32, bytes: u32) -> (u64, u64) {
+    let lanes_per_phase = match bytes {
+        0..=4 => 32,
+        5..=8 => 16,
+        _ => 8,
+    };
+    let words_per_lane = u64::from(bytes.div_ceil(4).max(1));
+    let (mut total, mut ideal) = (0u64, 0u64);
+    for phase in 0..32 / lanes_per_phase {
+        let lanes = mask >> (phase * lanes_per_phase) & ((1u64 << lanes_per_phase) - 1) as u32;
+        if lanes == 0 {
+            continue;
+        }
+        ideal += 1;
+        // Distinct words per bank, at most 32 lanes × 4 words.
+        let mut words = [u64::MAX; 128];
+        let mut n = 0usize;
+        let mut m = lanes;
+        while m != 0 {
+            let lane = phase * lanes_per_phase + m.trailing_zeros() as usize;
+            m &= m - 1;
+            let first = offsets[lane] / 4;
+            for w in first..first + words_per_lane {
+                if !words[..n].contains(&w) {
+                    words[n] = w;
+                    n += 1;
+                }
+            }
+        }
+        let mut per_bank = [0u64; 32];
+        for w in &words[..n] {
+            per_bank[(w % 32) as usize] += 1;
+        }
+        total += per_bank.iter().copied().max().unwrap_or(0).max(1);
+    }
+    (total, ideal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lanes(f: impl Fn(u64) -> u64) -> [u64; 32] {
+        std::array::from_fn(|l| f(l as u64))
+    }
+
+    #[test]
+    fn coalescing_from_first_principles() {
+        // Stride-1 f32: 128 bytes, 4 sectors; stride-32 f32: one sector per lane.
+        assert_eq!(distinct_sectors(&lanes(|l| 4 * l), u32::MAX, 4), 4);
+        assert_eq!(distinct_sectors(&lanes(|l| 128 * l), u32::MAX, 4), 32);
+        // Broadcast: one sector; half a warp: 2 sectors.
+        assert_eq!(distinct_sectors(&lanes(|_| 64), u32::MAX, 4), 1);
+        assert_eq!(distinct_sectors(&lanes(|l| 4 * l), 0xffff, 4), 2);
+        // 16-byte vectors, stride 16: 512 bytes, 16 sectors.
+        assert_eq!(distinct_sectors(&lanes(|l| 16 * l), u32::MAX, 16), 16);
+    }
+
+    #[test]
+    fn bank_conflicts_from_first_principles() {
+        // Conflict-free: consecutive words; broadcast of one word.
+        assert_eq!(shared_wavefronts(&lanes(|l| 4 * l), u32::MAX, 4), (1, 1));
+        assert_eq!(shared_wavefronts(&lanes(|_| 0), u32::MAX, 4), (1, 1));
+        // Stride 32 words: all 32 lanes in bank 0, distinct words: 32-way conflict.
+        assert_eq!(shared_wavefronts(&lanes(|l| 128 * l), u32::MAX, 4), (32, 1));
+        // Stride 2 words: 2-way conflict.
+        assert_eq!(shared_wavefronts(&lanes(|l| 8 * l), u32::MAX, 4), (2, 1));
+        // 64-bit consecutive: two half-warp phases, conflict-free.
+        assert_eq!(shared_wavefronts(&lanes(|l| 8 * l), u32::MAX, 8), (2, 2));
+        // 128-bit consecutive: four quarter-warp phases, conflict-free.
+        assert_eq!(shared_wavefronts(&lanes(|l| 16 * l), u32::MAX, 16), (4, 4));
+        // Half the lanes: one phase of 64-bit accesses.
+        assert_eq!(shared_wavefronts(&lanes(|l| 8 * l), 0xffff, 8), (1, 1));
+    }
+}
