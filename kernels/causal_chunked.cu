@@ -540,7 +540,7 @@ cc_state_bwd(const la_storage_t* __restrict__ q, const la_storage_t* __restrict_
     const int tok0 = chunk * CC_L;
     const la_index_t head_row0 = (la_index_t)bh * n;
     cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
-    __syncthreads();
+    // No barrier: the thread that wrote s_den_inv[i] (i = threadIdx.x) is the one reading it.
     for (int i = threadIdx.x; i < CC_L; i += CC_THREADS)
         s_w[i] = cc_pow(log2_decay, (float)i) * s_den_inv[i];
     __syncthreads();
