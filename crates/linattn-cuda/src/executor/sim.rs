@@ -14,7 +14,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use linattn_core::{AttnError, HostMemory, Unsupported};
-use linattn_ptxsim::{Arg, Counters, Device, LaunchConfig, Module, SimArch, SimError};
+pub use linattn_ptxsim::Checks;
+/// The simulator's counters, instruction classes, arch numbers and performance model, for
+/// profiles of simulated runs.
+pub use linattn_ptxsim::{model, Counters, InstrClass, SimArch};
+use linattn_ptxsim::{Arg, Device, LaunchConfig, Module, SimError};
 
 use super::{check_launch, report_for, DeviceInfo, Executor, Kernel, KernelArg, Launch, Platform};
 use crate::runtime::nvrtc::CompileKey;
@@ -36,6 +40,27 @@ pub fn set_arch(arch: Arch) -> Result<(), AttnError> {
         )));
     }
     Ok(())
+}
+
+static CHECKS: OnceLock<Checks> = OnceLock::new();
+
+/// Chooses which optional checkers (racecheck, initcheck) the executor runs, before it is
+/// first used; both are on unless chosen otherwise. Memcheck and synccheck always run.
+/// Counters do not depend on the checkers, so `linattn profile` turns them off (about twice
+/// as fast); `linattn check` and the tests keep them on.
+pub fn set_checks(checks: Checks) -> Result<(), AttnError> {
+    let chosen = *CHECKS.get_or_init(|| checks);
+    if chosen != checks {
+        return Err(AttnError::InvalidArgument(format!(
+            "the simulator already runs with {chosen:?}; cannot switch to {checks:?} in this \
+             process"
+        )));
+    }
+    Ok(())
+}
+
+fn checks() -> Checks {
+    *CHECKS.get_or_init(Checks::default)
 }
 
 /// The simulated architecture (sm_90 unless chosen otherwise).
@@ -93,6 +118,21 @@ fn memory_bytes() -> u64 {
     half_available.min(80 << 30)
 }
 
+/// One launch as the profiler records it.
+#[derive(Debug, Clone)]
+pub struct LaunchRecord {
+    pub entry: String,
+    /// The variant's label (`causal_chunked.cu[LA_STORAGE=1,...]`).
+    pub label: String,
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub dynamic_shared: u32,
+    /// From ptxas' report for the simulated arch.
+    pub static_shared: u64,
+    pub registers: u32,
+    pub counters: Counters,
+}
+
 /// A loaded kernel: its module and entry point.
 struct SimKernel {
     module: Module,
@@ -107,13 +147,17 @@ pub struct SimExecutor {
     /// Dynamic shared memory each kernel opted in to (cuFuncSetAttribute).
     opt_in: Mutex<HashMap<(CompileKey, String), u32>>,
     counters: Mutex<Counters>,
+    /// Launches recorded since [`SimExecutor::start_profile`], per profiling thread (a
+    /// launch runs on its caller's thread, so concurrent profiles do not mix).
+    profile: Mutex<HashMap<std::thread::ThreadId, Vec<LaunchRecord>>>,
+    sim_arch: SimArch,
 }
 
 impl SimExecutor {
     pub fn new(arch: Arch) -> Result<SimExecutor, AttnError> {
         let sim_arch = sim_arch_of(arch)?;
         let memory = memory_bytes();
-        let device = Device::new(sim_arch, memory);
+        let device = Device::new(sim_arch, memory).with_checks(checks());
         let info = DeviceInfo {
             name: format!("ptxsim {} ({} limits)", sim_arch.name, sim_arch.part),
             compute_capability: sim_arch.compute_capability,
@@ -134,7 +178,38 @@ impl SimExecutor {
             modules: Mutex::new(HashMap::new()),
             opt_in: Mutex::new(HashMap::new()),
             counters: Mutex::new(Counters::default()),
+            profile: Mutex::new(HashMap::new()),
+            sim_arch,
         })
+    }
+
+    /// The simulated architecture's limits and per-part numbers (for the model).
+    pub fn sim_arch(&self) -> SimArch {
+        self.sim_arch
+    }
+
+    /// From now on every launch this thread makes is recorded, with the memory counters on
+    /// (they stay on for every launch while any thread profiles).
+    pub fn start_profile(&self) {
+        if let Ok(mut profile) = self.profile.lock() {
+            profile.insert(std::thread::current().id(), Vec::new());
+            self.device.count_memory(true);
+        }
+    }
+
+    /// The launches this thread made since [`SimExecutor::start_profile`]; its profiling
+    /// stops.
+    pub fn finish_profile(&self) -> Vec<LaunchRecord> {
+        let Ok(mut profile) = self.profile.lock() else {
+            return Vec::new();
+        };
+        let log = profile
+            .remove(&std::thread::current().id())
+            .unwrap_or_default();
+        if profile.is_empty() {
+            self.device.count_memory(false);
+        }
+        log
     }
 
     /// Instructions executed by every launch so far.
@@ -303,6 +378,20 @@ impl Executor for SimExecutor {
             .map_err(sim_error)?;
         if let Ok(mut counters) = self.counters.lock() {
             counters.add(&stats.counters);
+        }
+        if let Ok(mut profile) = self.profile.lock() {
+            if let Some(log) = profile.get_mut(&std::thread::current().id()) {
+                log.push(LaunchRecord {
+                    entry: kernel.entry.clone(),
+                    label: kernel.label.clone(),
+                    grid: launch.grid,
+                    block: launch.block,
+                    dynamic_shared: launch.shared_bytes,
+                    static_shared,
+                    registers: kernel.ptxas.as_ref().map_or(0, |r| r.registers),
+                    counters: stats.counters,
+                });
+            }
         }
         Ok(())
     }
