@@ -264,7 +264,7 @@ fn split_list<T>(
     Ok(values)
 }
 
-fn parse_size_list(text: &str, what: &str) -> Result<Vec<usize>, AttnError> {
+pub(crate) fn parse_size_list(text: &str, what: &str) -> Result<Vec<usize>, AttnError> {
     Ok(dedup_sorted(split_list(text, what, |s| {
         parse_size(s, what)
     })?))
@@ -1266,6 +1266,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
         grid: grid.record(),
         copy_bandwidth,
         cells,
+        profiles: Vec::new(),
     };
     let table = render_tables(&file);
     match args.out.as_deref() {

@@ -475,14 +475,8 @@ struct Entry {
 pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
     let backends = registry::selected_backends(args.backends.as_deref())?;
     if let Some(path) = &args.json {
-        // Refuse an unwritable destination now, not after a long run.
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        if dir.is_some_and(|d| !d.is_dir()) || path.file_name().is_none() {
-            return Err(AttnError::InvalidArgument(format!(
-                "--json {}: the directory does not exist or no file is named",
-                path.display()
-            )));
-        }
+        crate::results::check_writable(path)
+            .map_err(|e| AttnError::InvalidArgument(format!("--json {e}")))?;
     }
     let mut cases = if args.full {
         full_grid()

@@ -8,7 +8,12 @@
 //!   inside roughly two standard deviations of the difference is never called.
 //!
 //! A cell that ran in BASE and failed in NEW with oom, error or too-slow is a regression too.
-//! Exit status: 1 when anything regressed, 0 otherwise, 2 when a file cannot be read.
+//!
+//! Files with `profiles` (`linattn profile --json`) are compared counter by counter instead:
+//! exact counts need no noise rule (see `profile::gate`; `--counter-threshold`, default
+//! 0.5%).
+//! Exit status: 1 when anything regressed, 0 otherwise, 2 when a file cannot be read or
+//! nothing matched.
 
 use crate::bench::{fmt_seconds, truncate};
 use crate::results::{Cell, CellKey, CellStatus, ResultsFile};
@@ -30,6 +35,9 @@ pub struct CompareArgs {
     /// A change must also exceed this many standard deviations of the difference.
     #[arg(long, default_value_t = 2.0)]
     noise_k: f64,
+    /// Relative change of a per-token counter that counts (profiles; 0.005 = 0.5%).
+    #[arg(long, default_value_t = 0.005)]
+    counter_threshold: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,9 +267,33 @@ pub fn run(args: CompareArgs) -> Result<ExitCode, AttnError> {
             base.environment.device_name, new.environment.device_name
         );
     }
-    let outcome = compare_files(&base, &new, args.threshold, args.noise_k);
-    print!("{}", render(&outcome));
-    Ok(if outcome.regressions() > 0 {
+    // Counters of profiles: exact, so no noise rule.
+    let mut regressions = 0;
+    if !base.profiles.is_empty() || !new.profiles.is_empty() {
+        if !(args.counter_threshold.is_finite() && args.counter_threshold >= 0.0) {
+            return Err(AttnError::InvalidArgument(format!(
+                "--counter-threshold must be a finite number >= 0, got {}",
+                args.counter_threshold
+            )));
+        }
+        let gate =
+            crate::profile::compare_profiles(&base.profiles, &new.profiles, args.counter_threshold);
+        print!("{}", crate::profile::render_gate(&gate));
+        if gate.matched_profiles == 0 {
+            return Err(AttnError::InvalidArgument(
+                "no profile of NEW matches one of BASE (backend, shape, causality, map, mode)"
+                    .into(),
+            ));
+        }
+        regressions += gate.regressions();
+    }
+    // Timed cells: the threshold and noise rule.
+    if !base.cells.is_empty() || !new.cells.is_empty() {
+        let outcome = compare_files(&base, &new, args.threshold, args.noise_k);
+        print!("{}", render(&outcome));
+        regressions += outcome.regressions();
+    }
+    Ok(if regressions > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -281,6 +313,7 @@ mod tests {
             grid: GridRecord::default(),
             copy_bandwidth: Vec::new(),
             cells,
+            profiles: Vec::new(),
         }
     }
 

@@ -8,6 +8,7 @@ mod check;
 mod compare;
 mod kernels;
 mod npy;
+mod profile;
 mod registry;
 mod report;
 mod results;
@@ -60,6 +61,9 @@ enum Command {
     Attend(attend::AttendArgs),
     /// Compile every kernel variant with NVRTC and print ptxas registers/spills per kernel.
     Kernels(kernels::KernelsArgs),
+    /// Count what sim/* kernels execute (instructions, sectors, bank conflicts, occupancy)
+    /// and model their time on the simulated part.
+    Profile(Box<profile::ProfileArgs>),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Attend(args) => attend::run(args),
         Command::Kernels(args) => kernels::run(args),
+        Command::Profile(args) => profile::run(*args),
     };
     match result {
         Ok(code) => code,

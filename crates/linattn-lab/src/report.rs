@@ -393,6 +393,28 @@ fn write_file(path: &Path, text: &str) -> Result<(), AttnError> {
     results::write_bytes_atomic(path, text.as_bytes())
 }
 
+/// The profiles of the files (`linattn profile --json`): per kernel and per phase, with the
+/// model labelled as such.
+fn render_profile_markdown(files: &[ResultsFile]) -> String {
+    let mut md = String::new();
+    for p in files.iter().flat_map(|f| &f.profiles) {
+        md.push_str(&format!(
+            "\n## Profile: {}\n\n{} tokens (B·H·N). Counters are exact counts of what the PTX \
+             simulator executed; \"model µs\" is a roofline lower bound on {} ({}), not a \
+             measurement.\n\n",
+            markdown_escape(&p.key()),
+            p.tokens,
+            p.arch.part,
+            p.arch.arch
+        ));
+        md.push_str(&crate::profile::kernel_table(p, true));
+        md.push_str("\n\n");
+        md.push_str(&crate::profile::phase_table(p, true));
+        md.push('\n');
+    }
+    md
+}
+
 pub fn run(args: ReportArgs) -> Result<ExitCode, AttnError> {
     let files: Vec<ResultsFile> = args
         .files
@@ -415,7 +437,9 @@ pub fn run(args: ReportArgs) -> Result<ExitCode, AttnError> {
         }
     }
     let md_path = args.out_dir.join("REPORT.md");
-    write_file(&md_path, &render_markdown(&files, &groups))?;
+    let mut markdown = render_markdown(&files, &groups);
+    markdown.push_str(&render_profile_markdown(&files));
+    write_file(&md_path, &markdown)?;
     written.push(md_path);
     for p in &written {
         eprintln!("wrote {}", p.display());
@@ -438,6 +462,7 @@ mod tests {
             grid: GridRecord::default(),
             copy_bandwidth: Vec::new(),
             cells,
+            profiles: Vec::new(),
         }
     }
 

@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2 added `profiles`; files of version 1 (bench cells only) are still read.
+pub const SCHEMA_VERSION: u32 = 2;
+/// The oldest version this linattn reads.
+pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 /// One results file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,7 +26,11 @@ pub struct ResultsFile {
     /// Copy bandwidth measured in the same run, one entry per device kind timed.
     #[serde(default)]
     pub copy_bandwidth: Vec<CopyBandwidth>,
+    #[serde(default)]
     pub cells: Vec<Cell>,
+    /// `linattn profile`: counters and model per kernel (schema_version ≥ 2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profiles: Vec<crate::profile::ProfileRecord>,
 }
 
 /// Where and how the numbers were taken.
@@ -379,14 +386,28 @@ impl ResultsFile {
         let text = fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         let file: ResultsFile =
             serde_json::from_str(&text).map_err(|e| bad(format!("not a results file: {e}")))?;
-        if file.schema_version != SCHEMA_VERSION {
+        if !(OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&file.schema_version) {
             return Err(bad(format!(
-                "schema_version {} (this linattn reads {SCHEMA_VERSION})",
+                "schema_version {} (this linattn reads {OLDEST_SCHEMA_VERSION} to \
+                 {SCHEMA_VERSION})",
                 file.schema_version
             )));
         }
         Ok(file)
     }
+}
+
+/// Refuses an output path whose directory does not exist (or that names no file) before a
+/// long run, rather than after it.
+pub fn check_writable(path: &Path) -> Result<(), AttnError> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    if dir.is_some_and(|d| !d.is_dir()) || path.file_name().is_none() {
+        return Err(AttnError::InvalidArgument(format!(
+            "{}: the directory does not exist or no file is named",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Serializes `value` as pretty JSON and writes it atomically: into a temporary file in the
@@ -648,6 +669,7 @@ pub(crate) mod tests {
                 median_gbps: 10.5,
             }],
             cells: vec![sample_cell("cpu/recurrent/f32", 256, 1e-3), oom],
+            profiles: Vec::new(),
         }
     }
 
@@ -685,6 +707,18 @@ pub(crate) mod tests {
             ResultsFile::load(&missing),
             Err(AttnError::BadFile { .. })
         ));
+    }
+
+    #[test]
+    fn version_one_files_still_load_without_profiles() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.json");
+        let mut file = sample_file();
+        file.schema_version = 1;
+        write_json_atomic(&path, &file).unwrap();
+        let back = ResultsFile::load(&path).unwrap();
+        assert_eq!((back.schema_version, back.profiles.len()), (1, 0));
+        assert!(!fs::read_to_string(&path).unwrap().contains("profiles"));
     }
 
     struct FailsToSerialize;

@@ -140,7 +140,7 @@ fn bench_writes_a_results_file_that_compare_and_report_read() {
     );
     let text = std::fs::read_to_string(&out_path).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     let cells = v["cells"].as_array().unwrap();
     assert!(!cells.is_empty());
     for c in cells {

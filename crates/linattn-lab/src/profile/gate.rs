@@ -1,0 +1,273 @@
+//! The counter regression gate of `linattn compare`: profiles matched by backend, shape,
+//! causality, map, mode, ε and decay; kernels by phase and entry point. Counters are exact,
+//! so there is no noise rule: a per-token counter that moves by more than the threshold
+//! (default 0.5%) is reported, direction-aware: more instructions, sectors, wavefronts or
+//! DRAM bytes, or lower occupancy, is a regression; the reverse an improvement. A kernel or
+//! profile that appears or disappears is a regression too (the baseline must be updated in
+//! the same commit as the change that causes it).
+
+use std::collections::BTreeMap;
+
+use super::record::{KernelProfile, ProfileRecord};
+
+/// One counter that moved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterChange {
+    pub profile: String,
+    /// `phase/kernel`.
+    pub kernel: String,
+    pub counter: &'static str,
+    pub base: f64,
+    pub new: f64,
+    pub regression: bool,
+}
+
+/// What the gate found.
+#[derive(Debug, Default)]
+pub struct GateOutcome {
+    pub matched_profiles: usize,
+    pub matched_kernels: usize,
+    pub changes: Vec<CounterChange>,
+    /// Profiles or kernels present on one side only (each a regression).
+    pub structural: Vec<String>,
+}
+
+impl GateOutcome {
+    pub fn regressions(&self) -> usize {
+        self.changes.iter().filter(|c| c.regression).count() + self.structural.len()
+    }
+}
+
+/// (name, value, whether higher is worse) of the gated figures of a kernel.
+fn gated(k: &KernelProfile) -> [(&'static str, f64, bool); 7] {
+    [
+        (
+            "warp instructions/token",
+            k.per_token.warp_instructions,
+            true,
+        ),
+        (
+            "thread instructions/token",
+            k.per_token.thread_instructions,
+            true,
+        ),
+        ("global sectors/token", k.per_token.global_sectors, true),
+        (
+            "shared wavefronts/token",
+            k.per_token.shared_wavefronts,
+            true,
+        ),
+        (
+            "unique DRAM bytes/token",
+            k.per_token.unique_dram_bytes,
+            true,
+        ),
+        ("mma/token", k.per_token.mma, true),
+        ("occupancy", k.occupancy.fraction, false),
+    ]
+}
+
+pub fn compare_profiles(
+    base: &[ProfileRecord],
+    new: &[ProfileRecord],
+    threshold: f64,
+) -> GateOutcome {
+    let index = |ps: &[ProfileRecord]| -> BTreeMap<String, ProfileRecord> {
+        ps.iter().map(|p| (p.key(), p.clone())).collect()
+    };
+    let (base, new) = (index(base), index(new));
+    let mut out = GateOutcome::default();
+    for (key, b) in &base {
+        let Some(n) = new.get(key) else {
+            out.structural.push(format!("profile only in BASE: {key}"));
+            continue;
+        };
+        out.matched_profiles += 1;
+        let kernels = |p: &ProfileRecord| -> BTreeMap<String, KernelProfile> {
+            p.kernels
+                .iter()
+                .map(|k| (format!("{}/{}", k.phase, k.kernel), k.clone()))
+                .collect()
+        };
+        let (bk, nk) = (kernels(b), kernels(n));
+        for (name, kb) in &bk {
+            let Some(kn) = nk.get(name) else {
+                out.structural
+                    .push(format!("{key}: kernel {name} only in BASE"));
+                continue;
+            };
+            out.matched_kernels += 1;
+            for ((counter, vb, higher_worse), (_, vn, _)) in gated(kb).into_iter().zip(gated(kn)) {
+                let moved = if vb == 0.0 {
+                    vn != 0.0
+                } else {
+                    ((vn - vb) / vb).abs() > threshold
+                };
+                if moved {
+                    out.changes.push(CounterChange {
+                        profile: key.clone(),
+                        kernel: name.clone(),
+                        counter,
+                        base: vb,
+                        new: vn,
+                        regression: (vn > vb) == higher_worse,
+                    });
+                }
+            }
+        }
+        for name in nk.keys().filter(|k| !bk.contains_key(*k)) {
+            out.structural
+                .push(format!("{key}: kernel {name} only in NEW"));
+        }
+    }
+    for key in new.keys().filter(|k| !base.contains_key(*k)) {
+        out.structural.push(format!("profile only in NEW: {key}"));
+    }
+    out
+}
+
+pub fn render_gate(out: &GateOutcome) -> String {
+    use tabled::builder::Builder;
+    use tabled::settings::Style;
+    let mut text = String::new();
+    if !out.changes.is_empty() {
+        let mut b = Builder::new();
+        b.push_record([
+            "verdict", "profile", "kernel", "counter", "base", "new", "new/base",
+        ]);
+        for c in &out.changes {
+            b.push_record([
+                if c.regression {
+                    "REGRESSION"
+                } else {
+                    "improvement"
+                }
+                .to_string(),
+                c.profile.clone(),
+                c.kernel.clone(),
+                c.counter.to_string(),
+                format!("{:.4}", c.base),
+                format!("{:.4}", c.new),
+                if c.base == 0.0 {
+                    "-".into()
+                } else {
+                    format!("{:.4}", c.new / c.base)
+                },
+            ]);
+        }
+        text.push_str(&b.build().with(Style::sharp()).to_string());
+        text.push('\n');
+    }
+    for s in &out.structural {
+        text.push_str(&format!("REGRESSION: {s}\n"));
+    }
+    let improvements = out.changes.iter().filter(|c| !c.regression).count();
+    text.push_str(&format!(
+        "{} profiles and {} kernels matched: {} counter regressions, {} improvements, {} \
+         structural changes\n",
+        out.matched_profiles,
+        out.matched_kernels,
+        out.changes.len() - improvements,
+        improvements,
+        out.structural.len()
+    ));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::record::{ModelParams, ModelTime, OccupancyRecord, PerToken};
+    use crate::results::{CellShape, Mode};
+
+    fn kernel(name: &str, warp: f64, occupancy: f64) -> KernelProfile {
+        KernelProfile {
+            phase: "forward".into(),
+            kernel: name.into(),
+            variant: String::new(),
+            launches: 1,
+            ctas: 1,
+            threads_per_cta: 128,
+            registers: 32,
+            shared_bytes: 0,
+            counters: Default::default(),
+            per_token: PerToken {
+                warp_instructions: warp,
+                ..PerToken::default()
+            },
+            lane_utilisation: 1.0,
+            global_sectors_per_request: 4.0,
+            sector_efficiency: 1.0,
+            shared_wavefronts_per_request: 1.0,
+            bank_conflict_factor: 1.0,
+            occupancy: OccupancyRecord {
+                ctas_per_sm: 1,
+                warps_per_sm: 4,
+                fraction: occupancy,
+                limiter: "threads".into(),
+            },
+            model: ModelTime {
+                total_s: 0.0,
+                dram_s: 0.0,
+                tensor_s: 0.0,
+                fp32_s: 0.0,
+                issue_s: 0.0,
+                launch_s: 0.0,
+                bound: "dram".into(),
+            },
+        }
+    }
+
+    fn profile(kernels: Vec<KernelProfile>) -> ProfileRecord {
+        ProfileRecord {
+            backend: "sim/x/f16".into(),
+            shape: CellShape {
+                batch: 1,
+                heads: 1,
+                seq: 1024,
+                dk: 64,
+                dv: 64,
+            },
+            causality: linattn_core::Causality::Causal,
+            map: "elu+1".into(),
+            eps: 1e-6,
+            decay: 1.0,
+            mode: Mode::Forward,
+            tokens: 1024,
+            arch: ModelParams::from(&linattn_cuda::executor::sim::SimArch::SM90),
+            kernels,
+            phases: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn half_a_percent_more_instructions_is_a_regression_and_less_occupancy_too() {
+        let base = [profile(vec![
+            kernel("a", 100.0, 0.5),
+            kernel("b", 10.0, 0.5),
+        ])];
+        let same = compare_profiles(&base, &base, 0.005);
+        assert_eq!((same.regressions(), same.matched_kernels), (0, 2));
+        let new = [profile(vec![
+            kernel("a", 100.4, 0.5),
+            kernel("b", 10.06, 0.25),
+        ])];
+        let out = compare_profiles(&base, &new, 0.005);
+        // a: +0.4% is below the threshold; b: +0.6% instructions and half the occupancy.
+        assert_eq!(out.regressions(), 2, "{out:?}");
+        let better = [profile(vec![
+            kernel("a", 90.0, 0.5),
+            kernel("b", 10.0, 0.75),
+        ])];
+        let out = compare_profiles(&base, &better, 0.005);
+        assert_eq!((out.regressions(), out.changes.len()), (0, 2));
+    }
+
+    #[test]
+    fn kernels_and_profiles_that_come_or_go_are_regressions() {
+        let base = [profile(vec![kernel("a", 1.0, 0.5)])];
+        let new = [profile(vec![kernel("a", 1.0, 0.5), kernel("c", 1.0, 0.5)])];
+        assert_eq!(compare_profiles(&base, &new, 0.005).regressions(), 1);
+        assert_eq!(compare_profiles(&base, &[], 0.005).regressions(), 1);
+    }
+}

@@ -1,0 +1,342 @@
+//! `linattn profile`: one or more `sim/*` backends on one or more shapes, run by the PTX
+//! simulator with its counters on; per kernel: instructions and sectors per token, lane
+//! utilisation, coalescing, bank conflicts, theoretical occupancy and a roofline *model* of
+//! the time on the simulated part (never a measurement). `--json` writes the results schema
+//! (`profiles`), which `linattn compare` gates on and `linattn report` renders.
+
+mod gate;
+pub(crate) mod record;
+mod table;
+
+pub(crate) use gate::{compare_profiles, render_gate};
+pub use record::ProfileRecord;
+pub(crate) use table::{kernel_table, phase_table, render_profiles};
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use linattn_core::{
+    Algorithm, AttnError, Backend, Causality, FeatureMap, Inputs, Precision, Problem, Shape,
+};
+use linattn_cuda::executor::sim::model::{occupancy, roofline};
+use linattn_cuda::executor::sim::{self, LaunchRecord};
+use linattn_cuda::executor::sim::{Counters, SimArch};
+
+use crate::registry;
+use crate::results::{self, Mode, ResultsFile, SCHEMA_VERSION};
+use record::{KernelProfile, ModelParams, PerToken, PhaseProfile};
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+Counters are exact (the same PTX and inputs give the same counts on every run); the model \
+is a roofline lower bound on the simulated part (H100 SXM for sm_90, A100 SXM4 80 GB for \
+sm_80): max(unique DRAM bytes / HBM bandwidth, tensor FLOPs / tensor peak, fp32 FLOPs / fp32 \
+peak, warp instructions / issue rate) + launch overheads, with an infinite L2, no latency and \
+no ptxas scheduling.")]
+pub struct ProfileArgs {
+    /// Backends to profile: `sim/*` names or globs (comma-separated).
+    #[arg(long = "backend", visible_alias = "backends", value_name = "PATTERNS")]
+    backends: String,
+    /// Sequence lengths N, comma-separated (numbers or 2^k).
+    #[arg(long, default_value = "4096")]
+    n: String,
+    /// Head dims D (comma-separated); M = D unless --dv is given.
+    #[arg(long, default_value = "64")]
+    d: String,
+    /// Value dim M (default: M = D).
+    #[arg(long)]
+    dv: Option<usize>,
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    #[arg(long, default_value_t = 1)]
+    heads: usize,
+    /// Feature map (softmax backends ignore it).
+    #[arg(long, default_value = "elu+1")]
+    map: FeatureMap,
+    /// causal or non-causal; default: what the backend's form computes (causal for softmax).
+    #[arg(long)]
+    causality: Option<Causality>,
+    #[arg(long, default_value_t = 1.0)]
+    decay: f64,
+    #[arg(long, default_value = "forward+backward")]
+    mode: Mode,
+    /// Write the profiles as a results file (schema_version 2) to this path.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Print the per-kernel tables (the default prints them; --quiet only the totals).
+    #[arg(long)]
+    quiet: bool,
+    /// Keep racecheck and initcheck on while profiling (the counters are the same either
+    /// way; off, the simulator runs about twice as fast). Memcheck and synccheck always run.
+    #[arg(long)]
+    checkers: bool,
+}
+
+pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
+    let backends = registry::selected_backends(Some(&args.backends))?;
+    if let Some(b) = backends
+        .iter()
+        .find(|b| registry::family(b.name()) != "sim")
+    {
+        return Err(AttnError::InvalidArgument(format!(
+            "{} is not a simulated backend: profile counts what the PTX simulator executes \
+             (use sim/*)",
+            b.name()
+        )));
+    }
+    if let Some(path) = &args.json {
+        results::check_writable(path)?;
+    }
+    let seqs = crate::bench::parse_size_list(&args.n, "--n")?;
+    let dims = crate::bench::parse_size_list(&args.d, "--d")?;
+    sim::set_checks(sim::Checks {
+        racecheck: args.checkers,
+        initcheck: args.checkers,
+    })?;
+    let executor = sim::shared().map_err(AttnError::Unsupported)?;
+    let arch = executor.sim_arch();
+    // One job per (backend, D, N), run concurrently: a launch of few CTAs (a recurrent scan
+    // at B·H = 1) keeps one core busy, and the profiler records per thread.
+    let mut jobs = Vec::new();
+    for backend in &backends {
+        for &d in &dims {
+            for &n in &seqs {
+                let shape = Shape::new(args.batch, args.heads, n, d, args.dv.unwrap_or(d));
+                let causality = args.causality.unwrap_or(match backend.info().algorithm {
+                    Algorithm::Linear(form) if !form.supports(Causality::Causal) => {
+                        Causality::NonCausal
+                    }
+                    _ => Causality::Causal,
+                });
+                let problem = Problem::new(shape, causality, args.map).with_decay(args.decay);
+                jobs.push((backend.name().to_string(), problem));
+            }
+        }
+    }
+    let results = run_longest_first(&jobs, |(name, problem)| {
+        let mut backend = registry::selected_backends(Some(name))
+            .map_err(|e| e.to_string())?
+            .pop()
+            .ok_or_else(|| format!("no backend {name}"))?;
+        profile_one(backend.as_mut(), problem, args.mode, &arch)
+            .map_err(|e| format!("{name} {problem}: {e}"))
+    });
+    let mut profiles = Vec::new();
+    for result in results {
+        match result {
+            Ok(p) => profiles.push(p),
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+    if profiles.is_empty() {
+        return Err(AttnError::InvalidArgument(
+            "nothing was profiled (every backend refused every shape)".into(),
+        ));
+    }
+    print!("{}", render_profiles(&profiles, args.quiet));
+    if let Some(path) = &args.json {
+        let file = ResultsFile {
+            schema_version: SCHEMA_VERSION,
+            environment: sim_environment(&executor),
+            grid: Default::default(),
+            copy_bandwidth: Vec::new(),
+            cells: Vec::new(),
+            profiles,
+        };
+        results::write_json_atomic(path, &file)?;
+        eprintln!("profiles written to {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs every job on a pool of one worker per core, the costliest first, and returns the
+/// results in job order. A recurrent scan at B·H = 1 is a few CTAs working serially for
+/// minutes: started last, it would leave every other core idle at the end.
+fn run_longest_first<R: Send>(
+    jobs: &[(String, Problem)],
+    work: impl Fn(&(String, Problem)) -> R + Sync,
+) -> Vec<R> {
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|&a, &b| job_cost(&jobs[b]).total_cmp(&job_cost(&jobs[a])));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::Mutex::new(Vec::with_capacity(jobs.len()));
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(jobs.len()) {
+            scope.spawn(|| loop {
+                let slot = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&index) = order.get(slot) else { break };
+                let result = work(&jobs[index]);
+                if let Ok(mut done) = done.lock() {
+                    done.push((index, result));
+                }
+            });
+        }
+    });
+    let mut done = done.into_inner().unwrap_or_else(|p| p.into_inner());
+    done.sort_by_key(|(index, _)| *index);
+    done.into_iter().map(|(_, result)| result).collect()
+}
+
+/// A rough relative cost of a profile job for scheduling: tokens × D × M, times N / 64 for
+/// softmax (quadratic), times 8 for the serial recurrent scans (few CTAs, one core).
+fn job_cost((name, problem): &(String, Problem)) -> f64 {
+    let s = problem.shape;
+    let base = (s.bh() * s.seq) as f64 * s.dk as f64 * s.dv as f64;
+    if name.contains("softmax") {
+        base * s.seq as f64 / 64.0
+    } else if name.contains("recurrent") {
+        base * 8.0
+    } else {
+        base
+    }
+}
+
+/// The environment record of a simulated run: the "device" is the simulator and its arch.
+fn sim_environment(executor: &sim::SimExecutor) -> results::Environment {
+    let mut env = results::probe_environment(None);
+    let info = linattn_cuda::Executor::info(executor);
+    env.device_name = info.name.clone();
+    env.nvrtc_version = Some(info.nvrtc_version.clone());
+    env.gpu_memory_bytes = Some(info.total_memory_bytes);
+    env
+}
+
+/// Stages `problem`, runs the forward (and backward) with the simulator recording, and
+/// builds the record.
+pub fn profile_one(
+    backend: &mut dyn Backend,
+    problem: &Problem,
+    mode: Mode,
+    arch: &SimArch,
+) -> Result<ProfileRecord, AttnError> {
+    backend.supports(problem)?;
+    let inputs = Inputs::random(problem.shape, 1, mode == Mode::ForwardBackward)?;
+    backend.stage(problem, &inputs)?;
+    let executor = sim::shared().map_err(AttnError::Unsupported)?;
+    executor.start_profile();
+    let forward = backend.run_forward();
+    let forward_log = executor.finish_profile();
+    forward?;
+    let mut phases = vec![("forward", forward_log)];
+    if mode == Mode::ForwardBackward {
+        executor.start_profile();
+        let backward = backend.run_backward();
+        let backward_log = executor.finish_profile();
+        backward?;
+        phases.push(("backward", backward_log));
+    }
+    backend.release();
+    Ok(build_record(
+        backend.name(),
+        backend.info().precision,
+        problem,
+        mode,
+        arch,
+        &phases,
+    ))
+}
+
+fn build_record(
+    backend: &str,
+    precision: Precision,
+    problem: &Problem,
+    mode: Mode,
+    arch: &SimArch,
+    phases: &[(&str, Vec<LaunchRecord>)],
+) -> ProfileRecord {
+    let shape = problem.shape;
+    let tokens = (shape.bh() * shape.seq) as u64;
+    let mut kernels = Vec::new();
+    let mut phase_profiles = Vec::new();
+    for (phase, log) in phases {
+        // Launches of one entry point summed, in order of first appearance.
+        let mut order: Vec<String> = Vec::new();
+        let mut grouped: BTreeMap<String, (Vec<&LaunchRecord>, Counters)> = BTreeMap::new();
+        for launch in log {
+            let entry = grouped.entry(launch.entry.clone()).or_insert_with(|| {
+                order.push(launch.entry.clone());
+                (Vec::new(), Counters::default())
+            });
+            entry.0.push(launch);
+            entry.1.add(&launch.counters);
+        }
+        let mut phase_counters = Counters::default();
+        let mut model_s = 0.0;
+        for name in &order {
+            let (launches, counters) = &grouped[name];
+            let first = launches[0];
+            let threads = first.block.0 * first.block.1 * first.block.2;
+            let shared = first.static_shared + u64::from(first.dynamic_shared);
+            let ctas: u64 = launches
+                .iter()
+                .map(|l| u64::from(l.grid.0) * u64::from(l.grid.1) * u64::from(l.grid.2))
+                .sum();
+            let model = roofline(arch, counters, launches.len() as u64);
+            model_s += model.total_s;
+            phase_counters.add(counters);
+            let requests = |r: u64| r.max(1) as f64;
+            kernels.push(KernelProfile {
+                phase: phase.to_string(),
+                kernel: name.clone(),
+                variant: first.label.clone(),
+                launches: launches.len() as u64,
+                ctas,
+                threads_per_cta: threads,
+                registers: first.registers,
+                shared_bytes: shared,
+                counters: counters.into(),
+                per_token: PerToken::of(counters, tokens),
+                lane_utilisation: counters.lane_utilisation(),
+                global_sectors_per_request: (counters.global_load_sectors
+                    + counters.global_store_sectors)
+                    as f64
+                    / requests(counters.global_load_requests + counters.global_store_requests),
+                sector_efficiency: counters.global_sector_efficiency(),
+                shared_wavefronts_per_request: (counters.shared_load_wavefronts
+                    + counters.shared_store_wavefronts)
+                    as f64
+                    / requests(counters.shared_load_requests + counters.shared_store_requests),
+                bank_conflict_factor: counters.shared_conflict_factor(),
+                occupancy: occupancy(arch, threads, first.registers, shared).into(),
+                model: model.into(),
+            });
+        }
+        let minimal = minimal_bytes_per_token(&shape, precision, phase);
+        let per_token = PerToken::of(&phase_counters, tokens);
+        phase_profiles.push(PhaseProfile {
+            phase: phase.to_string(),
+            launches: log.len() as u64,
+            per_token,
+            minimal_bytes_per_token: minimal,
+            dram_over_minimum: per_token.unique_dram_bytes / minimal,
+            model_s,
+        });
+    }
+    ProfileRecord {
+        backend: backend.to_string(),
+        shape: shape.into(),
+        causality: problem.causality,
+        map: problem.map.label(),
+        eps: problem.eps,
+        decay: problem.decay,
+        mode,
+        tokens,
+        arch: ModelParams::from(arch),
+        kernels,
+        phases: phase_profiles,
+    }
+}
+
+/// Inputs read once and outputs written once, per token, at the storage precision:
+/// forward q, k, v, o (2D + 2M elements); backward q, k, v, dO, dq, dk, dv (4D + 3M).
+fn minimal_bytes_per_token(shape: &Shape, precision: Precision, phase: &str) -> f64 {
+    let (d, m) = (shape.dk as f64, shape.dv as f64);
+    let elements = if phase == "forward" {
+        2.0 * d + 2.0 * m
+    } else {
+        4.0 * d + 3.0 * m
+    };
+    elements * precision.bytes() as f64
+}

@@ -1,0 +1,129 @@
+//! Text (and markdown) tables of profiles: one row per kernel and phase, then the phase
+//! totals against the minimal traffic.
+
+use tabled::builder::Builder;
+use tabled::settings::Style;
+
+use super::record::ProfileRecord;
+
+fn sci(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else if (0.01..10_000.0).contains(&x.abs()) {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+fn micros(s: f64) -> String {
+    format!("{:.2}", s * 1e6)
+}
+
+/// The per-kernel table of one profile (markdown when `markdown`).
+pub(crate) fn kernel_table(p: &ProfileRecord, markdown: bool) -> String {
+    let mut b = Builder::new();
+    b.push_record([
+        "phase",
+        "kernel",
+        "launches",
+        "warp instr/token",
+        "lanes",
+        "sectors/req",
+        "sector eff",
+        "wavefronts/req",
+        "conflicts",
+        "DRAM B/token",
+        "mma/token",
+        "occupancy",
+        "model µs",
+        "bound",
+    ]);
+    for k in &p.kernels {
+        b.push_record([
+            k.phase.clone(),
+            k.kernel.clone(),
+            k.launches.to_string(),
+            sci(k.per_token.warp_instructions),
+            pct(k.lane_utilisation),
+            sci(k.global_sectors_per_request),
+            pct(k.sector_efficiency),
+            sci(k.shared_wavefronts_per_request),
+            format!("{:.2}×", k.bank_conflict_factor),
+            sci(k.per_token.unique_dram_bytes),
+            sci(k.per_token.mma),
+            format!(
+                "{} ({} CTA/SM, {})",
+                pct(k.occupancy.fraction),
+                k.occupancy.ctas_per_sm,
+                k.occupancy.limiter
+            ),
+            micros(k.model.total_s),
+            k.model.bound.clone(),
+        ]);
+    }
+    finish(b, markdown)
+}
+
+/// The phase totals of one profile.
+pub(crate) fn phase_table(p: &ProfileRecord, markdown: bool) -> String {
+    let mut b = Builder::new();
+    b.push_record([
+        "phase",
+        "launches",
+        "warp instr/token",
+        "thread instr/token",
+        "DRAM B/token",
+        "minimal B/token",
+        "DRAM / minimal",
+        "model µs",
+    ]);
+    for ph in &p.phases {
+        b.push_record([
+            ph.phase.clone(),
+            ph.launches.to_string(),
+            sci(ph.per_token.warp_instructions),
+            sci(ph.per_token.thread_instructions),
+            sci(ph.per_token.unique_dram_bytes),
+            sci(ph.minimal_bytes_per_token),
+            format!("{:.2}×", ph.dram_over_minimum),
+            micros(ph.model_s),
+        ]);
+    }
+    finish(b, markdown)
+}
+
+fn finish(b: Builder, markdown: bool) -> String {
+    let mut t = b.build();
+    if markdown {
+        t.with(Style::markdown());
+    } else {
+        t.with(Style::sharp());
+    }
+    t.to_string()
+}
+
+/// Every profile's header, kernel table (unless `quiet`) and phase totals.
+pub(crate) fn render_profiles(profiles: &[ProfileRecord], quiet: bool) -> String {
+    let mut out = String::new();
+    for p in profiles {
+        out.push_str(&format!(
+            "\n{} — {} tokens (B·H·N), model on {} {} (not a measurement)\n",
+            p.key(),
+            p.tokens,
+            p.arch.part,
+            p.arch.arch
+        ));
+        if !quiet {
+            out.push_str(&kernel_table(p, false));
+            out.push('\n');
+        }
+        out.push_str(&phase_table(p, false));
+        out.push('\n');
+    }
+    out
+}
