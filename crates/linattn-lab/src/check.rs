@@ -53,7 +53,8 @@ const WORST_SHOWN: usize = 10;
 #[command(after_help = "\
 Default grid: N ∈ {1, 7, 63, 65, 130, 1100}; (D, M) cycling through pairs of {16, 32, 48, 64, 80, \
 128} with M ≠ D; B = 2, H = 3; causal and non-causal; every feature map (favor with R = 32); \
-default ε; plus one λ = 0.97 decay case per causality.
+default ε; plus one λ = 0.97 decay case per causality, and one causal case per N with D, M ∈ \
+{64, 128} and a fused map (elu+1, relu, identity) for the tensor-core kernels.
 Verdict: a case passes when O and each gradient (dq, dk, dv, for backends with a backward) \
 have rms(got − oracle) / rms(oracle) within the precision's tolerance and no NaN/Inf. A \
 gradient that cancels to ~0 by construction (dq, dk at N = 1) is measured against the \
@@ -108,6 +109,22 @@ fn default_grid() -> Vec<Case> {
     for causality in [Causality::Causal, Causality::NonCausal] {
         let shape = Shape::new(BATCH, HEADS, 63, 64, 128);
         problems.push(Problem::new(shape, causality, FeatureMap::EluPlusOne).with_decay(DECAY));
+    }
+    // The tensor-core kernels take D, M ∈ {64, 128} and the fused maps only: give them every
+    // N too (the rotation above reaches them at some N only).
+    let fused = [
+        FeatureMap::EluPlusOne,
+        FeatureMap::Relu,
+        FeatureMap::Identity,
+    ];
+    for (i, &seq) in SEQ_LENS.iter().enumerate() {
+        let (dk, dv) = [(128, 64), (64, 128)][i % 2];
+        let shape = Shape::new(BATCH, HEADS, seq, dk, dv);
+        problems.push(Problem::new(
+            shape,
+            Causality::Causal,
+            fused[i % fused.len()],
+        ));
     }
     numbered(problems, false)
 }
