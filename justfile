@@ -44,6 +44,22 @@ regress GRID="bench-results/regress-grid.toml": build
     {{bin}} bench --grid {{GRID}} --out /tmp/linattn-regress.json --no-progress
     {{bin}} compare auto /tmp/linattn-regress.json
 
+# Profile a fixed grid on the PTX simulator (every sim/* backend, D = M in {64, 128},
+# N in {1024, 4096}) and compare with the committed bench-results/sim/baseline.json; exit 1 if
+# a per-token counter moved the wrong way by more than 0.5%, occupancy fell, or a kernel
+# appeared or vanished. Exact counters: no noise rule. CI runs the same script.
+regress-sim: build
+    scripts/regress_sim.sh
+
+# Regenerate bench-results/sim/baseline.json after an intended kernel change (commit it with
+# the before/after of `just regress-sim` in the message).
+regress-sim-update: build
+    scripts/regress_sim.sh --update
+
+# Counters, occupancy and the roofline model of one backend at one shape, per kernel.
+profile BACKEND="sim/causal_chunked/f16" *ARGS: build
+    {{bin}} profile --backend {{BACKEND}} {{ARGS}}
+
 # Compile every kernel variant for sm_80 and sm_90 and print registers/spills per kernel.
 kernels: build
     {{bin}} kernels --arch sm_80,sm_90

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The simulator-counter regression gate, one definition for `just regress-sim`,
+# `just regress-sim-update` and CI.
+#
+# Profiles a fixed grid on the PTX simulator (every sim/* backend, D = M in {64, 128},
+# N in {1024, 4096}, forward + backward, B = H = 1, modelled on sm_90) and compares it with
+# the committed bench-results/sim/baseline.json: exit 1 if any per-token counter moved the
+# wrong way by more than 0.5%, occupancy fell, or a kernel appeared or vanished. Counters are
+# exact, so there is no noise rule. With --update, rewrites the baseline instead (commit it
+# with the before/after of a plain run in the message).
+#
+# Needs target/release/linattn (cargo build --release --bin linattn) and NVRTC.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=./target/release/linattn
+baseline=bench-results/sim/baseline.json
+grid=(--backend 'sim/*' --n 1024,4096 --d 64,128 --mode forward+backward --quiet)
+
+if [ "${1:-}" = "--update" ]; then
+  "$bin" profile "${grid[@]}" --json "$baseline"
+else
+  "$bin" profile "${grid[@]}" --json target/regress-sim.json
+  "$bin" compare "$baseline" target/regress-sim.json
+fi
