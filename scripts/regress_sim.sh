@@ -5,7 +5,8 @@
 # Profiles a fixed grid on the PTX simulator (every sim/* backend, D = M in {64, 128},
 # N in {1024, 4096}, forward + backward, B = H = 1, modelled on sm_90) and compares it with
 # the committed bench-results/sim/baseline.json: exit 1 if any per-token counter moved the
-# wrong way by more than 0.5%, occupancy fell, or a kernel appeared or vanished. Counters are
+# wrong way by more than 0.5%, occupancy fell, a kernel appeared or vanished, or a profile
+# of the baseline failed or was not run. Counters are
 # exact, so there is no noise rule. With --update, rewrites the baseline instead (commit it
 # with the before/after of a plain run in the message).
 #
@@ -20,5 +21,5 @@ if [ "${1:-}" = "--update" ]; then
   "$bin" profile "${grid[@]}" --json "$baseline"
 else
   "$bin" profile "${grid[@]}" --json target/regress-sim.json
-  "$bin" compare "$baseline" target/regress-sim.json
+  "$bin" compare --complete "$baseline" target/regress-sim.json
 fi

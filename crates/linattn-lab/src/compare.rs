@@ -38,6 +38,10 @@ pub struct CompareArgs {
     /// Relative change of a per-token counter that counts (profiles; 0.005 = 0.5%).
     #[arg(long, default_value_t = 0.005)]
     counter_threshold: f64,
+    /// Every profile of BASE must be in NEW (a missing one is a regression); without it,
+    /// profiles on one side only are listed and not compared.
+    #[arg(long)]
+    complete: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,8 +280,12 @@ pub fn run(args: CompareArgs) -> Result<ExitCode, AttnError> {
                 args.counter_threshold
             )));
         }
-        let gate =
-            crate::profile::compare_profiles(&base.profiles, &new.profiles, args.counter_threshold);
+        let gate = crate::profile::compare_profiles(
+            &base.profiles,
+            &new.profiles,
+            args.counter_threshold,
+            args.complete,
+        );
         print!("{}", crate::profile::render_gate(&gate));
         if gate.matched_profiles == 0 {
             return Err(AttnError::InvalidArgument(
