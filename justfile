@@ -21,10 +21,10 @@ build:
 check *ARGS: build
     {{bin}} check {{ARGS}}
 
-# Run every CUDA kernel on the PTX simulator (sim/* backends) against the f64 oracle: the
-# default grid plus the long cases (N = 4096, 16384, 65536; B = 1, H = 2, D = M = 64), every
-# checker on. Takes about an hour on 2 cores (the long recurrent scans dominate). Pass
+# Default grid plus the long cases (N = 4096, 16384, 65536; B = 1, H = 2, D = M = 64), every
+# checker on; about an hour on 2 cores (the long recurrent scans dominate). Pass
 # `--sim-arch sm_80` to model an A100 instead of an H100.
+# Run every CUDA kernel on the PTX simulator (sim/*) against the f64 oracle, long cases included.
 check-sim *ARGS: build
     {{bin}} check --backends 'sim/*' --long {{ARGS}}
 
@@ -44,15 +44,15 @@ regress GRID="bench-results/regress-grid.toml": build
     {{bin}} bench --grid {{GRID}} --out /tmp/linattn-regress.json --no-progress
     {{bin}} compare auto /tmp/linattn-regress.json
 
-# Profile a fixed grid on the PTX simulator (every sim/* backend, D = M in {64, 128},
-# N in {1024, 4096}) and compare with the committed bench-results/sim/baseline.json; exit 1 if
-# a per-token counter moved the wrong way by more than 0.5%, occupancy fell, or a kernel
-# appeared or vanished. Exact counters: no noise rule. CI runs the same script.
+# Fixed grid: every sim/* backend, D = M in {64, 128}, N in {1024, 4096}; exit 1 if a per-token
+# counter moved the wrong way by more than 0.5%, occupancy fell, or a kernel appeared or
+# vanished. Exact counters: no noise rule. CI runs the same script (scripts/regress_sim.sh).
+# Simulator counters of a fixed grid vs the committed bench-results/sim/baseline.json.
 regress-sim: build
     scripts/regress_sim.sh
 
-# Regenerate bench-results/sim/baseline.json after an intended kernel change (commit it with
-# the before/after of `just regress-sim` in the message).
+# Commit the new baseline with the before/after of `just regress-sim` in the message.
+# Regenerate bench-results/sim/baseline.json after an intended kernel change.
 regress-sim-update: build
     scripts/regress_sim.sh --update
 
