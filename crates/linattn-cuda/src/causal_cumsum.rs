@@ -50,8 +50,10 @@ pub const ENTRY_POINTS: [&str; 5] = [
 const THREADS: u32 = 256;
 /// Grid y/z limit (chunks and B·H).
 const MAX_GRID_YZ: usize = 65_535;
-/// Blocks of the grid-stride `cs_outer` (enough to fill any current GPU).
-const MAX_OUTER_BLOCKS: usize = 1 << 16;
+/// Blocks of the grid-stride `cs_outer`: fills any current GPU several times over (an H100
+/// holds 132 SMs × 8 CTAs of 256 threads = 1056 at once). Small enough that the default check
+/// grid (B·H·N = 6600 rows) runs the grid-stride loop, so its trailing barrier is tested.
+const MAX_OUTER_BLOCKS: usize = 1 << 12;
 
 /// The module of `causal_cumsum.cu` for one precision and map class.
 pub fn variant(precision: Precision, map: MapClass) -> Result<KernelVariant, Unsupported> {
