@@ -50,6 +50,13 @@
 //   mod 32 words; fp32: stride ≡ 8 mod 32) so the 32 lanes of a fragment load hit 32 banks.
 //   A C fragment pair of n-tiles (2s, 2s+1) is exactly the A fragment of k-step s, so P and A
 //   go from accumulators to the next mma without shared memory.
+//   Loads into transposed (token-contiguous) tiles read global memory along its contiguous
+//   dim, 8 lanes per 32-byte sector, and transpose while storing to shared memory; since the
+//   same padding puts rows f and f+8 (16-bit) or r and r+4 (fp32) on the same banks, half the
+//   lanes store their two rows in the opposite order (cc_tile_cols, cc_state_tile): one
+//   padding serves the fragment loads and conflict-free stores. Outputs leave the C fragment
+//   through one quad shuffle (cc_quad_swap) as 8-byte accesses filling whole sectors; they and
+//   cc_tile_cols assume 8-byte aligned tensors (allocations are 256-byte aligned).
 //
 // ---- precision ----
 //   Q, K, V, O, dO, gradients: fp16/bf16 in memory. φ, φ', decay weights, every accumulation,
@@ -262,6 +269,9 @@ __device__ __forceinline__ int cc_split_exp(float max_abs) {
 // 2^s for |s| ≤ 126, exact (no division: its slow path is a call, and a call spills).
 __device__ __forceinline__ float cc_pow2(int s) { return __int_as_float((127 + s) << 23); }
 
+// 1/p for p = 2^s, |s| ≤ 126, exact: the exponent field reflected about 127.
+__device__ __forceinline__ float cc_pow2_recip(float p) { return __int_as_float((254 << 23) - __float_as_int(p)); }
+
 __device__ __forceinline__ float cc_split_scale(float max_abs) { return cc_pow2(cc_split_exp(max_abs)); }
 
 // Row r of [rows][cols] 16-bit global data, pair at column c (even): two floats, zero past N.
@@ -270,6 +280,43 @@ __device__ __forceinline__ float2 cc_load_pair(const la_storage_t* __restrict__ 
     if (!valid) return make_float2(0.0f, 0.0f);
     const cc_u32 r = *(const cc_u32*)(src + row_base * cols + c);
     return make_float2(cc_lo(r), cc_hi(r));
+}
+
+// 2×2 transpose between lanes t and t ^ 1 of a quad: the odd lane trades its x for the even
+// lane's y. On a C-fragment row (x: columns 2t, 2t+1 of n-tile 2p, y: of n-tile 2p+1, as
+// 16-bit pairs) it leaves columns cc_quad_col(t) .. + 3 of those 16 in (x, y): an 8-byte
+// global access per lane, a quad filling a 32-byte sector (the fragment layout used half of
+// each sector it touched). Its own inverse.
+__device__ __forceinline__ void cc_quad_swap(cc_u32& x, cc_u32& y) {
+    const bool odd = threadIdx.x & 1;
+    const cc_u32 recv = __shfl_xor_sync(LA_FULL_MASK, odd ? x : y, 1);
+    if (odd) x = recv; else y = recv;
+}
+
+// First of the 4 columns lane t holds after cc_quad_swap: columns 4(t >> 1) .. + 3 of n-tile
+// 2p (even t) or 2p+1 (odd t).
+__device__ __forceinline__ int cc_quad_col(int t) { return 8 * (t & 1) + 4 * (t >> 1); }
+
+// Σ_j tile[row][j] (· w[j] when w is given) over the 64 tokens of a [.][CC_LDT] 16-bit tile,
+// one thread per row. Token pairs are read from pair `row` mod 32 on: the row stride
+// (CC_LDT/2 ≡ 4 mod 32 words) put 4 lanes of a warp on each bank when all read pair 0 first.
+__device__ __forceinline__ float cc_row_dot(const cc_u16* tile, int row, const float* w) {
+    const cc_u32* p = (const cc_u32*)(tile + row * CC_LDT);
+    float s = 0.0f;
+#pragma unroll 2  // more in flight: spills or registers (occupancy) in the state passes
+    for (int m = 0; m < CC_L / 2; ++m) {
+        const int j = (m + row) & (CC_L / 2 - 1);
+        const cc_u32 x = p[j];
+        if (w) {
+            const float2 wj = *(const float2*)(w + 2 * j);
+            s += cc_lo(x) * wj.x;
+            s += cc_hi(x) * wj.y;
+        } else {
+            s += cc_lo(x);
+            s += cc_hi(x);
+        }
+    }
+    return s;
 }
 
 // Tile of `ROWS`=64 tokens × COLS features, natural layout dst[token][feature] (stride ld),
@@ -296,78 +343,140 @@ __device__ __forceinline__ void cc_tile_rows(cc_u16* dst, int ld, const la_stora
     }
 }
 
-// Same data transposed: dst[feature][token] (stride CC_LDT), COLS features from col0. Each
-// thread moves a 2×2 block so both the shared stores (32-bit, consecutive lanes → consecutive
-// token pairs) and the φ are done once per element. With `dst_lo`, also the rounding residue
-// x − hi(x) (a hi + lo split of the fp32 value, see cc_dq); dst = null stores only that
-// residue (the state passes run the mma twice on one buffer). With `col_unscale`, every feature
-// row is multiplied by its own power of two 2^s (max over the 64 tokens below 2^14, see
-// cc_split_exp) before the rounding, and 2^−s goes to col_unscale[feature]: a row whose
-// values are tiny (λ^i/den_i ~ 1/N in cc_state_bwd: fp16 subnormals) or huge (1/den at
-// den = ε) keeps the full 16-bit mantissa; the caller rescales the products of that row.
-// A warp owns one feature pair for all 64 tokens (lane = token pair), so the max is a warp
-// reduction; the loop trip count is warp-uniform.
+// Same data transposed: dst[feature][token] (stride CC_LDT), COLS features from col0. With
+// `dst_lo`, also the rounding residue x − hi(x) (a hi + lo split of the fp32 value, see cc_dq);
+// dst = null stores only that residue (the state passes run the mma twice on one buffer).
+// With `col_unscale`, every feature row is multiplied by its own power of two 2^s (max over
+// the 64 tokens below 2^14, see cc_split_exp) before the rounding, and 2^−s goes to
+// col_unscale[feature]: a row whose values are tiny (λ^i/den_i ~ 1/N in cc_state_bwd: fp16
+// subnormals) or huge (1/den at den = ε) keeps the full 16-bit mantissa; the caller rescales
+// the products of that row. `unscale_ready`: col_unscale already holds these factors (a
+// second call on the same data, after a barrier) and is only read.
+// Mapping: a warp step moves 8 tokens × 16 features; lane = (fp = lane & 7: features 2fp,
+// 2fp+1, tw = lane >> 3: tokens 2tw, 2tw+1), each lane a 2×2 block (two 32-bit loads, two
+// 32-bit stores of a token pair, φ once per element). Global: 8 lanes read 32 contiguous
+// bytes of a token row, one full sector (a lane per token pair along the token dim touched a
+// sector per lane for 4 bytes). Shared: feature rows 2fp and 2fp+8 share banks (stride
+// CC_LDT/2 ≡ 4 mod 32 words), so lanes fp ≥ 4 store their odd feature first: the 32 lanes of
+// each store hit 32 banks. For the scales a warp walks its 16-feature groups (≡ warp mod 4)
+// through all 64 tokens: a max over 16 values in a lane, then over the 4 lanes tw. A lane
+// holds one 2×2 block at a time: the state passes call this with 32-64 accumulators live,
+// and registers bound their occupancy.
+__device__ __forceinline__ void cc_tile_cols_store(cc_u16* dst, cc_u16* dst_lo, int off, float a, float b) {
+    const cc_u32 h = cc_pack(a, b);
+    if (dst) *(cc_u32*)(dst + off) = h;
+    if (dst_lo) *(cc_u32*)(dst_lo + off) = cc_pack(a - cc_lo(h), b - cc_hi(h));
+}
+
+// Stores a lane's 2×2 block (r0, r1: tokens 2tw, 2tw+1; .x, .y: features 2fp, 2fp+1) at
+// feature row f (= 2fp of its group), token `tok` (even), odd feature first when `odd_first`.
+__device__ __forceinline__ void cc_tile_cols_block(cc_u16* dst, cc_u16* dst_lo, int f, int tok,
+                                                   float2 r0, float2 r1, bool odd_first) {
+    cc_tile_cols_store(dst, dst_lo, (f + odd_first) * CC_LDT + tok, odd_first ? r0.y : r0.x,
+                       odd_first ? r1.y : r1.x);
+    cc_tile_cols_store(dst, dst_lo, (f + !odd_first) * CC_LDT + tok, odd_first ? r0.x : r0.y,
+                       odd_first ? r1.x : r1.y);
+}
+
 template <int COLS>
 __device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __restrict__ src,
                                              la_index_t head_row0, int tok0, int n, int col0,
                                              int src_cols, int phi, const float* row_scale,
-                                             cc_u16* dst_lo = nullptr, float* col_unscale = nullptr) {
-    const int token_pairs = CC_L / 2;
-    static_assert(CC_L / 2 == 32, "a warp holds one feature pair of the whole chunk");
-    for (int idx = threadIdx.x; idx < token_pairs * (COLS / 2); idx += CC_THREADS) {
-        const int tp = (idx % token_pairs) * 2, cp = (idx / token_pairs) * 2;
-        const bool v0 = tok0 + tp < n, v1 = tok0 + tp + 1 < n;
-        float2 r0 = cc_load_pair(src, head_row0 + tok0 + tp, src_cols, col0 + cp, v0);
-        float2 r1 = cc_load_pair(src, head_row0 + tok0 + tp + 1, src_cols, col0 + cp, v1);
+                                             cc_u16* dst_lo = nullptr, float* col_unscale = nullptr,
+                                             bool unscale_ready = false) {
+    static_assert(CC_L == 64 && COLS % 16 == 0, "8 token groups, 16-feature groups");
+    const int lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
+    const bool odd_first = fp >= 4;
+    // The 2×2 block of token group tg, feature group fg: φ, row_scale; zero past n.
+    auto load = [&](int tg, int fg, float2& r0, float2& r1) {
+        const int r = tg * 8 + 2 * tw, c = col0 + fg * 16 + 2 * fp;
+        const bool v0 = tok0 + r < n, v1 = tok0 + r + 1 < n;
+        r0 = cc_load_pair(src, head_row0 + tok0 + r, src_cols, c, v0);
+        r1 = cc_load_pair(src, head_row0 + tok0 + r + 1, src_cols, c, v1);
         if (v0) { r0.x = cc_phi(phi, r0.x); r0.y = cc_phi(phi, r0.y); }
         if (v1) { r1.x = cc_phi(phi, r1.x); r1.y = cc_phi(phi, r1.y); }
         if (row_scale) {
-            r0.x *= row_scale[tp]; r0.y *= row_scale[tp];
-            r1.x *= row_scale[tp + 1]; r1.y *= row_scale[tp + 1];
+            r0.x *= row_scale[r]; r0.y *= row_scale[r];
+            r1.x *= row_scale[r + 1]; r1.y *= row_scale[r + 1];
         }
-        if (col_unscale) {
-            const int ex = cc_split_exp(la_warp_max(fmaxf(fabsf(r0.x), fabsf(r1.x))));
-            const int ey = cc_split_exp(la_warp_max(fmaxf(fabsf(r0.y), fabsf(r1.y))));
-            r0.x *= cc_pow2(ex); r1.x *= cc_pow2(ex);
-            r0.y *= cc_pow2(ey); r1.y *= cc_pow2(ey);
-            if ((threadIdx.x & 31) == 0) {
-                col_unscale[cp] = cc_pow2(-ex);
-                col_unscale[cp + 1] = cc_pow2(-ey);
+    };
+    if (col_unscale && !unscale_ready) {
+        // Two passes over the group (loads and φ twice): keeping its 64 tokens in registers
+        // cost cc_state_bwd 8 registers, one CTA per SM of its 7.
+        for (int fg = threadIdx.x >> 5; fg < COLS / 16; fg += CC_THREADS / 32) {  // warp-uniform
+            const int f = fg * 16 + 2 * fp;
+            float mx = 0.0f, my = 0.0f;
+            for (int tg = 0; tg < CC_L / 8; ++tg) {
+                float2 r0, r1;
+                load(tg, fg, r0, r1);
+                mx = fmaxf(mx, fmaxf(fabsf(r0.x), fabsf(r1.x)));
+                my = fmaxf(my, fmaxf(fabsf(r0.y), fabsf(r1.y)));
+            }
+#pragma unroll
+            for (int o = 8; o < 32; o <<= 1) {
+                mx = fmaxf(mx, __shfl_xor_sync(LA_FULL_MASK, mx, o));
+                my = fmaxf(my, __shfl_xor_sync(LA_FULL_MASK, my, o));
+            }
+            const int ex = cc_split_exp(mx), ey = cc_split_exp(my);
+            if (tw == 0) {
+                col_unscale[f] = cc_pow2(-ex);
+                col_unscale[f + 1] = cc_pow2(-ey);
+            }
+            for (int tg = 0; tg < CC_L / 8; ++tg) {
+                float2 r0, r1;
+                load(tg, fg, r0, r1);
+                r0.x *= cc_pow2(ex); r1.x *= cc_pow2(ex);
+                r0.y *= cc_pow2(ey); r1.y *= cc_pow2(ey);
+                cc_tile_cols_block(dst, dst_lo, f, tg * 8 + 2 * tw, r0, r1, odd_first);
             }
         }
-        const cc_u32 h0 = cc_pack(r0.x, r1.x), h1 = cc_pack(r0.y, r1.y);
-        if (dst) {
-            *(cc_u32*)(dst + cp * CC_LDT + tp) = h0;
-            *(cc_u32*)(dst + (cp + 1) * CC_LDT + tp) = h1;
+        return;
+    }
+    for (int step = threadIdx.x >> 5; step < (CC_L / 8) * (COLS / 16); step += CC_THREADS / 32) {
+        const int tg = step % (CC_L / 8), fg = step / (CC_L / 8), f = fg * 16 + 2 * fp;
+        float2 r0, r1;
+        load(tg, fg, r0, r1);
+        if (col_unscale) {
+            const float sx = cc_pow2_recip(col_unscale[f]), sy = cc_pow2_recip(col_unscale[f + 1]);
+            r0.x *= sx; r1.x *= sx;
+            r0.y *= sy; r1.y *= sy;
         }
-        if (dst_lo) {
-            *(cc_u32*)(dst_lo + cp * CC_LDT + tp) = cc_pack(r0.x - cc_lo(h0), r1.x - cc_hi(h0));
-            *(cc_u32*)(dst_lo + (cp + 1) * CC_LDT + tp) = cc_pack(r0.y - cc_lo(h1), r1.y - cc_hi(h1));
-        }
+        cc_tile_cols_block(dst, dst_lo, f, tg * 8 + 2 * tw, r0, r1, odd_first);
     }
 }
 
 // fp32 state tile: dst[r][c] = src[(row0 + r) * src_cols + c] for r < ROWS, c < COLS
 // (natural), or dst[r][c] = src[c * src_cols + row0 + r] (transposed). Returns this thread's
-// max |x|; the caller reduces it.
+// max |x|; the caller reduces it. Natural: consecutive lanes, consecutive c on both sides.
+// Transposed: an 8×8 block per warp step; lane = (rp = lane & 3, c = lane >> 2) loads the
+// float2 src[c][2rp, 2rp+1] (4 lanes fill a 32-byte sector; one lane per r would touch a sector
+// per c) and stores its two values as scalars into rows 2rp, 2rp+1 of dst. With ld ≡ 8 mod 32
+// (the padding the float2 fragment loads of cc_mma_split need) rows r and r+4 share banks, so
+// lanes rp ≥ 2 store row 2rp+1 first: the 32 lanes of each store hit 32 banks.
 template <int ROWS, int COLS, bool TRANSPOSED>
 __device__ __forceinline__ float cc_state_tile(float* dst, int ld, const float* __restrict__ src,
                                                int row0, int src_cols) {
     float max_abs = 0.0f;
-    for (int idx = threadIdx.x; idx < ROWS * COLS; idx += CC_THREADS) {
-        int r, c;
-        float x;
-        if (TRANSPOSED) {  // consecutive threads read consecutive source elements
-            r = idx % ROWS;
-            c = idx / ROWS;
-            x = src[(la_index_t)c * src_cols + row0 + r];
-        } else {
-            r = idx / COLS;
-            c = idx % COLS;
-            x = src[(la_index_t)(row0 + r) * src_cols + c];
+    if (TRANSPOSED) {
+        static_assert(ROWS % 8 == 0 && COLS % 8 == 0, "8×8 blocks");
+        const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2, first = rp >> 1;
+        static_assert((ROWS / 8) * (COLS / 8) % (CC_THREADS / 32) == 0, "whole steps per warp");
+#pragma unroll 4  // fully unrolled, ptxas spilled in cc_dv (sm_80)
+        for (int k = 0; k < (ROWS / 8) * (COLS / 8) / (CC_THREADS / 32); ++k) {
+            const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
+            const int r = (blk % (ROWS / 8)) * 8 + 2 * rp, c = (blk / (ROWS / 8)) * 8 + cl;
+            const float2 x = *(const float2*)(src + (la_index_t)c * src_cols + row0 + r);
+            dst[(r + first) * ld + c] = first ? x.y : x.x;
+            dst[(r + 1 - first) * ld + c] = first ? x.x : x.y;
+            max_abs = fmaxf(max_abs, fmaxf(fabsf(x.x), fabsf(x.y)));
         }
-        dst[r * ld + c] = x;
-        max_abs = fmaxf(max_abs, fabsf(x));
+    } else {
+        for (int idx = threadIdx.x; idx < ROWS * COLS; idx += CC_THREADS) {
+            const int r = idx / COLS, c = idx % COLS;
+            const float x = src[(la_index_t)(row0 + r) * src_cols + c];
+            dst[r * ld + c] = x;
+            max_abs = fmaxf(max_abs, fabsf(x));
+        }
     }
     return max_abs;
 }
@@ -401,9 +510,12 @@ __device__ __forceinline__ void cc_row_grad_terms(float* den_inv, float* neg_go,
             inv = 1.0f;
         } else if (i < n) {
             const la_index_t tok = head_row0 + i;
-            float dot = 0.0f;
-#pragma unroll
-            for (int s = 0; s < CC_MT; ++s) dot += go_parts[tok * CC_MT + s];
+#if CC_MT == 2
+            const float2 gp = *(const float2*)(go_parts + tok * 2);  // both partials, one 8-byte load
+            const float dot = gp.x + gp.y;
+#else
+            const float dot = go_parts[tok];
+#endif
             inv = 1.0f / den[tok];
             ngo = -dot;
         }
@@ -498,15 +610,13 @@ cc_state_fwd(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
     const bool z_thread = blockIdx.z == 0 && threadIdx.x < CC_D;
     float z = 0.0f;
     cc_mma_ss<CC_D / 8, CC_L / 16>(acc, s_vt + warp * 16 * CC_LDT, CC_LDT, s_kt, CC_LDT, 0, CC_D / 8);
-    if (z_thread)
-        for (int j = 0; j < CC_L; ++j) z += la_to_float(s_kt[threadIdx.x * CC_LDT + j]);
+    if (z_thread) z += cc_row_dot(s_kt, threadIdx.x, nullptr);
     if (split) {
         __syncthreads();  // every read of the hi tile is done
         cc_tile_cols<CC_D>(nullptr, k, head_row0, tok0, n, 0, CC_D, map, s_w, s_kt);
         __syncthreads();
         cc_mma_ss<CC_D / 8, CC_L / 16>(acc, s_vt + warp * 16 * CC_LDT, CC_LDT, s_kt, CC_LDT, 0, CC_D / 8);
-        if (z_thread)
-            for (int j = 0; j < CC_L; ++j) z += la_to_float(s_kt[threadIdx.x * CC_LDT + j]);
+        if (z_thread) z += cc_row_dot(s_kt, threadIdx.x, nullptr);
     }
 
     float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
@@ -534,7 +644,8 @@ cc_state_bwd(const la_storage_t* __restrict__ q, const la_storage_t* __restrict_
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_qt = (cc_u16*)cc_smem;                 // [64 d][LDT], weighted λ^i / den_i, row-scaled
     cc_u16* s_gt = s_qt + CC_TILE * CC_LDT;          // [M][LDT], G
-    __shared__ float s_w[CC_L], s_den_inv[CC_L], s_neg_go[CC_L], s_unscale[CC_TILE];
+    __shared__ float s_w[CC_L], s_den_inv[CC_L], s_unscale[CC_TILE];
+    __shared__ __align__(8) float s_neg_go[CC_L];  // read as float2 (cc_row_dot)
 
     const int chunk = blockIdx.x, bh = blockIdx.y, d0 = blockIdx.z * CC_TILE;
     const int tok0 = chunk * CC_L;
@@ -557,12 +668,12 @@ cc_state_bwd(const la_storage_t* __restrict__ q, const la_storage_t* __restrict_
     for (int phase = 0; phase < 2; ++phase) {
         if (phase == 1) {
             __syncthreads();  // every read of the hi tile is done
-            cc_tile_cols<CC_TILE>(nullptr, q, head_row0, tok0, n, d0, CC_D, map, s_w, s_qt, s_unscale);
+            cc_tile_cols<CC_TILE>(nullptr, q, head_row0, tok0, n, d0, CC_D, map, s_w, s_qt, s_unscale,
+                                  true);  // same scales as phase 0
             __syncthreads();
         }
         cc_mma_ss<CC_M / 8, CC_L / 16>(acc, s_qt + warp * 16 * CC_LDT, CC_LDT, s_gt, CC_LDT, 0, CC_M / 8);
-        if (threadIdx.x < CC_TILE)
-            for (int i = 0; i < CC_L; ++i) r += la_to_float(s_qt[threadIdx.x * CC_LDT + i]) * s_neg_go[i];
+        if (threadIdx.x < CC_TILE) r += cc_row_dot(s_qt, threadIdx.x, s_neg_go);
     }
 
     float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
@@ -678,11 +789,20 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     cc_mma_split<CC_TILE / 8, CC_D / 16>(o, a_q, CC_LDD, s_s, CC_LDD, scale);
     float qz;
     {
-        // lane handles row (lane >> 1), half (lane & 1) of D; pairs reduced by one shuffle.
-        const int r = row0 + (lane >> 1), half = lane & 1;
+        // lane handles row rl = lane >> 1, half (lane & 1) of D (K feature pairs); pairs reduced
+        // by one shuffle. Each lane starts at pair 2(rl ≥ 8) + half of its half: the 32 lanes
+        // then hit 32 banks of s_q (row stride ≡ 4 mod 32 words) and 4 words of s_z apart by
+        // 2 (in order, 4 lanes shared each bank of s_q).
+        const int rl = lane >> 1, half = lane & 1, K = CC_D / 4, rot = 2 * (rl >> 3) + half;
+        const cc_u32* qp = (const cc_u32*)(s_q + (row0 + rl) * CC_LDD) + half * K;
+        const float* zp = s_z + 2 * half * K;
         float s = 0.0f;
-        for (int d = half * (CC_D / 2); d < (half + 1) * (CC_D / 2); ++d)
-            s += la_to_float(s_q[r * CC_LDD + d]) * s_z[d];
+        for (int m = 0; m < K; ++m) {
+            const int w = (m + rot) & (K - 1);
+            const cc_u32 x = qp[w];
+            s += cc_lo(x) * zp[2 * w];
+            s += cc_hi(x) * zp[2 * w + 1];
+        }
         qz = s + __shfl_xor_sync(LA_FULL_MASK, s, 1);
     }
     const float qz_lo = __shfl_sync(LA_FULL_MASK, qz, 2 * g);
@@ -722,14 +842,20 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     if (GO) {
         // G·O over this slice: the fp32 numerator row · G, then 1/den; the quad's 4 lanes t
         // hold the rest of the row.
+        // G is read 4 columns per lane (8 bytes) and moved into the fragment layout of o.
         float dot_lo = 0.0f, dot_hi = 0.0f;
 #pragma unroll
-        for (int nt = 0; nt < CC_TILE / 8; ++nt) {
-            const int e = e0 + nt * 8 + 2 * t;
-            const float2 g_lo = cc_load_pair(grad, head_row0 + i_lo, CC_M, e, i_lo < n);
-            const float2 g_hi = cc_load_pair(grad, head_row0 + i_hi, CC_M, e, i_hi < n);
-            dot_lo += g_lo.x * o[nt][0] + g_lo.y * o[nt][1];
-            dot_hi += g_hi.x * o[nt][2] + g_hi.y * o[nt][3];
+        for (int p = 0; p < CC_TILE / 16; ++p) {
+            const int e = e0 + p * 16 + cc_quad_col(t);
+            uint2 g_lo = make_uint2(0u, 0u), g_hi = make_uint2(0u, 0u);
+            if (i_lo < n) g_lo = *(const uint2*)(grad + (head_row0 + i_lo) * CC_M + e);
+            if (i_hi < n) g_hi = *(const uint2*)(grad + (head_row0 + i_hi) * CC_M + e);
+            cc_quad_swap(g_lo.x, g_lo.y);
+            cc_quad_swap(g_hi.x, g_hi.y);
+            dot_lo += cc_lo(g_lo.x) * o[2 * p][0] + cc_hi(g_lo.x) * o[2 * p][1];
+            dot_hi += cc_lo(g_hi.x) * o[2 * p][2] + cc_hi(g_hi.x) * o[2 * p][3];
+            dot_lo += cc_lo(g_lo.y) * o[2 * p + 1][0] + cc_hi(g_lo.y) * o[2 * p + 1][1];
+            dot_hi += cc_lo(g_hi.y) * o[2 * p + 1][2] + cc_hi(g_hi.y) * o[2 * p + 1][3];
         }
 #pragma unroll
         for (int x = 1; x <= 2; x <<= 1) {
@@ -743,12 +869,16 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
         return;
     }
 #pragma unroll
-    for (int nt = 0; nt < CC_TILE / 8; ++nt) {
-        const int e = e0 + nt * 8 + 2 * t;
-        if (i_lo < n)
-            *(cc_u32*)(out + (head_row0 + i_lo) * CC_M + e) = cc_pack(o[nt][0] * inv_lo, o[nt][1] * inv_lo);
-        if (i_hi < n)
-            *(cc_u32*)(out + (head_row0 + i_hi) * CC_M + e) = cc_pack(o[nt][2] * inv_hi, o[nt][3] * inv_hi);
+    for (int p = 0; p < CC_TILE / 16; ++p) {  // 4 columns (8 bytes) per lane, cc_quad_swap
+        const int e = e0 + p * 16 + cc_quad_col(t);
+        cc_u32 x_lo = cc_pack(o[2 * p][0] * inv_lo, o[2 * p][1] * inv_lo);
+        cc_u32 y_lo = cc_pack(o[2 * p + 1][0] * inv_lo, o[2 * p + 1][1] * inv_lo);
+        cc_u32 x_hi = cc_pack(o[2 * p][2] * inv_hi, o[2 * p][3] * inv_hi);
+        cc_u32 y_hi = cc_pack(o[2 * p + 1][2] * inv_hi, o[2 * p + 1][3] * inv_hi);
+        cc_quad_swap(x_lo, y_lo);
+        cc_quad_swap(x_hi, y_hi);
+        if (i_lo < n) *(uint2*)(out + (head_row0 + i_lo) * CC_M + e) = make_uint2(x_lo, y_lo);
+        if (i_hi < n) *(uint2*)(out + (head_row0 + i_hi) * CC_M + e) = make_uint2(x_hi, y_hi);
     }
     if (blockIdx.z == 0 && t == 0) {
         if (i_lo < n) den_out[head_row0 + i_lo] = den_lo;
@@ -785,24 +915,42 @@ cc_forward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
 #define CC_DQ_SMEM (CC_DK_SMEM + CC_TILE * CC_LDT * 2)
 
 // Stores acc ⊙ φ'(x) (map `chain_map`; identity: acc) for the warp's 16 rows × 64 columns [c0, c0+64) of a [N][cols] head.
+// wide: 8-byte accesses through cc_quad_swap (full sectors); otherwise 4-byte, fragment layout.
 __device__ __forceinline__ void cc_store_grad(la_storage_t* __restrict__ dst, const la_storage_t* __restrict__ x,
                                               const float (&acc)[CC_TILE / 8][4], la_index_t head_row0,
-                                              int i_lo, int n, int c0, int cols, int chain_map) {
+                                              int i_lo, int n, int c0, int cols, int chain_map,
+                                              bool wide = true) {
+    // 4 columns (8 bytes) per lane in global memory, the fragment layout in registers
+    // (cc_quad_swap, both ways); the shuffles run on every lane, the accesses on rows < n.
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int i = i_lo + 8 * h;
-        if (i >= n) continue;
+        const bool valid = i < n;
 #pragma unroll
-        for (int nt = 0; nt < CC_TILE / 8; ++nt) {
-            const int c = c0 + nt * 8 + 2 * t;
-            float a = acc[nt][2 * h], b = acc[nt][2 * h + 1];
+        for (int p = 0; p < CC_TILE / 16; ++p) {
+            const int c = c0 + p * 16 + cc_quad_col(t);
+            float a[4] = {acc[2 * p][2 * h], acc[2 * p][2 * h + 1], acc[2 * p + 1][2 * h],
+                          acc[2 * p + 1][2 * h + 1]};
             if (chain_map != CC_MAP_IDENTITY) {
-                const float2 xv = cc_load_pair(x, head_row0 + i, cols, c, true);
-                a *= cc_phi_grad(chain_map, xv.x);
-                b *= cc_phi_grad(chain_map, xv.y);
+                uint2 xv = make_uint2(0u, 0u);
+                if (valid) xv = *(const uint2*)(x + (head_row0 + i) * cols + c);
+                cc_quad_swap(xv.x, xv.y);
+                a[0] *= cc_phi_grad(chain_map, cc_lo(xv.x));
+                a[1] *= cc_phi_grad(chain_map, cc_hi(xv.x));
+                a[2] *= cc_phi_grad(chain_map, cc_lo(xv.y));
+                a[3] *= cc_phi_grad(chain_map, cc_hi(xv.y));
             }
-            *(cc_u32*)(dst + (head_row0 + i) * cols + c) = cc_pack(a, b);
+            cc_u32 u = cc_pack(a[0], a[1]), v = cc_pack(a[2], a[3]);
+            if (!wide) {  // fragment layout: 4-byte stores, half of each sector
+                if (valid) {
+                    *(cc_u32*)(dst + (head_row0 + i) * cols + c0 + p * 16 + 2 * t) = u;
+                    *(cc_u32*)(dst + (head_row0 + i) * cols + c0 + p * 16 + 8 + 2 * t) = v;
+                }
+                continue;
+            }
+            cc_quad_swap(u, v);
+            if (valid) *(uint2*)(dst + (head_row0 + i) * cols + c) = make_uint2(u, v);
         }
     }
 }
@@ -1093,5 +1241,6 @@ cc_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
         }
     }
     cc_row_unscale(acc, u_lo, u_hi);
-    cc_store_grad(dv, k, acc, head_row0, tok0 + row0 + g, n, e0, CC_M, CC_MAP_IDENTITY);
+    // Narrow stores: the quad shuffles made ptxas spill cc_dv (fp16, D = 128, sm_80).
+    cc_store_grad(dv, k, acc, head_row0, tok0 + row0 + g, n, e0, CC_M, CC_MAP_IDENTITY, false);
 }
