@@ -464,26 +464,62 @@ cr_backward_dv(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
                                nullptr, nullptr, nullptr, nullptr, n, c_dim, m_dim, decay, 0.0f);
 }
 
-// gd_i = −(G_i·O_i) / den_i, one warp per token (grid-stride over all B·H·N tokens). G·O is
-// the sum of `slices` partials go[token · slices + s] from cr_forward_go (fp32 O, 16-bit
-// storage), or, with slices = 0, read from `out` (fp32 storage: O is exact there).
-extern "C" __global__ void __launch_bounds__(256)
+// gd_i = −(G_i·O_i) / den_i. A warp owns a chunk of 32 tokens, lane l token l of it (warps
+// grid-stride over chunks), so den and gd move as whole coalesced rows. G·O is the sum of
+// `slices` partials go[token · slices + s] from cr_forward_go (fp32 O, 16-bit storage): the
+// chunk's 32·slices partials are contiguous, read lane-consecutive into shared memory and
+// summed there per token. With slices = 0 it is read from `out` (fp32 storage: O is exact
+// there), the warp walking its chunk one token at a time along the (contiguous) row.
+// Limits: slices ≤ CR_PREP_MAX_SLICES (M ≤ 256); more falls back to strided reads. The
+// launch gives a block (8 warps) per 256 tokens (Rust per_token_launch), grid-stride beyond.
+#define CR_PREP_MAX_SLICES 8
+// 8 blocks: ≤ 32 registers, full occupancy (the fp32-storage loop would otherwise take 40).
+extern "C" __global__ void __launch_bounds__(256, 8)
 cr_backward_prep(const la_storage_t* __restrict__ g, const la_storage_t* __restrict__ out,
                  const float* __restrict__ go, int slices, const float* __restrict__ den,
                  float* __restrict__ gd, la_index_t tokens, int m_dim) {
+    // Per warp 32·slices partials plus one pad word per 32: reading token l's run at
+    // j = l·slices + s, the padded index j + j/32 hits 32 distinct banks for slices a power
+    // of two (others: stride-odd slices need no pad and skip it; slices = 6 has 2-way).
+    __shared__ float part[256 / LA_WARP][LA_WARP * CR_PREP_MAX_SLICES + CR_PREP_MAX_SLICES];
     const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
     const la_index_t warps_per_block = blockDim.x >> 5;
-    for (la_index_t tok = blockIdx.x * warps_per_block + (threadIdx.x >> 5); tok < tokens;
-         tok += (la_index_t)gridDim.x * warps_per_block) {
+    const la_index_t chunks = (tokens + LA_WARP - 1) / LA_WARP;
+    const bool pad = (slices & 1) == 0;
+    for (la_index_t chunk = blockIdx.x * warps_per_block + warp; chunk < chunks;
+         chunk += (la_index_t)gridDim.x * warps_per_block) {
+        const la_index_t tok0 = chunk * LA_WARP;
+        const int count = (int)min((la_index_t)LA_WARP, tokens - tok0);
+        const la_index_t tok = tok0 + lane;
         float dot = 0.0f;
-        if (slices > 0) {
-            for (int s = lane; s < slices; s += 32) dot += go[tok * slices + s];
+        if (slices > CR_PREP_MAX_SLICES) {
+            if (lane < count)
+                for (int s = 0; s < slices; ++s) dot += go[tok * slices + s];
+        } else if (slices > 0) {
+            const int len = count * slices;
+            const float* src = go + tok0 * slices;
+            for (int e = lane; e < len; e += LA_WARP)
+                part[warp][pad ? e + e / LA_WARP : e] = src[e];
+            __syncwarp();
+            if (lane < count) {
+                for (int s = 0; s < slices; ++s) {
+                    const int j = lane * slices + s;
+                    dot += part[warp][pad ? j + j / LA_WARP : j];
+                }
+            }
+            __syncwarp();  // the next chunk overwrites part[warp]
         } else {
-            for (int m = lane; m < m_dim; m += 32)
-                dot = fmaf(la_load(g, tok * m_dim + m), la_load(out, tok * m_dim + m), dot);
+            for (int t = 0; t < count; ++t) {
+                const la_index_t row = (tok0 + t) * m_dim;
+                float d = 0.0f;
+                for (int m = lane; m < m_dim; m += 32)
+                    d = fmaf(la_load(g, row + m), la_load(out, row + m), d);
+                d = la_warp_sum(d);
+                if (lane == t) dot = d;
+            }
         }
-        dot = la_warp_sum(dot);
-        if (lane == 0) gd[tok] = -dot / den[tok];
+        if (lane < count) gd[tok] = -dot / den[tok];
     }
 }
 

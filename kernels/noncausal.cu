@@ -20,8 +20,10 @@
 //                     no atomics). With one split the partial is the state itself.
 //   la_nc_reduce      sums the partials per head.
 //   la_nc_rowgemm     row-parallel products with the state: a block owns 64 rows × 64
-//                     output columns, steps over the inner dim 16 at a time; the mode picks
-//                     the operands and the epilogue (output, ∂Q, ∂K, ∂V; see below).
+//                     output columns, steps over the inner dim 16 at a time (X and state
+//                     tiles both read with lanes along contiguous memory, the transposed
+//                     state too); the mode picks the operands and the epilogue (output,
+//                     ∂Q, ∂K, ∂V; see below).
 //   la_nc_row_terms   1/den_i and gd_i, one warp per row.
 // Operands A/X are read with a kind: 0 storage, 1 storage through the fused map φ (LA_MAP),
 // 2 fp32 (features from the φ stage, or fp32 workspaces).
@@ -221,7 +223,8 @@ extern "C" __global__ void __launch_bounds__(LA_NC_THREADS, LA_NC_MIN_BLOCKS)
                   const float* __restrict__ q_log_scale, const float* __restrict__ k_log_scale,
                   float eps, int normalised, int n, float log2_decay) {
     __shared__ float xs[LA_NC_STEP][LA_NC_TILE + 1];
-    __shared__ float ys[LA_NC_STEP][LA_NC_TILE];
+    // +1 pad: the transposed Y fill below writes down columns of ys (see there).
+    __shared__ float ys[LA_NC_STEP][LA_NC_TILE + 1];
     __shared__ float zs[LA_NC_STEP];
     __shared__ float row_dot[LA_NC_TILE];
     const bool transposed = mode == LA_MODE_GRAD_Q || mode == LA_MODE_GRAD_K;
@@ -243,6 +246,14 @@ extern "C" __global__ void __launch_bounds__(LA_NC_THREADS, LA_NC_MIN_BLOCKS)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
     float dot = 0.0f;
+    // Y-tile element of thread tid in fill step q (0..3): row y_k + y_dk·q, column
+    // y_c + y_dc·(q mod 2 + 4·⌊q/2⌋). Transposed: warp w, lane l → inner l mod 16, columns
+    // w + 16·⌊l/16⌋ + {0, 8, 32, 40}; else inner ⌊tid/64⌋ + 4q, column tid mod 64.
+    const int y_k = transposed ? tid % LA_WARP % LA_NC_STEP : tid / LA_NC_TILE;
+    const int y_c =
+        transposed ? tid / LA_WARP + 16 * (tid % LA_WARP / LA_NC_STEP) : tid % LA_NC_TILE;
+    const int y_dk = transposed ? 0 : LA_NC_THREADS / LA_NC_TILE;
+    const int y_dc = transposed ? 8 : 0;
 
     for (int k0 = 0; k0 < inner; k0 += LA_NC_STEP) {
 #pragma unroll
@@ -255,8 +266,12 @@ extern "C" __global__ void __launch_bounds__(LA_NC_THREADS, LA_NC_MIN_BLOCKS)
             xs[kk][rr] = row < n && k < inner
                              ? la_nc_fetch(x, x_kind, (head * n + row) * inner + k)
                              : 0.0f;
-            // Y tile: 16 inner × 64 output columns.
-            const int yk = e / LA_NC_TILE, cc = e % LA_NC_TILE;
+            // Y tile: 16 inner × 64 output columns, lanes along the state's rows (coalesced).
+            // S [C×M]: a warp reads 32 columns of one inner row. Sᵀ / Rᵀ: an output column
+            // is a state row, so a warp reads 16 inner of two rows 16 columns apart: 64
+            // contiguous bytes each, and banks (yk + cc) mod 32 of the padded ys all differ.
+            const int yk = y_k + y_dk * q;
+            const int cc = y_c + y_dc * (q % 2 + 4 * (q / 2));
             const int kk2 = k0 + yk, col = p0 + cc;
             float y = 0.0f;
             if (kk2 < inner && col < width)

@@ -224,9 +224,9 @@ fn grid_y(batch_heads: usize) -> Result<u32, AttnError> {
     Ok(batch_heads as u32)
 }
 
-/// Per-token kernels (`cr_backward_prep`): a warp per token, grid-stride.
+/// `cr_backward_prep`: a warp per 32 tokens (lane = token), 8 warps per block, grid-stride.
 pub fn per_token_launch(tokens: usize) -> Result<Launch, AttnError> {
-    let blocks = blocks_for(tokens, 8)?.min(MAX_GRID_STRIDE_BLOCKS as u32);
+    let blocks = blocks_for(tokens, 8 * 32)?.min(MAX_GRID_STRIDE_BLOCKS as u32);
     Ok(Launch::new((blocks, 1, 1), 256))
 }
 
