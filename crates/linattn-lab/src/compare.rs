@@ -15,7 +15,7 @@
 //! Exit status: 1 when anything regressed, 0 otherwise, 2 when a file cannot be read or
 //! nothing matched.
 
-use crate::bench::{fmt_seconds, truncate};
+use crate::display::{fmt_seconds, truncate};
 use crate::results::{Cell, CellKey, CellStatus, ResultsFile};
 use linattn_core::AttnError;
 use std::collections::BTreeMap;

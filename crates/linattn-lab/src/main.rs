@@ -6,6 +6,8 @@ mod attend;
 mod bench;
 mod check;
 mod compare;
+
+mod display;
 mod kernels;
 mod npy;
 mod profile;
@@ -13,6 +15,7 @@ mod registry;
 mod report;
 mod results;
 mod stats;
+mod term;
 
 use clap::{Parser, Subcommand};
 use linattn_core::{AttnError, CountingAllocator};

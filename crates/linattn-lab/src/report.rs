@@ -2,7 +2,8 @@
 //! of time and memory against N, from one or more results files (a linattn file and a
 //! peers.py file from the same device merge into one report).
 
-use crate::bench::{fmt_bytes, fmt_seconds, series_slopes};
+use crate::bench::series_slopes;
+use crate::display::{fmt_bytes, fmt_seconds};
 use crate::results::{self, Cell, CellStatus, Mode, ResultsFile};
 use linattn_core::{AttnError, DEFAULT_EPS};
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,0 +1,185 @@
+//! `linattn bench`: a sweep over N (and B, H, D, M, causality, map, mode) for the chosen
+//! backends. Every cell records its raw samples, summary statistics, peak memory and
+//! derived rates; a cell that cannot run records why and the sweep goes on.
+//!
+//! Conventions (also in bench-results/SCHEMA.md):
+//! * forward+backward time = forward time + backward time of the same sample.
+//! * TFLOP/s: forward from `Problem::linear_forward_flops` (or `softmax_forward_flops`);
+//!   a backward counts as twice a forward, so forward+backward is 3× forward.
+//! * GB/s: the minimal traffic at the backend's storage precision: forward reads q, k, v
+//!   and writes o; backward reads q, k, v, dO and writes dq, dk, dv.
+//! * % of copy: GB/s over the median bandwidth of a plain copy measured in the same run,
+//!   which counts its buffer read once and written once.
+
+mod args;
+mod cell;
+mod grid;
+mod parse;
+mod probes;
+mod rates;
+mod render;
+
+pub use args::BenchArgs;
+pub(crate) use parse::parse_size_list;
+pub(crate) use render::series_slopes;
+
+use crate::registry;
+use crate::results::{self, GpuEnvironment, Mode, ResultsFile, SCHEMA_VERSION};
+use crate::term::progress_bar;
+use cell::{bench_cell, CellContext, Sampling, SeriesState};
+use grid::{resolve_grid, Grid};
+use linattn_core::{AttnError, Backend, DeviceKind, Inputs, Precision, Problem};
+use parse::invalid;
+use probes::{cpu_copy_bandwidth, gpu, gpu_copy_bandwidth};
+use render::render_tables;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Backends of the sweep: the user's patterns, or the fast default set.
+fn choose_backends(grid: &Grid) -> Result<Vec<Box<dyn Backend>>, AttnError> {
+    let chosen = match grid.backends.as_deref() {
+        Some(sel) => registry::selected_backends(Some(sel))?,
+        // By properties rather than names: every CPU f32 backend (linear and softmax) and
+        // every CUDA backend; the f64 references would dominate the sweep's time.
+        None => registry::all_backends()
+            .into_iter()
+            .filter(|b| {
+                let i = b.info();
+                i.device == DeviceKind::Cuda
+                    || (i.device == DeviceKind::Cpu && i.precision == Precision::F32)
+            })
+            .collect(),
+    };
+    let chosen: Vec<_> = chosen
+        .into_iter()
+        .filter(|b| grid.precision.is_empty() || grid.precision.contains(&b.info().precision))
+        .collect();
+    if chosen.is_empty() {
+        return Err(invalid(
+            "no backend left to bench (check --backends and --precision)".into(),
+        ));
+    }
+    Ok(chosen)
+}
+
+fn default_out_path(env: &results::Environment) -> PathBuf {
+    let date = env.date.get(..10).unwrap_or("undated");
+    let commit = env.commit.get(..12).unwrap_or(&env.commit);
+    let dirty = if env.commit.ends_with("-dirty") {
+        "-dirty"
+    } else {
+        ""
+    };
+    PathBuf::from("bench-results")
+        .join(results::slug(&env.device_name))
+        .join(format!("{date}-{commit}{dirty}.json"))
+}
+
+// ---------------------------------------------------------------------------------------
+
+pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
+    let grid = resolve_grid(&args)?;
+    let mut backends = choose_backends(&grid)?;
+    let problems = grid.problems();
+    for p in &problems {
+        p.validate()?;
+    }
+
+    let uses_gpu = backends.iter().any(|b| b.info().device == DeviceKind::Cuda);
+    let uses_cpu = backends.iter().any(|b| b.info().device == DeviceKind::Cpu);
+    let gpu_env: Option<GpuEnvironment> = if uses_gpu { gpu::environment() } else { None };
+    let environment = results::probe_environment(gpu_env.clone());
+
+    let mut copy_bandwidth = Vec::new();
+    if uses_cpu {
+        match cpu_copy_bandwidth(7) {
+            Some(c) => copy_bandwidth.push(c),
+            None => eprintln!("warning: host too short of memory to measure copy bandwidth"),
+        }
+    }
+    if gpu_env.is_some() {
+        match gpu_copy_bandwidth() {
+            Ok(c) => copy_bandwidth.push(c),
+            Err(e) => eprintln!("warning: GPU copy bandwidth not measured: {e}"),
+        }
+    }
+    let copy_gbps: HashMap<DeviceKind, f64> = copy_bandwidth
+        .iter()
+        .map(|c| (c.device, c.median_gbps))
+        .collect();
+
+    let sampling = Sampling {
+        warmup: grid.warmup,
+        repeats: grid.repeats,
+        min_repeats: grid.min_repeats,
+        cell_seconds: grid.cell_seconds,
+        flush: grid.flush_l2,
+    };
+    let total = (problems.len() * backends.len() * grid.mode.len()) as u64;
+    let progress = progress_bar(total, args.no_progress);
+
+    let with_grad = grid.mode.contains(&Mode::ForwardBackward);
+    let mut series: HashMap<String, SeriesState> = HashMap::new();
+    let mut cells = Vec::new();
+    for problem in &problems {
+        // One set of inputs per shape, shared by every backend (identical bytes for all).
+        let inputs = make_inputs(problem, grid.seed, with_grad);
+        for backend in backends.iter_mut() {
+            for &mode in &grid.mode {
+                progress.set_message(format!(
+                    "{} {} N={}",
+                    backend.name(),
+                    mode,
+                    problem.shape.seq
+                ));
+                let ctx = CellContext {
+                    problem,
+                    inputs: &inputs,
+                    mode,
+                    sampling: &sampling,
+                    max_cell_seconds: grid.max_cell_seconds,
+                    copy_gbps: &copy_gbps,
+                };
+                cells.push(bench_cell(backend.as_mut(), &ctx, &mut series));
+                progress.inc(1);
+            }
+        }
+    }
+    progress.finish_and_clear();
+
+    let file = ResultsFile {
+        schema_version: SCHEMA_VERSION,
+        environment,
+        grid: grid.record(),
+        copy_bandwidth,
+        cells,
+        profiles: Vec::new(),
+    };
+    let table = render_tables(&file);
+    match args.out.as_deref() {
+        Some(p) if p == Path::new("-") => {
+            eprint!("{table}");
+            let text = serde_json::to_string_pretty(&file)
+                .map_err(|e| AttnError::State(format!("cannot serialize results: {e}")))?;
+            println!("{text}");
+        }
+        out => {
+            print!("{table}");
+            let path = out
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| default_out_path(&file.environment));
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| AttnError::Io(format!("cannot create {}: {e}", dir.display())))?;
+            }
+            results::write_json_atomic(&path, &file)?;
+            eprintln!("results written to {}", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn make_inputs(problem: &Problem, seed: u64, with_grad: bool) -> Result<Inputs, AttnError> {
+    Inputs::random(problem.shape, seed, with_grad)
+}

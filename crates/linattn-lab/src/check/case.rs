@@ -1,0 +1,415 @@
+//! One case on one backend: run it, compare O and the gradients with the oracle, judge.
+
+use super::grid::Case;
+use super::oracle::{run_oracle, OracleKey, Reference};
+use super::Entry;
+use crate::term::panic_message;
+use linattn_core::{AttnError, ErrorMetrics, Grads, Inputs, Problem, Tensor, Unsupported};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// How one case ended for one backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Outcome {
+    Pass,
+    Fail,
+    /// The backend or the oracle returned an error (or panicked).
+    Error,
+    /// The backend does not implement this problem.
+    NotApplicable,
+}
+
+/// Error of one compared tensor.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct TensorError {
+    pub(super) tensor: &'static str,
+    /// Raw metrics against the oracle (`rms_ratio` = rms(diff) / rms(ref)).
+    #[serde(flatten)]
+    pub(super) metrics: ErrorMetrics,
+    /// The ratio the verdict uses: rms(diff) / max(rms(ref), scale), where `scale` is the
+    /// largest gradient RMS of the case for dq, dk, dv and 0 for o (see [`judged_ratio`]).
+    pub(super) judged_ratio: f64,
+}
+
+impl TensorError {
+    pub(super) fn passes(&self, tolerance: f64) -> bool {
+        self.metrics.non_finite == 0 && self.judged_ratio <= tolerance
+    }
+}
+
+pub(super) fn rms(values: &[f64]) -> f64 {
+    (values.iter().map(|x| x * x).sum::<f64>() / values.len().max(1) as f64).sqrt()
+}
+
+/// rms(got − want) / max(rms(want), scale); ∞ when anything is non-finite.
+///
+/// Why a scale: a gradient can cancel to ~0 by construction (dq, dk at N = 1 through the
+/// normaliser are O(ε); efficient attention's dq is exactly 0 at N = 1), and then f32
+/// round-off of the cancelling terms, ~1e-7 of their size, is an arbitrarily large fraction
+/// of the vanishing result. Such a gradient is judged on the scale of the gradients of the
+/// same case instead of its own size. Gradients of ordinary size are unaffected.
+pub(super) fn judged_ratio(want: &[f64], got: &[f64], scale: f64) -> f64 {
+    if got.iter().any(|x| !x.is_finite()) {
+        return f64::INFINITY;
+    }
+    let diff: Vec<f64> = want.iter().zip(got).map(|(w, g)| g - w).collect();
+    let rms_diff = rms(&diff);
+    let denominator = rms(want).max(scale);
+    if denominator > 0.0 {
+        rms_diff / denominator
+    } else if rms_diff == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// One case of one backend, as written to `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct CaseRecord {
+    pub(super) backend: String,
+    pub(super) case: usize,
+    pub(super) description: String,
+    pub(super) problem: Problem,
+    pub(super) seed: u64,
+    pub(super) outcome: Outcome,
+    /// n/a reason or error message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) message: Option<String>,
+    pub(super) tolerance: f64,
+    pub(super) errors: Vec<TensorError>,
+}
+
+impl CaseRecord {
+    pub(super) fn worst_rms(&self) -> f64 {
+        self.errors
+            .iter()
+            .map(|e| e.judged_ratio)
+            .fold(0.0, f64::max)
+    }
+    pub(super) fn worst_max_abs(&self) -> f64 {
+        self.errors
+            .iter()
+            .map(|e| e.metrics.max_abs)
+            .fold(0.0, f64::max)
+    }
+    /// What went wrong, in one line.
+    pub(super) fn failure_summary(&self) -> String {
+        if let Some(m) = &self.message {
+            return m.clone();
+        }
+        self.errors
+            .iter()
+            .filter(|e| !e.passes(self.tolerance))
+            .map(|e| {
+                if e.metrics.non_finite > 0 {
+                    format!("{}: {} non-finite values", e.tensor, e.metrics.non_finite)
+                } else {
+                    format!(
+                        "{}: rms ratio {:.2e} > {:.0e} (max-abs {:.2e})",
+                        e.tensor, e.judged_ratio, self.tolerance, e.metrics.max_abs
+                    )
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Runs one case on one backend. `None` when the backend turned out to be unavailable on
+/// this machine (its summary is marked skipped instead).
+pub(super) fn check_case(
+    entry: &mut Entry,
+    case: &Case,
+    seed: u64,
+    inputs: &Inputs,
+    oracle_cache: &mut HashMap<OracleKey, Result<Reference, String>>,
+) -> Option<CaseRecord> {
+    let info = entry.backend.info().clone();
+    let tolerance = info.precision.rms_tolerance();
+    let record = |outcome, message: Option<String>, errors| CaseRecord {
+        backend: info.name.clone(),
+        case: case.index,
+        description: case.problem.to_string(),
+        problem: case.problem,
+        seed,
+        outcome,
+        message,
+        tolerance,
+        errors,
+    };
+
+    let supported = catch_unwind(AssertUnwindSafe(|| entry.backend.supports(&case.problem)));
+    match supported {
+        Ok(Ok(())) => {}
+        Ok(Err(Unsupported::Unavailable(reason))) => {
+            entry.summary.skipped = Some(reason);
+            return None;
+        }
+        Ok(Err(Unsupported::Problem(reason))) => {
+            return Some(record(Outcome::NotApplicable, Some(reason), Vec::new()));
+        }
+        Err(panic) => {
+            let msg = format!("supports() panicked: {}", panic_message(&panic));
+            return Some(record(Outcome::Error, Some(msg), Vec::new()));
+        }
+    }
+
+    let with_grads = info.backward.is_some();
+    let key = OracleKey::for_backend(&info);
+    let cached = oracle_cache
+        .get(&key)
+        .filter(|r| !with_grads || r.as_ref().map_or(true, |r| r.grads.is_some()));
+    let reference = match cached {
+        Some(r) => r.clone(),
+        None => {
+            let r = run_oracle(key, &case.problem, inputs, with_grads);
+            oracle_cache.insert(key, r.clone());
+            r
+        }
+    };
+    let reference = match reference {
+        Ok(r) => r,
+        Err(msg) => return Some(record(Outcome::Error, Some(msg), Vec::new())),
+    };
+
+    let backend = &mut entry.backend;
+    let ran = catch_unwind(AssertUnwindSafe(
+        || -> Result<(Tensor, Option<Grads>), AttnError> {
+            let result = if with_grads {
+                backend
+                    .forward_backward(&case.problem, inputs)
+                    .map(|(o, g)| (o, Some(g)))
+            } else {
+                backend.forward(&case.problem, inputs).map(|o| (o, None))
+            };
+            backend.release();
+            result
+        },
+    ));
+    let (output, grads) = match ran {
+        Ok(Ok(got)) => got,
+        Ok(Err(AttnError::Unsupported(Unsupported::Problem(reason)))) => {
+            // Some limits only show once the data is staged (e.g. device memory).
+            return Some(record(Outcome::NotApplicable, Some(reason), Vec::new()));
+        }
+        Ok(Err(e)) => return Some(record(Outcome::Error, Some(e.to_string()), Vec::new())),
+        Err(panic) => {
+            let msg = format!("backend panicked: {}", panic_message(&panic));
+            return Some(record(Outcome::Error, Some(msg), Vec::new()));
+        }
+    };
+
+    let mut errors = Vec::new();
+    let mut compared = vec![("o", &reference.output, &output, 0.0)];
+    if let (Some(want), Some(got)) = (&reference.grads, &grads) {
+        let scale = rms(want.dq.data())
+            .max(rms(want.dk.data()))
+            .max(rms(want.dv.data()));
+        compared.push(("dq", &want.dq, &got.dq, scale));
+        compared.push(("dk", &want.dk, &got.dk, scale));
+        compared.push(("dv", &want.dv, &got.dv, scale));
+    }
+    for (tensor, want, got, scale) in compared {
+        if want.dims() != got.dims() {
+            let msg = format!(
+                "{tensor} has dims {:?}, the oracle's has {:?}",
+                got.dims(),
+                want.dims()
+            );
+            return Some(record(Outcome::Error, Some(msg), errors));
+        }
+        errors.push(TensorError {
+            tensor,
+            metrics: ErrorMetrics::compare(want.data(), got.data()),
+            judged_ratio: judged_ratio(want.data(), got.data(), scale),
+        });
+    }
+    let pass = errors.iter().all(|e| e.passes(tolerance));
+    let outcome = if pass { Outcome::Pass } else { Outcome::Fail };
+    Some(record(outcome, None, errors))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::summary::BackendSummary;
+    use linattn_core::{Algorithm, Backend, Causality, DeviceKind, FeatureMap, Precision, Shape};
+
+    /// What a test double does wrong.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Fault {
+        None,
+        /// Gradient dk scaled by 1 + 1e-3: far beyond the f32 tolerance.
+        ScaledDk,
+        OutOfMemory,
+        Panic,
+        WrongDims,
+        Unavailable,
+    }
+
+    /// A backend that answers with the linear oracle, then applies its fault.
+    struct Double {
+        info: linattn_core::BackendInfo,
+        fault: Fault,
+        staged: Option<(Problem, Inputs)>,
+        result: Option<(Tensor, Grads)>,
+    }
+
+    impl Double {
+        fn boxed(fault: Fault) -> Box<dyn Backend> {
+            Box::new(Double {
+                info: linattn_core::BackendInfo {
+                    name: "test/causal_recurrent/f32".into(),
+                    device: DeviceKind::Cpu,
+                    precision: Precision::F32,
+                    algorithm: Algorithm::Linear(linattn_core::Form::Recurrent),
+                    backward: Some(linattn_core::BackwardKind::Efficient),
+                },
+                fault,
+                staged: None,
+                result: None,
+            })
+        }
+    }
+
+    impl Backend for Double {
+        fn info(&self) -> &linattn_core::BackendInfo {
+            &self.info
+        }
+        fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
+            if self.fault == Fault::Unavailable {
+                return Err(Unsupported::Unavailable("no test device".into()));
+            }
+            linattn_core::check_linear_form(&self.info, problem)
+        }
+        fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
+            self.staged = Some((*problem, inputs.clone()));
+            Ok(())
+        }
+        fn run_forward(&mut self) -> Result<linattn_core::RunStats, AttnError> {
+            match self.fault {
+                Fault::OutOfMemory => Err(AttnError::OutOfMemory {
+                    device: "test".into(),
+                    requested_bytes: 1 << 40,
+                    detail: "test double".into(),
+                }),
+                Fault::Panic => panic!("test double panics on purpose"),
+                _ => Ok(Default::default()),
+            }
+        }
+        fn run_backward(&mut self) -> Result<linattn_core::RunStats, AttnError> {
+            let (problem, inputs) = self.staged.as_ref().expect("staged");
+            let (o, mut g) = linattn_cpu::oracle::backward(problem, inputs)?;
+            if self.fault == Fault::ScaledDk {
+                g.dk.map_in_place(|x| x * (1.0 + 1e-3));
+            }
+            if self.fault == Fault::WrongDims {
+                g.dv = Tensor::zeros([1, 1, 1, 1])?;
+            }
+            self.result = Some((o, g));
+            Ok(Default::default())
+        }
+        fn output(&mut self) -> Result<Tensor, AttnError> {
+            Ok(self.result.as_ref().expect("ran").0.clone())
+        }
+        fn grads(&mut self) -> Result<Grads, AttnError> {
+            Ok(self.result.as_ref().expect("ran").1.clone())
+        }
+    }
+
+    fn check_one(fault: Fault, causality: Causality) -> (Option<CaseRecord>, BackendSummary) {
+        let backend = Double::boxed(fault);
+        let summary = BackendSummary::new(backend.info());
+        let mut entry = Entry { backend, summary };
+        let shape = Shape::new(1, 2, 9, 4, 3);
+        let case = Case {
+            index: 0,
+            problem: Problem::new(shape, causality, FeatureMap::EluPlusOne),
+            long: false,
+        };
+        let inputs = Inputs::random(shape, 5, true).unwrap();
+        let record = check_case(&mut entry, &case, 5, &inputs, &mut HashMap::new());
+        if let Some(r) = &record {
+            entry.summary.add(r);
+        }
+        entry.summary.finish();
+        (record, entry.summary)
+    }
+
+    #[test]
+    fn a_faithful_backend_passes_on_output_and_gradients() {
+        let (record, summary) = check_one(Fault::None, Causality::Causal);
+        let record = record.unwrap();
+        assert_eq!(record.outcome, Outcome::Pass);
+        let tensors: Vec<&str> = record.errors.iter().map(|e| e.tensor).collect();
+        assert_eq!(tensors, ["o", "dq", "dk", "dv"]);
+        assert_eq!(summary.verdict, "PASS");
+    }
+
+    #[test]
+    fn faults_fail_the_case_with_their_message() {
+        let (record, summary) = check_one(Fault::ScaledDk, Causality::Causal);
+        let record = record.unwrap();
+        assert_eq!(record.outcome, Outcome::Fail);
+        assert!(
+            record.failure_summary().starts_with("dk: rms ratio"),
+            "{}",
+            record.failure_summary()
+        );
+        assert_eq!(summary.verdict, "FAIL");
+
+        for (fault, needle) in [
+            (Fault::OutOfMemory, "out of memory on test"),
+            (
+                Fault::Panic,
+                "backend panicked: test double panics on purpose",
+            ),
+            (Fault::WrongDims, "dv has dims [1, 1, 1, 1]"),
+        ] {
+            let (record, summary) = check_one(fault, Causality::Causal);
+            let record = record.unwrap();
+            assert_eq!(record.outcome, Outcome::Error);
+            assert!(
+                record.failure_summary().contains(needle),
+                "{}",
+                record.failure_summary()
+            );
+            assert_eq!((summary.failed, summary.verdict.as_str()), (1, "FAIL"));
+        }
+    }
+
+    #[test]
+    fn unsupported_problems_are_na_and_unavailable_backends_skipped() {
+        let (record, summary) = check_one(Fault::None, Causality::NonCausal);
+        assert_eq!(record.unwrap().outcome, Outcome::NotApplicable);
+        assert_eq!((summary.run, summary.not_applicable), (0, 1));
+        assert_eq!(summary.verdict, "n/a: no case applies");
+
+        let (record, summary) = check_one(Fault::Unavailable, Causality::Causal);
+        assert!(record.is_none());
+        assert_eq!(summary.verdict, "skipped: no test device");
+        assert_eq!(summary.failed, 0);
+    }
+
+    #[test]
+    fn judged_ratio_floors_only_vanishing_gradients() {
+        let want = [1.0, -2.0, 2.0, -1.0];
+        let got = [1.01, -2.02, 2.02, -1.01];
+        // Ordinary size: the plain RMS ratio, whatever a smaller scale says.
+        assert!((judged_ratio(&want, &got, 0.5) - 0.01).abs() < 1e-12);
+        // A vanishing reference is judged on the case's scale.
+        let tiny = [1e-15, -1e-15, 0.0, 0.0];
+        let noisy = [1e-7, 0.0, -1e-7, 0.0];
+        assert!(ErrorMetrics::compare(&tiny, &noisy).rms_ratio > 1e7);
+        assert!(judged_ratio(&tiny, &noisy, 1.0) < 1e-6);
+        assert_eq!(judged_ratio(&[0.0; 2], &[0.0; 2], 0.0), 0.0);
+        assert_eq!(judged_ratio(&[0.0; 2], &[1.0, 0.0], 0.0), f64::INFINITY);
+        assert_eq!(
+            judged_ratio(&want, &[1.0, f64::NAN, 2.0, -1.0], 1.0),
+            f64::INFINITY
+        );
+    }
+}

@@ -1,0 +1,226 @@
+//! `linattn check`: every selected backend against the f64 oracle of its algorithm, on a
+//! grid of problems, forward and (when the backend has a backward) dQ, dK, dV.
+//!
+//! * Linear backends are compared with `linattn_cpu::oracle`, softmax backends with
+//!   `linattn_softmax::oracle`. For f16/bf16 backends the oracle sees the inputs rounded to
+//!   that precision, so the comparison measures the backend's arithmetic, not the rounding
+//!   of its operands (f32 rounding is ~300× below the f32 tolerance and is not applied).
+//! * A case passes when the RMS ratio of O and of each gradient is within the backend's
+//!   `Precision::rms_tolerance` and nothing is NaN/Inf.
+//! * `Unavailable` (no GPU, no driver) skips the whole backend once, visibly; a problem the
+//!   backend does not implement counts as n/a; an error or a panic inside a backend fails
+//!   that case with its message, and the run goes on.
+
+mod case;
+mod grid;
+mod oracle;
+mod summary;
+
+use crate::registry;
+use crate::results::write_bytes_atomic;
+use crate::term::progress_bar;
+use case::{check_case, CaseRecord, Outcome};
+use grid::{case_applies, default_grid, full_grid, long_cases};
+use linattn_core::{AttnError, Backend, Inputs};
+use oracle::{oracle_seconds, OracleKey, Reference};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use summary::{failures_table, summary_table, BackendSummary, CheckReport};
+
+/// Failing cases listed under the table.
+const WORST_SHOWN: usize = 10;
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+Default grid: N ∈ {1, 7, 63, 65, 130, 1100}; (D, M) cycling through pairs of {16, 32, 48, 64, 80, \
+128} with M ≠ D; B = 2, H = 3; causal and non-causal; every feature map (favor with R = 32); \
+default ε; plus one λ = 0.97 decay case per causality, and one causal case per N with D, M ∈ \
+{64, 128} and a fused map (elu+1, relu, identity) for the tensor-core kernels.
+Verdict: a case passes when O and each gradient (dq, dk, dv, for backends with a backward) \
+have rms(got − oracle) / rms(oracle) within the precision's tolerance and no NaN/Inf. A \
+gradient that cancels to ~0 by construction (dq, dk at N = 1) is measured against the \
+largest gradient RMS of its case instead of its own vanishing RMS; the JSON keeps both. Softmax backends run the cases with \
+map elu+1 and no decay only (they ignore map, ε and decay). A case a backend does not \
+implement counts as n/a; a backend that cannot run on this machine shows 'skipped: <reason>'.
+Exit status: 0 when no backend failed (skipped is not a failure), 1 on any failure, 2 on bad \
+arguments.")]
+pub struct CheckArgs {
+    /// Backends to check: comma-separated names or globs (`cpu/*`, `*f16`,
+    /// `cpu-ref/causal_recurrent/f64`). Default: every backend.
+    #[arg(long, value_name = "PATTERNS")]
+    backends: Option<String>,
+    /// Run the full cartesian grid (every N × D × M × causality × map × decay) instead of
+    /// the covering default grid.
+    #[arg(long)]
+    full: bool,
+    /// Add N ∈ {4096, 16384, 65536} (B = 1, H = 2, D = M = 64, elu+1) for non-reference backends
+    /// (not cpu-ref/*, not softmax on the CPU; softmax elsewhere up to N = 4096 only).
+    #[arg(long)]
+    long: bool,
+    /// Base seed of the random inputs (case i uses seed + i).
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Write per-case results as JSON to this file (atomically).
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+}
+
+/// Per-backend state while the grid runs.
+struct Entry {
+    backend: Box<dyn Backend>,
+    summary: BackendSummary,
+}
+
+pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
+    let backends = registry::selected_backends(args.backends.as_deref())?;
+    if let Some(path) = &args.json {
+        crate::results::check_writable(path)
+            .map_err(|e| AttnError::InvalidArgument(format!("--json {e}")))?;
+    }
+    let mut cases = if args.full {
+        full_grid()
+    } else {
+        default_grid()
+    };
+    if args.long {
+        let first = cases.len();
+        cases.extend(long_cases(first));
+    }
+    let mut entries: Vec<Entry> = backends
+        .into_iter()
+        .map(|backend| {
+            let summary = BackendSummary::new(backend.info());
+            Entry { backend, summary }
+        })
+        .collect();
+
+    let total: usize = entries
+        .iter()
+        .map(|e| {
+            cases
+                .iter()
+                .filter(|c| case_applies(e.backend.info(), c))
+                .count()
+        })
+        .sum();
+    let progress = progress_bar(total as u64, false);
+    eprintln!(
+        "checking {} backend(s) on {} case(s) (seed {})",
+        entries.len(),
+        cases.len(),
+        args.seed
+    );
+
+    let mut records: Vec<CaseRecord> = Vec::new();
+    for case in &cases {
+        let seed = args.seed.wrapping_add(case.index as u64);
+        let inputs = match Inputs::random(case.problem.shape, seed, true) {
+            Ok(inputs) => inputs,
+            Err(e) => {
+                // Cannot happen for the fixed grid (non-zero dims); reported, not panicked.
+                return Err(AttnError::State(format!(
+                    "inputs for case {} ({}): {e}",
+                    case.index, case.problem
+                )));
+            }
+        };
+        let mut oracle_cache: HashMap<OracleKey, Result<Reference, String>> = HashMap::new();
+        for entry in &mut entries {
+            if entry.summary.skipped.is_some() || !case_applies(entry.backend.info(), case) {
+                continue;
+            }
+            progress.set_message(format!("{} {}", entry.summary.backend, case.problem));
+            let started = std::time::Instant::now();
+            let oracle_before = oracle_seconds(&oracle_cache);
+            let record = check_case(entry, case, seed, &inputs, &mut oracle_cache);
+            entry.summary.seconds += (started.elapsed().as_secs_f64()
+                - (oracle_seconds(&oracle_cache) - oracle_before))
+                .max(0.0);
+            progress.inc(1);
+            if let Some(record) = record {
+                entry.summary.add(&record);
+                records.push(record);
+            }
+        }
+    }
+    progress.finish_and_clear();
+
+    let summaries: Vec<BackendSummary> = entries
+        .into_iter()
+        .map(|mut e| {
+            e.summary.finish();
+            e.summary
+        })
+        .collect();
+
+    println!("{}", summary_table(&summaries));
+    if let Some(sim) = linattn_cuda::executor::sim::started() {
+        let c = sim.counters();
+        let seconds: f64 = summaries
+            .iter()
+            .filter(|s| registry::family(&s.backend) == "sim")
+            .map(|s| s.seconds)
+            .sum();
+        println!(
+            "PTX simulator ({}): {:.3e} warp instructions ({:.3e} thread instructions) in {:.0} s of \
+             sim/* cases, {:.2} M warp instructions/s",
+            linattn_cuda::Executor::info(sim.as_ref()).name,
+            c.warp_instructions as f64,
+            c.thread_instructions as f64,
+            seconds,
+            c.warp_instructions as f64 / seconds.max(1e-9) / 1e6
+        );
+    }
+    let mut failures: Vec<&CaseRecord> = records
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Fail | Outcome::Error))
+        .collect();
+    if !failures.is_empty() {
+        // Worst first: errors (no metrics), then by how far past the tolerance.
+        failures.sort_by(|a, b| badness(b).total_cmp(&badness(a)));
+        println!(
+            "\n{} failing case(s){}:",
+            failures.len(),
+            if failures.len() > WORST_SHOWN {
+                format!(", the {WORST_SHOWN} worst")
+            } else {
+                String::new()
+            }
+        );
+        println!(
+            "{}",
+            failures_table(&failures[..failures.len().min(WORST_SHOWN)])
+        );
+    }
+
+    if let Some(path) = &args.json {
+        let report = CheckReport {
+            seed: args.seed,
+            grid: if args.full { "full" } else { "default" },
+            long: args.long,
+            backends: &summaries,
+            cases: &records,
+        };
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| AttnError::State(format!("serialising check results: {e}")))?;
+        write_bytes_atomic(path, text.as_bytes())?;
+        eprintln!("wrote {}", path.display());
+    }
+
+    let any_failed = summaries.iter().any(|s| s.failed > 0);
+    Ok(if any_failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// How bad a failing case is, for ordering: multiples of the tolerance, errors worst.
+fn badness(record: &CaseRecord) -> f64 {
+    if record.outcome == Outcome::Error {
+        f64::INFINITY
+    } else {
+        record.worst_rms() / record.tolerance
+    }
+}
