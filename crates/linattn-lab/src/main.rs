@@ -1,97 +1,12 @@
-//! `linattn`: check every backend against the f64 oracle, sweep speed and memory over N,
-//! compare two runs for regressions, render reports, and run attention on .npy files.
+//! `linattn`: see the library crate for the subcommands.
 
-mod all;
-mod attend;
-mod bench;
-mod check;
-mod compare;
-
-mod display;
-mod kernels;
-mod npy;
-mod profile;
-mod registry;
-mod report;
-mod results;
-mod stats;
-mod term;
-
-use clap::{Parser, Subcommand};
-use linattn_core::{AttnError, CountingAllocator};
+use linattn_core::CountingAllocator;
 use std::process::ExitCode;
 
 /// Counts host allocations so `bench` can report CPU backends' peak memory.
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator;
 
-#[derive(Parser)]
-#[command(
-    name = "linattn",
-    version,
-    about = "Linear attention: every form, checked and timed"
-)]
-struct Cli {
-    /// Architecture the PTX simulator models for the `sim/*` backends: sm_90 (H100 limits) or
-    /// sm_80 (A100). Also `LINATTN_SIM_ARCH`.
-    #[arg(long, global = true, value_name = "ARCH", value_parser = parse_sim_arch)]
-    sim_arch: Option<linattn_cuda::runtime::Arch>,
-    #[command(subcommand)]
-    command: Command,
-}
-
-fn parse_sim_arch(text: &str) -> Result<linattn_cuda::runtime::Arch, String> {
-    match text.trim().trim_start_matches("sm_") {
-        "80" => Ok(linattn_cuda::runtime::Arch::SM80),
-        "90" => Ok(linattn_cuda::runtime::Arch::SM90),
-        _ => Err(format!("'{text}': the simulator models sm_80 and sm_90")),
-    }
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// The main job: check, then a bench sweep over N, then the report.
-    All(all::AllArgs),
-    /// Check every available backend against the f64 oracle (forward and gradients).
-    Check(check::CheckArgs),
-    /// Sweep N (and other axes) for chosen backends: time, memory, derived rates, JSON.
-    Bench(Box<bench::BenchArgs>),
-    /// Compare two bench JSON files cell by cell; exit 1 when something regressed.
-    Compare(compare::CompareArgs),
-    /// Render markdown tables and SVG plots from bench JSON files.
-    Report(report::ReportArgs),
-    /// Run one backend on q, k, v (and dO) from .npy files; write O (and dQ, dK, dV).
-    Attend(attend::AttendArgs),
-    /// Compile every kernel variant with NVRTC and print ptxas registers/spills per kernel.
-    Kernels(kernels::KernelsArgs),
-    /// Count what sim/* kernels execute (instructions, sectors, bank conflicts, occupancy)
-    /// and model their time on the simulated part.
-    Profile(Box<profile::ProfileArgs>),
-}
-
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Some(arch) = cli.sim_arch {
-        if let Err(e) = linattn_cuda::executor::sim::set_arch(arch) {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    }
-    let result: Result<ExitCode, AttnError> = match cli.command {
-        Command::All(args) => all::run(args),
-        Command::Check(args) => check::run(args),
-        Command::Bench(args) => bench::run(*args),
-        Command::Compare(args) => compare::run(args),
-        Command::Report(args) => report::run(args),
-        Command::Attend(args) => attend::run(args),
-        Command::Kernels(args) => kernels::run(args),
-        Command::Profile(args) => profile::run(*args),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(if e.is_user_error() { 2 } else { 1 })
-        }
-    }
+    linattn_lab::run_cli()
 }

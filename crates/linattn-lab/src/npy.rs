@@ -69,7 +69,7 @@ pub fn read_npy(path: &Path) -> Result<NpyArray, AttnError> {
 }
 
 /// Parses the bytes of a `.npy` file; the error is the reason, without the path.
-fn parse_npy(bytes: &[u8]) -> Result<NpyArray, String> {
+pub(crate) fn parse_npy(bytes: &[u8]) -> Result<NpyArray, String> {
     if !bytes.starts_with(MAGIC) {
         return Err("not a .npy file (it does not start with the \\x93NUMPY magic)".into());
     }
