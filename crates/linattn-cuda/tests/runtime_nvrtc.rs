@@ -1,6 +1,11 @@
 //! Runtime checks that need NVRTC but no GPU: compilation, the ptxas report, error logs.
 
-use linattn_cuda::runtime::{compile, nvrtc_available, Arch, KernelVariant};
+//! Stamped on the simulator's platform (NVRTC present): reported as ignored with the reason
+//! where NVRTC is absent, and failing then under `LINATTN_REQUIRE_NVRTC=1` (CI).
+
+use linattn_cuda::runtime::{compile, Arch, KernelVariant};
+use linattn_cuda::Platform;
+use linattn_testkit::{run, stamp};
 
 const PROBE: &str = r#"
 extern "C" __global__ void la_probe_copy(const la_storage_t* x, la_storage_t* y, int n) {
@@ -11,25 +16,37 @@ extern "C" __global__ void la_probe_copy(const la_storage_t* x, la_storage_t* y,
 
 const BROKEN: &str = "extern \"C\" __global__ void la_broken() { undefined_name = 1; }\n";
 
-fn nvrtc_or_skip() -> bool {
-    match nvrtc_available() {
-        Ok(()) => true,
-        Err(reason) => {
-            if std::env::var("LINATTN_REQUIRE_NVRTC").as_deref() == Ok("1") {
-                panic!("LINATTN_REQUIRE_NVRTC=1 but {reason}");
-            }
-            // Unsupported::Unavailable displays as "skipped: <reason>".
-            eprintln!("{reason}");
-            false
-        }
-    }
+fn main() {
+    let trials = [
+        (
+            "prelude_compiles_for_every_storage_and_map",
+            prelude_compiles_for_every_storage_and_map as fn(),
+        ),
+        (
+            "compile_errors_carry_the_log_with_file_and_line",
+            compile_errors_carry_the_log_with_file_and_line,
+        ),
+        (
+            "missing_entry_point_is_a_compile_error",
+            missing_entry_point_is_a_compile_error,
+        ),
+    ]
+    .into_iter()
+    .map(|(name, body)| {
+        stamp(
+            Platform::Sim,
+            format!("nvrtc: {name}"),
+            Box::new(move || {
+                body();
+                Ok(())
+            }),
+        )
+    })
+    .collect();
+    run(trials)
 }
 
-#[test]
 fn prelude_compiles_for_every_storage_and_map() {
-    if !nvrtc_or_skip() {
-        return;
-    }
     for storage in 0..3 {
         for map in 0..3 {
             let variant = KernelVariant::new("probe.cu", PROBE)
@@ -46,11 +63,7 @@ fn prelude_compiles_for_every_storage_and_map() {
     }
 }
 
-#[test]
 fn compile_errors_carry_the_log_with_file_and_line() {
-    if !nvrtc_or_skip() {
-        return;
-    }
     let variant = KernelVariant::new("broken.cu", BROKEN).entry("la_broken");
     let error = compile(&variant, Arch::SM90).expect_err("must not compile");
     let text = error.to_string();
@@ -59,11 +72,7 @@ fn compile_errors_carry_the_log_with_file_and_line() {
     assert!(text.contains("undefined_name"), "{text}");
 }
 
-#[test]
 fn missing_entry_point_is_a_compile_error() {
-    if !nvrtc_or_skip() {
-        return;
-    }
     let variant = KernelVariant::new("probe.cu", PROBE).entry("la_not_there");
     let error = compile(&variant, Arch::SM90).expect_err("entry check");
     assert!(error.to_string().contains("la_not_there"), "{error}");

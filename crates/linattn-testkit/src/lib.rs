@@ -59,6 +59,21 @@ pub fn stamp(platform: Platform, name: String, body: Body) -> Trial {
     }
 }
 
+/// A trial that checks the behaviour *without* some platform (typed refusals, no panic):
+/// it runs where any of `platforms` is absent and is ignored, with the reason, where all
+/// are present, so a machine with everything never reports it as passed.
+pub fn without_platform(name: &str, platforms: &[Platform], body: fn()) -> Trial {
+    let any_absent = platforms.iter().any(|p| p.available().is_err());
+    let trial = host(name, body);
+    if any_absent {
+        trial
+    } else {
+        trial
+            .with_ignored_flag(true)
+            .with_kind("skipped: every platform is present; this checks the path without one")
+    }
+}
+
 /// A test that needs no executor (so it runs everywhere), as a trial.
 pub fn host(name: &str, body: fn()) -> Trial {
     Trial::test(name, move || {
