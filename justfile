@@ -66,7 +66,7 @@ kernels: build
 
 # Run the test suite (the README's test command).
 test:
-    cargo test --workspace
+    cargo test --workspace --release
 
 # Run exactly what CI runs.
 ci:

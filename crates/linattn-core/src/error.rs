@@ -63,7 +63,14 @@ pub enum AttnError {
 }
 
 impl AttnError {
-    /// The binary's exit code convention: 2 for input the user can fix, 1 otherwise.
+    /// True when what is missing is the machine's (no GPU, no driver, no NVRTC), not the
+    /// input's: the binary exits with its own code for it.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, AttnError::Unsupported(Unsupported::Unavailable(_)))
+    }
+
+    /// The binary's exit code convention: 2 for input the user can fix, 1 otherwise (and 3
+    /// for [`AttnError::is_unavailable`], checked first).
     pub fn is_user_error(&self) -> bool {
         matches!(
             self,

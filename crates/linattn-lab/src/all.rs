@@ -18,6 +18,10 @@ pub struct AllArgs {
     /// under bench-results/<device>/ deliberately, not by accident).
     #[arg(long, default_value = "bench-results/latest")]
     out_dir: PathBuf,
+    /// Backends to check and sweep (comma-separated globs, as for `check`). Default: every
+    /// backend in the check, the fast default set in the sweep.
+    #[arg(long, value_name = "PATTERNS")]
+    backends: Option<String>,
 }
 
 /// Parses a sub-command's arguments exactly as the CLI would, so `all` runs the same code
@@ -34,20 +38,16 @@ fn parse<T: clap::Args>(argv: &[&str]) -> Result<T, AttnError> {
 }
 
 pub fn run(args: AllArgs) -> Result<ExitCode, AttnError> {
-    eprintln!("== linattn check: every available backend against the f64 oracle");
-    let check_code = check::run(parse(&[])?)?;
-
+    // Every argument of every step, and the output directory, are checked before the first
+    // case runs: a typo in --n-max must not surface after minutes of checking.
     let out = args
         .out_dir
         .join("bench.json")
         .to_string_lossy()
         .into_owned();
     let out_dir = args.out_dir.to_string_lossy().into_owned();
-    eprintln!(
-        "\n== linattn bench: N = 2^8 .. {} (results: {out})",
-        args.n_max
-    );
-    let bench_args = parse::<bench::BenchArgs>(&[
+    let mut check_argv: Vec<&str> = Vec::new();
+    let mut bench_argv = vec![
         "--n-min",
         "2^8",
         "--n-max",
@@ -60,11 +60,28 @@ pub fn run(args: AllArgs) -> Result<ExitCode, AttnError> {
         "20",
         "--out",
         &out,
-    ])?;
+    ];
+    if let Some(selection) = args.backends.as_deref() {
+        check_argv.extend(["--backends", selection]);
+        bench_argv.extend(["--backends", selection]);
+    }
+    let check_args = parse::<check::CheckArgs>(&check_argv)?;
+    let bench_args = parse::<bench::BenchArgs>(&bench_argv)?;
+    let report_args = parse::<report::ReportArgs>(&[&out, "--out-dir", &out_dir])?;
+    bench::validate(&bench_args)?;
+    crate::results::prepare_output_dir(&args.out_dir)?;
+
+    eprintln!("== linattn check: every available backend against the f64 oracle");
+    let check_code = check::run(check_args)?;
+
+    eprintln!(
+        "\n== linattn bench: N = 2^8 .. {} (results: {out})",
+        args.n_max
+    );
     let bench_code = bench::run(bench_args)?;
 
     eprintln!("\n== linattn report: {out_dir}/REPORT.md");
-    let report_code = report::run(parse(&[&out, "--out-dir", &out_dir])?)?;
+    let report_code = report::run(report_args)?;
 
     // The check's verdict decides: a failing backend must not hide behind a good table.
     Ok(

@@ -18,7 +18,7 @@
 use crate::display::{fmt_seconds, truncate};
 use crate::results::{Cell, CellKey, CellStatus, ResultsFile};
 use linattn_core::AttnError;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -236,12 +236,59 @@ fn render(outcome: &Outcome) -> String {
     out
 }
 
+/// The axes on which two sets of cells share no value, each with both sides' values: why
+/// nothing matched (a different backend set, N range, map...).
+pub(crate) fn disjoint_axes(base: &[Cell], new: &[Cell]) -> Vec<String> {
+    type Axis = (&'static str, fn(&CellKey) -> String);
+    let axes: [Axis; 11] = [
+        ("backend", |k| k.backend.clone()),
+        ("mode", |k| k.mode.to_string()),
+        ("B", |k| k.shape.batch.to_string()),
+        ("H", |k| k.shape.heads.to_string()),
+        ("N", |k| k.shape.seq.to_string()),
+        ("D", |k| k.shape.dk.to_string()),
+        ("M", |k| k.shape.dv.to_string()),
+        ("causality", |k| k.causality.to_string()),
+        ("map", |k| k.map.clone()),
+        ("eps", |k| format!("{:e}", f64::from_bits(k.eps_bits))),
+        ("decay", |k| f64::from_bits(k.decay_bits).to_string()),
+    ];
+    let values = |cells: &[Cell], f: fn(&CellKey) -> String| -> BTreeSet<String> {
+        cells.iter().map(|c| f(&c.key())).collect()
+    };
+    let shown = |set: &BTreeSet<String>| {
+        let v: Vec<&str> = set.iter().map(String::as_str).collect();
+        if v.len() > 6 {
+            format!("{}, … ({} values)", v[..6].join(", "), v.len())
+        } else {
+            v.join(", ")
+        }
+    };
+    axes.iter()
+        .filter_map(|(name, f)| {
+            let (b, n) = (values(base, *f), values(new, *f));
+            b.is_disjoint(&n).then(|| {
+                format!(
+                    "{name}: BASE has {{{}}}, NEW has {{{}}}",
+                    shown(&b),
+                    shown(&n)
+                )
+            })
+        })
+        .collect()
+}
+
 /// Where a device's committed baseline lives: one per device, so `just regress` compares
-/// like with like.
+/// like with like. Relative to the checkout's root (found from the working directory), so
+/// `compare auto` works from any directory of the checkout.
 pub(crate) fn baseline_path(device_name: &str) -> PathBuf {
-    PathBuf::from("bench-results")
+    let relative = PathBuf::from("bench-results")
         .join(crate::results::slug(device_name))
-        .join("baseline.json")
+        .join("baseline.json");
+    match crate::results::checkout_root() {
+        Some(root) => root.join(relative),
+        None => relative,
+    }
 }
 
 pub fn run(args: CompareArgs) -> Result<ExitCode, AttnError> {
@@ -299,6 +346,17 @@ pub fn run(args: CompareArgs) -> Result<ExitCode, AttnError> {
     if !base.cells.is_empty() || !new.cells.is_empty() {
         let outcome = compare_files(&base, &new, args.threshold, args.noise_k);
         print!("{}", render(&outcome));
+        if outcome.compared.is_empty() {
+            let axes = disjoint_axes(&base.cells, &new.cells);
+            return Err(AttnError::InvalidArgument(format!(
+                "no cell of NEW matches one of BASE, so nothing was compared{}",
+                if axes.is_empty() {
+                    " (every axis shares values, but no combination is in both files)".to_string()
+                } else {
+                    format!(": {}", axes.join("; "))
+                }
+            )));
+        }
         regressions += outcome.regressions();
     }
     Ok(if regressions > 0 {
@@ -341,9 +399,13 @@ mod tests {
 
     #[test]
     fn baselines_are_per_device() {
-        assert_eq!(
-            baseline_path("NVIDIA H100 80GB HBM3"),
-            PathBuf::from("bench-results/nvidia-h100-80gb-hbm3/baseline.json")
+        // Under the checkout's root (the test runs inside the checkout).
+        let path = baseline_path("NVIDIA H100 80GB HBM3");
+        assert!(path.is_absolute(), "{}", path.display());
+        assert!(
+            path.ends_with("bench-results/nvidia-h100-80gb-hbm3/baseline.json"),
+            "{}",
+            path.display()
         );
     }
 

@@ -143,7 +143,12 @@ impl std::str::FromStr for Mode {
     fn from_str(s: &str) -> Result<Self, AttnError> {
         match s.to_ascii_lowercase().as_str() {
             "forward" | "fwd" | "f" => Ok(Mode::Forward),
-            "forward+backward" | "fwd+bwd" | "fb" | "backward" => Ok(Mode::ForwardBackward),
+            "forward+backward" | "fwd+bwd" | "fb" => Ok(Mode::ForwardBackward),
+            "backward" | "bwd" | "b" => Err(AttnError::InvalidArgument(format!(
+                "mode '{s}': a backward is not timed alone (it needs its forward); use \
+                 forward+backward, whose cells also record the forward and backward medians \
+                 separately"
+            ))),
             _ => Err(AttnError::InvalidArgument(format!(
                 "unknown mode '{s}' (expected forward or forward+backward)"
             ))),
@@ -260,6 +265,10 @@ pub struct Cell {
     /// peak_bytes; pools and other processes make it approximate).
     #[serde(default)]
     pub free_mem_drop_bytes: Option<u64>,
+    /// Host bytes the harness itself held for the cell: the f64 inputs of the shape, shared
+    /// by every backend and not part of `peak_bytes` (which is the backend's own).
+    #[serde(default)]
+    pub harness_bytes: Option<u64>,
     #[serde(default)]
     pub tokens_per_s: Option<f64>,
     #[serde(default)]
@@ -311,6 +320,7 @@ impl Cell {
             peak_bytes: None,
             peak_bytes_source: None,
             free_mem_drop_bytes: None,
+            harness_bytes: None,
             tokens_per_s: None,
             tflops: None,
             gbps: None,
@@ -407,6 +417,34 @@ pub fn check_writable(path: &Path) -> Result<(), AttnError> {
             path.display()
         )));
     }
+    Ok(())
+}
+
+/// Makes sure `path` can be written before a long run produces it: creates its directory
+/// and writes (then removes) a probe file there. Errors name the path and the reason.
+pub(crate) fn prepare_output_file(path: &Path) -> Result<(), AttnError> {
+    if path.file_name().is_none() || path.is_dir() {
+        return Err(AttnError::InvalidArgument(format!(
+            "{}: names a directory, not a file",
+            path.display()
+        )));
+    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    prepare_output_dir(dir)
+}
+
+/// Creates `dir` (and its parents) and checks that a file can be written in it.
+pub(crate) fn prepare_output_dir(dir: &Path) -> Result<(), AttnError> {
+    let unwritable = |e: std::io::Error| {
+        AttnError::InvalidArgument(format!("{}: cannot write there: {e}", dir.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(unwritable)?;
+    let probe = dir.join(format!(".linattn-write-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(unwritable)?;
+    let _ = std::fs::remove_file(&probe);
     Ok(())
 }
 
@@ -596,6 +634,15 @@ pub fn rfc3339_utc(t: std::time::SystemTime) -> String {
 }
 
 /// Lower-case letters, digits and '-' only: a device name usable as a directory.
+/// The nearest directory at or above the working directory holding both `bench-results/`
+/// and a `Cargo.toml`: the linattn checkout.
+pub(crate) fn checkout_root() -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok()?;
+    cwd.ancestors()
+        .find(|d| d.join("bench-results").is_dir() && d.join("Cargo.toml").is_file())
+        .map(Path::to_path_buf)
+}
+
 pub fn slug(name: &str) -> String {
     let mut out = String::new();
     for c in name.chars() {

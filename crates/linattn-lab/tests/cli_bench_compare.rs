@@ -95,6 +95,51 @@ fn a_slowdown_inside_the_noise_is_not_flagged() {
 }
 
 #[test]
+fn nothing_matched_exits_2_naming_the_axes_that_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = write(dir.path(), "base.json", &results(base_cells(), "cpu X"));
+    // Same backend, other N values: no cell in common.
+    let other_n: Vec<Value> = (12..14)
+        .map(|k| cell(1 << k, 1e-6 * f64::from(1u32 << k), 0.01))
+        .collect();
+    let new = write(dir.path(), "new.json", &results(other_n, "cpu X"));
+    let out = compare(&base, &new);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no cell of NEW matches"), "{stderr}");
+    assert!(
+        stderr.contains("N: BASE has {1024, 2048, 256, 512}"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("backend:"), "{stderr}");
+}
+
+#[test]
+fn compare_auto_finds_the_baseline_from_a_subdirectory_of_the_checkout() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join("Cargo.toml"), "[workspace]\n").unwrap();
+    let device_dir = root.join("bench-results").join("cpu-x");
+    std::fs::create_dir_all(&device_dir).unwrap();
+    write(
+        &device_dir,
+        "baseline.json",
+        &results(base_cells(), "cpu X"),
+    );
+    let new = write(root, "new.json", &results(base_cells(), "cpu X"));
+    let sub = root.join("crates").join("deep");
+    std::fs::create_dir_all(&sub).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_linattn"))
+        .args(["compare", "auto", new.to_str().unwrap()])
+        .current_dir(&sub)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("cpu-x/baseline.json"), "{stderr}");
+}
+
+#[test]
 fn unreadable_input_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let base = write(dir.path(), "base.json", &results(base_cells(), "cpu X"));
@@ -197,4 +242,110 @@ fn bench_rejects_bad_flags_with_exit_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
     let out = linattn(&["bench", "--backends", "no-such-backend", "--out", "-"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// A tiny sweep of one CPU backend, run with `cwd` as working directory.
+fn tiny_bench_in(cwd: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "bench",
+        "--n",
+        "16",
+        "--batch",
+        "1",
+        "--heads",
+        "1",
+        "--dk",
+        "8",
+        "--warmup",
+        "0",
+        "--repeats",
+        "1",
+        "--mode",
+        "forward",
+        "--no-progress",
+    ];
+    args.extend_from_slice(extra);
+    Command::new(env!("CARGO_BIN_EXE_linattn"))
+        .args(&args)
+        .current_dir(cwd)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn plain_bench_writes_under_the_ignored_latest_dir_of_the_checkout() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join("Cargo.toml"), "[workspace]\n").unwrap();
+    std::fs::create_dir_all(root.join("bench-results").join("committed-device")).unwrap();
+    let sub = root.join("crates");
+    std::fs::create_dir_all(&sub).unwrap();
+    let out = tiny_bench_in(&sub, &["--backends", "cpu/causal_recurrent/f32"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let latest: Vec<_> = std::fs::read_dir(root.join("bench-results").join("latest"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(latest.len(), 1, "{latest:?}");
+    assert!(latest[0].ends_with(".json"), "{latest:?}");
+    // The committed per-device directories are untouched, and nothing lands in the cwd.
+    assert_eq!(
+        std::fs::read_dir(root.join("bench-results").join("committed-device"))
+            .unwrap()
+            .count(),
+        0
+    );
+    assert!(!sub.join("bench-results").exists());
+}
+
+#[test]
+fn bench_refuses_an_unwritable_output_before_running_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, "").unwrap();
+    let target = blocker.join("results.json");
+    let started = std::time::Instant::now();
+    let out = tiny_bench_in(dir.path(), &["--out", target.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot write there"), "{stderr}");
+    assert!(started.elapsed().as_secs() < 30);
+}
+
+#[test]
+fn options_that_do_not_apply_are_errors_or_na() {
+    // A backward alone is not a mode.
+    let out = linattn(&["bench", "--n", "16", "--mode", "backward", "--out", "-"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("forward+backward"), "{stderr}");
+    // Softmax under a map or decay is n/a, not a relabelled elu+1 cell.
+    let dir = tempfile::tempdir().unwrap();
+    let out = tiny_bench_in(
+        dir.path(),
+        &[
+            "--backends",
+            "cpu/softmax/f32",
+            "--decay",
+            "0.9",
+            "--out",
+            "-",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cell = &v["cells"][0];
+    assert_eq!(cell["status"], "unsupported", "{cell}");
+    assert!(
+        cell["message"].as_str().unwrap().contains("no decay"),
+        "{cell}"
+    );
 }

@@ -98,20 +98,29 @@ fn reference_backends_pass_the_default_grid() {
 
 #[test]
 fn cuda_backends_are_skipped_without_a_gpu() {
-    if has_nvidia_device() {
-        eprintln!("an NVIDIA device is present: the skip path is not exercised here");
-        return;
-    }
     let out = linattn(&["check", "--backends", "cuda/*"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
+    let context = format!(
         "stdout:\n{stdout}\nstderr:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let rows = table_rows(&stdout);
     assert!(!rows.is_empty(), "no cuda rows:\n{stdout}");
+    if has_nvidia_device() {
+        // With a GPU nothing may be skipped, and the exit code is the verdict (0 or 1).
+        assert!(
+            rows.iter().all(|row| !row[7].starts_with("skipped")),
+            "{context}"
+        );
+        assert_ne!(out.status.code(), Some(3), "{context}");
+        return;
+    }
+    // Nothing could run: its own exit code (3), not a pass and not "bad input".
+    assert_eq!(out.status.code(), Some(3), "{context}");
+    assert!(
+        context.contains("hint:") && context.contains("sim/*"),
+        "{context}"
+    );
     for row in &rows {
         assert!(row[0].starts_with("cuda/"), "{row:?}");
         // Nothing ran: skipped once the backend reported its absence, or n/a when no case
@@ -151,4 +160,25 @@ fn an_unwritable_json_path_is_refused_before_running() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("nonexistent-linattn-dir"), "{stderr}");
     assert!(out.stdout.is_empty(), "nothing ran");
+}
+
+#[test]
+fn all_validates_every_argument_and_its_output_dir_before_the_first_case() {
+    let started = std::time::Instant::now();
+    // A bad sweep bound: refused before the check (which alone takes seconds) starts.
+    let out = linattn(&["all", "--n-max", "300"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("power of two"), "{stderr}");
+    assert!(!stderr.contains("== linattn check"), "{stderr}");
+    // An output directory that cannot be created (its parent is a file).
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, "").unwrap();
+    let out = linattn(&["all", "--out-dir", blocker.join("out").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot write there"), "{stderr}");
+    assert!(!stderr.contains("== linattn check"), "{stderr}");
+    assert!(started.elapsed().as_secs() < 20);
 }

@@ -73,7 +73,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub(super) grid: Option<PathBuf>,
     /// Results JSON path; `-` writes it to stdout (the table then goes to stderr).
-    /// Default bench-results/<device>/<date>-<commit>.json.
+    /// Default: bench-results/latest/<device>-<date>-<commit>.json (git-ignored; commit a run
+    /// by naming its path under bench-results/<device>/ with --out).
     #[arg(long, value_name = "PATH")]
     pub(super) out: Option<PathBuf>,
     /// No progress bar.

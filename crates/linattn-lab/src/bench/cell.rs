@@ -7,7 +7,8 @@ use crate::results::{Cell, CellShape, CellStatus, Mode, PeakSource};
 use crate::stats::SampleStats;
 use crate::term::panic_message;
 use linattn_core::{
-    Algorithm, AttnError, Backend, DeviceKind, HostMemory, Inputs, Problem, Unsupported,
+    Algorithm, AttnError, Backend, DeviceKind, FeatureMap, HostMemory, Inputs, Precision, Problem,
+    Shape, Unsupported, DEFAULT_EPS,
 };
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -223,6 +224,17 @@ pub(super) fn bench_cell(
     if let Err(u) = guarded("supports", || backend.supports(p).map_err(AttnError::from)) {
         return fail(cell, classify(&u), u.to_string());
     }
+    if info.algorithm == Algorithm::Softmax {
+        if let Some(ignored) = softmax_ignores(p) {
+            // Timing softmax again under another map or decay would repeat the elu+1 cell
+            // under a label that claims a difference.
+            return fail(
+                cell,
+                CellStatus::Unsupported,
+                format!("n/a: softmax attention has no {ignored}"),
+            );
+        }
+    }
     if ctx.mode == Mode::ForwardBackward && info.backward.is_none() {
         return fail(
             cell,
@@ -272,6 +284,18 @@ pub(super) fn bench_cell(
         Err(e) => return fail_stopping_on_oom(series, cell, e, format!("inputs: {e}")),
     };
 
+    cell.harness_bytes = Some(inputs_bytes(inputs));
+    if info.device != DeviceKind::Cuda {
+        // Host backends and the simulator's device memory live in host memory: refuse a cell
+        // that cannot fit before staging, not by an abort halfway through it.
+        let need = cell_bytes(&p.shape, info.precision, ctx.mode);
+        if let Err(e) = HostMemory::ensure_available(
+            need,
+            "the cell's staged inputs, outputs and gradients at the backend's precision",
+        ) {
+            return fail_stopping_on_oom(series, cell, &e, e.to_string());
+        }
+    }
     let result = guarded(&info.name, || {
         measure(backend, p, inputs, ctx.mode, ctx.sampling)
     });
@@ -312,6 +336,45 @@ pub(super) fn bench_cell(
         cell.pct_of_copy = ctx.copy_gbps.get(&info.device).map(|c| 100.0 * gbps / c);
     }
     cell
+}
+
+/// Bytes of the harness's f64 inputs.
+fn inputs_bytes(inputs: &Inputs) -> u64 {
+    let tensors = [
+        Some(&inputs.q),
+        Some(&inputs.k),
+        Some(&inputs.v),
+        inputs.d_out.as_ref(),
+    ];
+    tensors.iter().flatten().map(|t| 8 * t.len() as u64).sum()
+}
+
+/// The least a backend holds for one cell: q, k, v (and dO) staged, O (and dQ, dK, dV)
+/// written, all at its storage precision; workspace comes on top.
+pub(super) fn cell_bytes(shape: &Shape, precision: Precision, mode: Mode) -> u64 {
+    let rows = (shape.bh() * shape.seq) as u64;
+    let (d, m) = (shape.dk as u64, shape.dv as u64);
+    let elements = match mode {
+        Mode::Forward => rows * (2 * d + m) + rows * m,
+        Mode::ForwardBackward => rows * (2 * d + 2 * m) + rows * (m + 2 * d + m),
+    };
+    elements.saturating_mul(precision.bytes() as u64)
+}
+
+/// What of `p` softmax attention would silently ignore (feature map, ε, decay), if anything:
+/// only the defaults (elu+1, default ε, no decay) describe a softmax cell truthfully.
+pub(super) fn softmax_ignores(p: &Problem) -> Option<String> {
+    let mut ignored = Vec::new();
+    if p.map != FeatureMap::EluPlusOne {
+        ignored.push(format!("feature map (map={})", p.map));
+    }
+    if p.eps != DEFAULT_EPS {
+        ignored.push(format!("normaliser ε (eps={:e})", p.eps));
+    }
+    if p.has_decay() {
+        ignored.push(format!("decay (decay={})", p.decay));
+    }
+    (!ignored.is_empty()).then(|| ignored.join(", "))
 }
 
 /// Every axis of a problem but N (series identity for slopes and predictions).

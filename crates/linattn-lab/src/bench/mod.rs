@@ -63,6 +63,8 @@ fn choose_backends(grid: &Grid) -> Result<Vec<Box<dyn Backend>>, AttnError> {
     Ok(chosen)
 }
 
+/// `bench-results/latest/<device>-<date>-<commit>.json` under the checkout (git-ignored):
+/// a plain run never touches the committed results; `--out` puts a run anywhere.
 fn default_out_path(env: &results::Environment) -> PathBuf {
     let date = env.date.get(..10).unwrap_or("undated");
     let commit = env.commit.get(..12).unwrap_or(&env.commit);
@@ -71,25 +73,52 @@ fn default_out_path(env: &results::Environment) -> PathBuf {
     } else {
         ""
     };
-    PathBuf::from("bench-results")
-        .join(results::slug(&env.device_name))
-        .join(format!("{date}-{commit}{dirty}.json"))
+    let latest = PathBuf::from("bench-results").join("latest");
+    results::checkout_root()
+        .map_or(latest.clone(), |root| root.join(&latest))
+        .join(format!(
+            "{}-{date}-{commit}{dirty}.json",
+            results::slug(&env.device_name)
+        ))
 }
 
 // ---------------------------------------------------------------------------------------
 
-pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
-    let grid = resolve_grid(&args)?;
-    let mut backends = choose_backends(&grid)?;
+/// Everything `run` checks before the first cell: the grid, the backends, every problem.
+pub(crate) fn validate(args: &BenchArgs) -> Result<(), AttnError> {
+    resolved(args).map(|_| ())
+}
+
+/// A sweep ready to run: its grid, backends and problems.
+type Resolved = (Grid, Vec<Box<dyn Backend>>, Vec<Problem>);
+
+fn resolved(args: &BenchArgs) -> Result<Resolved, AttnError> {
+    let grid = resolve_grid(args)?;
+    let backends = choose_backends(&grid)?;
     let problems = grid.problems();
     for p in &problems {
         p.validate()?;
     }
+    Ok((grid, backends, problems))
+}
+
+pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
+    let (grid, mut backends, problems) = resolved(&args)?;
 
     let uses_gpu = backends.iter().any(|b| b.info().device == DeviceKind::Cuda);
     let uses_cpu = backends.iter().any(|b| b.info().device == DeviceKind::Cpu);
     let gpu_env: Option<GpuEnvironment> = if uses_gpu { gpu::environment() } else { None };
     let environment = results::probe_environment(gpu_env.clone());
+    // Where the JSON goes, made sure of before the first cell: a sweep of an hour must not
+    // end on a directory it cannot write. `None`: stdout.
+    let out_path = match args.out.as_deref() {
+        Some(p) if p == Path::new("-") => None,
+        Some(p) => Some(p.to_path_buf()),
+        None => Some(default_out_path(&environment)),
+    };
+    if let Some(path) = &out_path {
+        results::prepare_output_file(path)?;
+    }
 
     let mut copy_bandwidth = Vec::new();
     if uses_cpu {
@@ -157,25 +186,28 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
         profiles: Vec::new(),
     };
     let table = render_tables(&file);
-    match args.out.as_deref() {
-        Some(p) if p == Path::new("-") => {
+    let unavailable = file
+        .cells
+        .iter()
+        .all(|c| c.status == results::CellStatus::Unavailable)
+        .then(|| file.cells.first().and_then(|c| c.message.clone()))
+        .flatten();
+    match out_path {
+        None => {
             eprint!("{table}");
             let text = serde_json::to_string_pretty(&file)
                 .map_err(|e| AttnError::State(format!("cannot serialize results: {e}")))?;
             println!("{text}");
         }
-        out => {
+        Some(path) => {
             print!("{table}");
-            let path = out
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| default_out_path(&file.environment));
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| AttnError::Io(format!("cannot create {}: {e}", dir.display())))?;
-            }
             results::write_json_atomic(&path, &file)?;
             eprintln!("results written to {}", path.display());
         }
+    }
+    if let Some(reason) = unavailable {
+        eprintln!("no selected backend can run on this machine: {reason}");
+        return Ok(crate::exit_unavailable(&reason));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -65,8 +65,19 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
     }
     let mut cells_table = Builder::default();
     cells_table.push_record([
-        "backend", "mode", "axes", "N", "median", "±", "peak mem", "tok/s", "TFLOP/s", "GB/s",
-        "% copy", "status",
+        "backend",
+        "mode",
+        "axes",
+        "N",
+        "median",
+        "±",
+        "peak mem",
+        "harness mem",
+        "tok/s",
+        "TFLOP/s",
+        "GB/s",
+        "% copy",
+        "status",
     ]);
     let mut slope_table = Builder::default();
     slope_table.push_record([
@@ -117,6 +128,7 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
                     format!("{:.1}%", 100.0 * r)
                 }),
                 c.peak_bytes.map_or_else(|| "-".into(), fmt_bytes),
+                c.harness_bytes.map_or_else(|| "-".into(), fmt_bytes),
                 opt(c.tokens_per_s, |t| format!("{t:.3e}")),
                 opt(c.tflops, |t| format!("{t:.3}")),
                 opt(c.gbps, |g| format!("{g:.2}")),
@@ -136,6 +148,10 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
         ]);
     }
     let mut out = cells_table.build().with(Style::sharp()).to_string();
+    out.push_str(
+        "\npeak mem: what the backend held beyond its inputs (host: counting allocator; \
+         device: exact). harness mem: the f64 inputs the harness holds for the shape, on top.\n",
+    );
     out.push('\n');
     out.push_str(&slope_table.build().with(Style::sharp()).to_string());
     out.push('\n');

@@ -209,6 +209,16 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
     }
 
     let any_failed = summaries.iter().any(|s| s.failed > 0);
+    let nothing_ran = summaries.iter().all(|s| s.run == 0);
+    if nothing_ran && summaries.iter().any(|s| s.skipped.is_some()) {
+        // Nothing could run at all: say so with its own exit code, not a silent pass.
+        let reason = summaries
+            .iter()
+            .find_map(|s| s.skipped.clone())
+            .unwrap_or_default();
+        eprintln!("no selected backend can run on this machine: {reason}");
+        return Ok(crate::exit_unavailable(&reason));
+    }
     Ok(if any_failed {
         ExitCode::from(1)
     } else {
