@@ -2,10 +2,13 @@
 //! of time and memory against N, from one or more results files (a linattn file and a
 //! peers.py file from the same device merge into one report).
 
+mod plot;
+
 use crate::bench::series_slopes;
 use crate::display::{fmt_bytes, fmt_seconds};
 use crate::results::{self, Cell, CellStatus, Mode, ResultsFile};
 use linattn_core::{AttnError, DEFAULT_EPS};
+use plot::{plot_svg, Quantity};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -59,9 +62,9 @@ impl GroupKey {
 
 /// One line of a table or plot: a backend (with its map, ε and decay when not default).
 struct Row<'a> {
-    label: String,
-    is_peer: bool,
-    by_seq: BTreeMap<usize, &'a Cell>,
+    pub(super) label: String,
+    pub(super) is_peer: bool,
+    pub(super) by_seq: BTreeMap<usize, &'a Cell>,
 }
 
 impl Row<'_> {
@@ -269,125 +272,6 @@ fn render_markdown(files: &[ResultsFile], groups: &BTreeMap<GroupKey, Vec<Row>>)
         }
     }
     md
-}
-
-const COLORS: [(u8, u8, u8); 10] = [
-    (31, 119, 180),
-    (255, 127, 14),
-    (44, 160, 44),
-    (214, 39, 40),
-    (148, 103, 189),
-    (140, 86, 75),
-    (227, 119, 194),
-    (127, 127, 127),
-    (188, 189, 34),
-    (23, 190, 207),
-];
-
-#[derive(Clone, Copy)]
-enum Quantity {
-    Time,
-    Memory,
-}
-
-/// One log-log plot of `quantity` against N, a line per row, a cross where a row ran out
-/// of memory (drawn at the top of the plot: there is no value to place it at).
-fn plot_svg(title: &str, rows: &[&Row], quantity: Quantity) -> Result<Option<String>, AttnError> {
-    use plotters::prelude::*;
-    let value = |c: &Cell| -> Option<f64> {
-        match quantity {
-            Quantity::Time => c.ok_median(),
-            Quantity::Memory => c
-                .peak_bytes
-                .filter(|_| c.status == CellStatus::Ok)
-                .map(|b| b as f64),
-        }
-        .filter(|v| *v > 0.0)
-    };
-    let points: Vec<(f64, f64)> = rows
-        .iter()
-        .flat_map(|r| {
-            r.by_seq
-                .values()
-                .filter_map(|c| Some((c.shape.seq as f64, value(c)?)))
-        })
-        .collect();
-    if points.is_empty() {
-        return Ok(None);
-    }
-    let seqs: Vec<f64> = rows
-        .iter()
-        .flat_map(|r| r.by_seq.keys().map(|&n| n as f64))
-        .collect();
-    let x_min = seqs.iter().copied().fold(f64::INFINITY, f64::min) / 1.3;
-    let x_max = seqs.iter().copied().fold(0.0, f64::max) * 1.3;
-    let y_min = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min) / 2.0;
-    let y_max = points.iter().map(|p| p.1).fold(0.0, f64::max) * 3.0;
-    let y_label = match quantity {
-        Quantity::Time => "median time (s)",
-        Quantity::Memory => "peak memory (bytes)",
-    };
-
-    let mut svg = String::new();
-    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
-        let root = SVGBackend::with_string(&mut svg, (900, 600)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(80)
-            .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())?;
-        chart
-            .configure_mesh()
-            .x_desc("N")
-            .y_desc(y_label)
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| match quantity {
-                Quantity::Time => fmt_seconds(*y),
-                Quantity::Memory => fmt_bytes(*y as u64),
-            })
-            .draw()?;
-        for (i, row) in rows.iter().enumerate() {
-            let (r, g, b) = COLORS[i % COLORS.len()];
-            let color = RGBColor(r, g, b);
-            let line: Vec<(f64, f64)> = row
-                .by_seq
-                .values()
-                .filter_map(|c| Some((c.shape.seq as f64, value(c)?)))
-                .collect();
-            let style = if row.is_peer {
-                ShapeStyle::from(&color).stroke_width(1)
-            } else {
-                ShapeStyle::from(&color).stroke_width(2)
-            };
-            chart
-                .draw_series(LineSeries::new(line.clone(), style))?
-                .label(row.label.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-            let ooms: Vec<(f64, f64)> = row
-                .by_seq
-                .values()
-                .filter(|c| c.status == CellStatus::Oom)
-                .map(|c| (c.shape.seq as f64, y_max / 1.5))
-                .collect();
-            chart.draw_series(
-                ooms.iter()
-                    .map(|&p| Cross::new(p, 6, ShapeStyle::from(&color).stroke_width(2))),
-            )?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-        root.present()?;
-        Ok(())
-    })();
-    drawn.map_err(|e| AttnError::State(format!("plot '{title}': {e}")))?;
-    Ok(Some(svg))
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), AttnError> {

@@ -1,0 +1,341 @@
+//! The log-log plots of `linattn report`: time or memory against N, one line per row.
+//!
+//! Axes are drawn in log space with ticks placed by hand, so a reader sees exactly the N
+//! that ran (2^k), memory in binary units and times at whole decades (no "1.000 ms"). Time
+//! points carry min–max whiskers; a line that stops because a cell ran out of memory or was
+//! predicted too slow ends in a labelled mark at the next N; dashed N¹ and N² slopes from
+//! the lower-left corner show at a glance which rows grow linearly.
+
+use super::Row;
+use crate::results::{Cell, CellStatus};
+use linattn_core::AttnError;
+
+const COLORS: [(u8, u8, u8); 10] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+];
+
+#[derive(Clone, Copy)]
+pub(super) enum Quantity {
+    Time,
+    Memory,
+}
+
+impl Quantity {
+    /// The plotted value of an ok cell, before the log.
+    fn value(self, c: &Cell) -> Option<f64> {
+        let v = match self {
+            Quantity::Time => c.ok_median(),
+            Quantity::Memory => c
+                .peak_bytes
+                .filter(|_| c.status == CellStatus::Ok)
+                .map(|b| b as f64),
+        };
+        v.filter(|v| *v > 0.0 && v.is_finite())
+    }
+
+    /// Time is plotted as log10(seconds) (decade ticks), memory as log2(bytes) (binary ticks).
+    fn to_axis(self, v: f64) -> f64 {
+        match self {
+            Quantity::Time => v.log10(),
+            Quantity::Memory => v.log2(),
+        }
+    }
+
+    /// How many axis units one doubling of the value spans (the slope unit of N¹).
+    fn per_doubling(self) -> f64 {
+        match self {
+            Quantity::Time => std::f64::consts::LOG10_2,
+            Quantity::Memory => 1.0,
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            Quantity::Time => "median time (whiskers: min–max of the samples)",
+            Quantity::Memory => "peak memory",
+        }
+    }
+
+    /// The label of an axis position: whole decades of seconds or whole powers of two of
+    /// bytes; anything else gets no label.
+    fn tick_label(self, y: f64) -> String {
+        if (y - y.round()).abs() > 1e-6 {
+            return String::new();
+        }
+        let e = y.round() as i32;
+        match self {
+            Quantity::Time => decade_seconds(e),
+            Quantity::Memory => binary_bytes(e),
+        }
+    }
+}
+
+/// 10^e seconds without needless decimals: "100 µs", "1 ms", "10 s".
+fn decade_seconds(e: i32) -> String {
+    let (unit, offset) = match e {
+        e if e >= 0 => ("s", 0),
+        -3..=-1 => ("ms", 3),
+        -6..=-4 => ("µs", 6),
+        _ => ("ns", 9),
+    };
+    let digits = e + offset;
+    if digits < 0 {
+        return format!("1e{e} s");
+    }
+    format!("{} {unit}", 10u64.pow(digits as u32))
+}
+
+/// 2^e bytes in binary units: "512 B", "1 KiB", "256 MiB".
+fn binary_bytes(e: i32) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if e < 0 {
+        return String::new();
+    }
+    let unit = ((e / 10) as usize).min(UNITS.len() - 1);
+    let rest = e - 10 * unit as i32;
+    format!("{} {}", 1u64 << rest, UNITS[unit])
+}
+
+/// N = 2^k as "2^k".
+fn power_of_two_label(x: f64, run: &[i32]) -> String {
+    let k = x.round() as i32;
+    if (x - x.round()).abs() > 1e-6 || !run.contains(&k) {
+        return String::new();
+    }
+    format!("2^{k}")
+}
+
+/// Why a row's line ends before the largest N, and where.
+struct Stop {
+    x: f64,
+    y: f64,
+    label: &'static str,
+}
+
+/// The first cell after the row's last ok cell that ran out of memory, was predicted too
+/// slow, or failed; marked at its N and at the height of the last point (or the top).
+fn stop_of(row: &Row, quantity: Quantity, top: f64) -> Option<Stop> {
+    let last_ok = row
+        .by_seq
+        .values()
+        .filter_map(|c| Some((c.shape.seq, quantity.value(c)?)))
+        .next_back();
+    let after = last_ok.map_or(0, |(n, _)| n);
+    let stopped = row.by_seq.values().find(|c| {
+        c.shape.seq > after
+            && matches!(
+                c.status,
+                CellStatus::Oom | CellStatus::TooSlow | CellStatus::Error
+            )
+    })?;
+    let label = match stopped.status {
+        CellStatus::Oom => "OOM",
+        CellStatus::TooSlow => "too slow",
+        _ => "error",
+    };
+    Some(Stop {
+        x: (stopped.shape.seq as f64).log2(),
+        y: last_ok.map_or(top, |(_, v)| quantity.to_axis(v)),
+        label,
+    })
+}
+
+/// One log-log plot of `quantity` against N; `None` when no row has a value.
+pub(super) fn plot_svg(
+    title: &str,
+    rows: &[&Row],
+    quantity: Quantity,
+) -> Result<Option<String>, AttnError> {
+    use plotters::prelude::*;
+    let point = |c: &Cell| -> Option<(f64, f64)> {
+        Some((
+            (c.shape.seq as f64).log2(),
+            quantity.to_axis(quantity.value(c)?),
+        ))
+    };
+    let points: Vec<(f64, f64)> = rows
+        .iter()
+        .flat_map(|r| r.by_seq.values().filter_map(|c| point(c)))
+        .collect();
+    if points.is_empty() {
+        return Ok(None);
+    }
+    // Whiskers widen the range a little beyond the medians.
+    let whisker_ends: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| r.by_seq.values())
+        .filter(|c| matches!(quantity, Quantity::Time) && c.status == CellStatus::Ok)
+        .flat_map(|c| [c.min_s, c.max_s])
+        .flatten()
+        .filter(|v| *v > 0.0)
+        .map(|v| quantity.to_axis(v))
+        .collect();
+    let mut run: Vec<i32> = rows
+        .iter()
+        .flat_map(|r| r.by_seq.keys())
+        .filter(|n| n.is_power_of_two())
+        .map(|n| n.trailing_zeros() as i32)
+        .collect();
+    run.sort_unstable();
+    run.dedup();
+    let xs = points.iter().map(|p| p.0);
+    let x_lo = xs.clone().fold(f64::INFINITY, f64::min).floor() - 0.5;
+    let x_hi = rows
+        .iter()
+        .flat_map(|r| r.by_seq.keys())
+        .map(|&n| (n as f64).log2())
+        .fold(f64::NEG_INFINITY, f64::max)
+        .ceil()
+        + 0.5;
+    let ys = points
+        .iter()
+        .map(|p| p.1)
+        .chain(whisker_ends.iter().copied());
+    let y_lo = ys.clone().fold(f64::INFINITY, f64::min).floor();
+    let y_hi = ys.fold(f64::NEG_INFINITY, f64::max).ceil() + 1.0;
+    let (x_ticks, y_ticks) = (
+        (x_hi - x_lo).ceil() as usize + 1,
+        (y_hi - y_lo) as usize + 1,
+    );
+
+    let mut svg = String::new();
+    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
+        let root = SVGBackend::with_string(&mut svg, (960, 640)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(14)
+            .x_label_area_size(45)
+            .y_label_area_size(80)
+            .build_cartesian_2d(x_lo..x_hi, y_lo..y_hi)?;
+        chart
+            .configure_mesh()
+            .x_desc("N (log scale; ticks at the N that ran)")
+            .y_desc(quantity.description())
+            .x_labels(x_ticks.min(40))
+            .y_labels(y_ticks.min(40))
+            .x_label_formatter(&|x| power_of_two_label(*x, &run))
+            .y_label_formatter(&|y| quantity.tick_label(*y))
+            .light_line_style(WHITE)
+            .draw()?;
+
+        // Reference slopes N¹ and N² through the lowest point at the smallest N.
+        let x0 = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+        let y0 = points
+            .iter()
+            .filter(|p| p.0 == x0)
+            .map(|p| p.1)
+            .fold(f64::INFINITY, f64::min);
+        let grey = RGBColor(120, 120, 120);
+        for (power, label) in [(1.0, "∝ N"), (2.0, "∝ N²")] {
+            let slope = power * quantity.per_doubling();
+            let x_end = (x0 + (y_hi - y0) / slope).min(x_hi);
+            let end = (x_end, y0 + slope * (x_end - x0));
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(x0, y0), end],
+                    6,
+                    4,
+                    ShapeStyle::from(&grey).stroke_width(1),
+                ))?
+                .label(format!("{label} (reference slope)"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
+            chart.draw_series(std::iter::once(Text::new(
+                label.to_string(),
+                (end.0 - 0.35, end.1 - 0.15 * quantity.per_doubling() / 0.3),
+                ("sans-serif", 13).into_font().color(&grey),
+            )))?;
+        }
+
+        for (i, row) in rows.iter().enumerate() {
+            let (r, g, b) = COLORS[i % COLORS.len()];
+            let color = RGBColor(r, g, b);
+            let line: Vec<(f64, f64)> = row.by_seq.values().filter_map(|c| point(c)).collect();
+            let width = if row.is_peer { 1 } else { 2 };
+            chart
+                .draw_series(LineSeries::new(
+                    line.clone(),
+                    ShapeStyle::from(&color).stroke_width(width),
+                ))?
+                .label(row.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            if matches!(quantity, Quantity::Time) {
+                for c in row.by_seq.values().filter(|c| c.status == CellStatus::Ok) {
+                    let (Some(lo), Some(hi)) = (c.min_s, c.max_s) else {
+                        continue;
+                    };
+                    if lo <= 0.0 || hi <= 0.0 {
+                        continue;
+                    }
+                    let x = (c.shape.seq as f64).log2();
+                    let (lo, hi) = (quantity.to_axis(lo), quantity.to_axis(hi));
+                    chart.draw_series(std::iter::once(PathElement::new(
+                        vec![(x, lo), (x, hi)],
+                        ShapeStyle::from(&color).stroke_width(1),
+                    )))?;
+                    for y in [lo, hi] {
+                        chart.draw_series(std::iter::once(PathElement::new(
+                            vec![(x - 0.06, y), (x + 0.06, y)],
+                            ShapeStyle::from(&color).stroke_width(1),
+                        )))?;
+                    }
+                }
+            }
+            if let Some(stop) = stop_of(row, quantity, y_hi - 0.5) {
+                chart.draw_series(std::iter::once(Cross::new(
+                    (stop.x, stop.y),
+                    6,
+                    ShapeStyle::from(&color).stroke_width(2),
+                )))?;
+                chart.draw_series(std::iter::once(Text::new(
+                    stop.label.to_string(),
+                    (stop.x + 0.1, stop.y),
+                    ("sans-serif", 12).into_font().color(&color),
+                )))?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    })();
+    drawn.map_err(|e| AttnError::State(format!("plot '{title}': {e}")))?;
+    Ok(Some(svg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_whole_decades_and_binary_units() {
+        assert_eq!(decade_seconds(0), "1 s");
+        assert_eq!(decade_seconds(1), "10 s");
+        assert_eq!(decade_seconds(-1), "100 ms");
+        assert_eq!(decade_seconds(-3), "1 ms");
+        assert_eq!(decade_seconds(-5), "10 µs");
+        assert_eq!(decade_seconds(-9), "1 ns");
+        assert_eq!(binary_bytes(9), "512 B");
+        assert_eq!(binary_bytes(10), "1 KiB");
+        assert_eq!(binary_bytes(28), "256 MiB");
+        assert_eq!(binary_bytes(30), "1 GiB");
+        assert_eq!(Quantity::Time.tick_label(-2.5), "");
+        assert_eq!(power_of_two_label(10.0, &[8, 10]), "2^10");
+        assert_eq!(power_of_two_label(9.0, &[8, 10]), "", "N = 2^9 did not run");
+        assert_eq!(power_of_two_label(9.5, &[8, 10]), "");
+    }
+}
