@@ -411,6 +411,22 @@ impl Problem {
     pub fn has_decay(&self) -> bool {
         self.decay != 1.0
     }
+    /// What of this problem softmax attention would silently ignore (feature map, ε, decay),
+    /// if anything: only the defaults (elu+1, default ε, no decay) describe a softmax run
+    /// truthfully, so the harness refuses or marks n/a anything else.
+    pub fn softmax_ignores(&self) -> Option<String> {
+        let mut ignored = Vec::new();
+        if self.map != FeatureMap::EluPlusOne {
+            ignored.push(format!("feature map (map={})", self.map));
+        }
+        if self.eps != DEFAULT_EPS {
+            ignored.push(format!("normaliser ε (eps={:e})", self.eps));
+        }
+        if self.has_decay() {
+            ignored.push(format!("decay (decay={})", self.decay));
+        }
+        (!ignored.is_empty()).then(|| ignored.join(", "))
+    }
     /// Checks sizes and options; every backend calls this before running.
     pub fn validate(&self) -> Result<(), AttnError> {
         self.shape.validate()?;

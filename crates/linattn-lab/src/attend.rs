@@ -312,6 +312,14 @@ pub fn run(args: AttendArgs) -> Result<ExitCode, AttnError> {
 
     let mut backend = resolve_backend(&args.backend, &options, &problem, dtype)?;
     let name = backend.name().to_string();
+    if backend.info().algorithm == Algorithm::Softmax {
+        if let Some(ignored) = problem.softmax_ignores() {
+            return Err(AttnError::InvalidArgument(format!(
+                "{name} is softmax attention and has no {ignored}; drop those options or \
+                 pick a linear-attention backend"
+            )));
+        }
+    }
     backend.supports(&problem)?;
     let with_grads = inputs.d_out.is_some();
     if with_grads && backend.info().backward.is_none() {

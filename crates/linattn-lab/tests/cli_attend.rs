@@ -497,6 +497,17 @@ fn bad_inputs_exit_2_naming_the_problem() {
         &["empty dimension", "heads"],
     );
 
+    // Options softmax attention does not have are refused, not ignored.
+    let softmax_relu = ["--backend", "cpu/softmax/f32", "--map", "relu"];
+    expect_refusal(
+        &case,
+        &q,
+        &k,
+        &v,
+        &softmax_relu,
+        &["softmax attention", "feature map (map=relu)"],
+    );
+
     // Unknown names.
     let unknown_map = ["--backend", "cpu-ref", "--map", "gelu"];
     expect_refusal(

@@ -7,8 +7,8 @@ use crate::results::{Cell, CellShape, CellStatus, Mode, PeakSource};
 use crate::stats::SampleStats;
 use crate::term::panic_message;
 use linattn_core::{
-    Algorithm, AttnError, Backend, DeviceKind, FeatureMap, HostMemory, Inputs, Precision, Problem,
-    Shape, Unsupported, DEFAULT_EPS,
+    Algorithm, AttnError, Backend, DeviceKind, HostMemory, Inputs, Precision, Problem, Shape,
+    Unsupported,
 };
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -225,7 +225,7 @@ pub(super) fn bench_cell(
         return fail(cell, classify(&u), u.to_string());
     }
     if info.algorithm == Algorithm::Softmax {
-        if let Some(ignored) = softmax_ignores(p) {
+        if let Some(ignored) = p.softmax_ignores() {
             // Timing softmax again under another map or decay would repeat the elu+1 cell
             // under a label that claims a difference.
             return fail(
@@ -359,22 +359,6 @@ pub(super) fn cell_bytes(shape: &Shape, precision: Precision, mode: Mode) -> u64
         Mode::ForwardBackward => rows * (2 * d + 2 * m) + rows * (m + 2 * d + m),
     };
     elements.saturating_mul(precision.bytes() as u64)
-}
-
-/// What of `p` softmax attention would silently ignore (feature map, ε, decay), if anything:
-/// only the defaults (elu+1, default ε, no decay) describe a softmax cell truthfully.
-pub(super) fn softmax_ignores(p: &Problem) -> Option<String> {
-    let mut ignored = Vec::new();
-    if p.map != FeatureMap::EluPlusOne {
-        ignored.push(format!("feature map (map={})", p.map));
-    }
-    if p.eps != DEFAULT_EPS {
-        ignored.push(format!("normaliser ε (eps={:e})", p.eps));
-    }
-    if p.has_decay() {
-        ignored.push(format!("decay (decay={})", p.decay));
-    }
-    (!ignored.is_empty()).then(|| ignored.join(", "))
 }
 
 /// Every axis of a problem but N (series identity for slopes and predictions).

@@ -122,7 +122,7 @@ pub(super) fn numbered(problems: Vec<Problem>, long: bool) -> Vec<Case> {
 /// case that is not in its grid at all is neither run nor counted).
 pub(super) fn case_applies(info: &linattn_core::BackendInfo, case: &Case) -> bool {
     let softmax = info.algorithm == Algorithm::Softmax;
-    if softmax && (case.problem.map != FeatureMap::EluPlusOne || case.problem.has_decay()) {
+    if softmax && case.problem.softmax_ignores().is_some() {
         // Softmax ignores map, ε and decay: those cases would repeat the elu+1 one.
         return false;
     }
