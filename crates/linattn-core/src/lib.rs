@@ -7,10 +7,12 @@
 //! * [`ErrorMetrics`]: max-abs, max-rel and RMS-ratio error against a reference.
 //! * [`Backend`]: the one trait every implementation (CPU, softmax, CUDA) provides; the
 //!   harness knows nothing else.
+//! * [`Decoder`], [`DecodeState`]: streaming decode with a carried (S, z) state, saved to a file.
 //! * [`CountingAllocator`]: the host-memory meter the harness installs as global allocator.
 
 mod alloc;
 mod backend;
+mod decode;
 mod error;
 mod metrics;
 mod problem;
@@ -21,6 +23,7 @@ pub use alloc::{CountingAllocator, HostMemory};
 pub use backend::{
     check_linear_form, Algorithm, Backend, BackendInfo, BackwardKind, DeviceKind, RunStats,
 };
+pub use decode::{decode_sequence, no_decode_state, DecodeSpec, DecodeState, Decoder};
 pub use error::{AttnError, Unsupported};
 pub use metrics::ErrorMetrics;
 pub use problem::{
