@@ -8,12 +8,13 @@
 //! token at a time. States are saved to one file: a short text header naming what the state
 //! belongs to, then S and z little-endian in the state's precision; written atomically.
 
+use crate::atomic::write_bytes_atomic;
 use crate::error::{AttnError, Unsupported};
 use crate::problem::{Causality, FeatureMap, Precision, Problem, Shape};
 use crate::tensor::{Inputs, Tensor};
 use std::fs;
-use std::io::Write;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// What a decode state belongs to: sizes without a sequence length, and the math options.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -214,22 +215,7 @@ impl DecodeState {
                 _ => bytes.extend_from_slice(&x.to_le_bytes()),
             }
         }
-        let file_name = path.file_name().ok_or_else(|| {
-            AttnError::InvalidArgument(format!("{} names no file", path.display()))
-        })?;
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(file_name);
-        tmp_name.push(format!(".tmp{}", std::process::id()));
-        let tmp = path.with_file_name(tmp_name);
-        let written = fs::File::create(&tmp).and_then(|mut f| {
-            f.write_all(&bytes)?;
-            f.sync_all()
-        });
-        if let Err(e) = written.and_then(|_| fs::rename(&tmp, path)) {
-            let _ = fs::remove_file(&tmp);
-            return Err(AttnError::Io(format!("writing {}: {e}", path.display())));
-        }
-        Ok(())
+        write_bytes_atomic(path, &bytes)
     }
 
     /// Reads a state written by [`DecodeState::save`], checking the header, the sizes it
@@ -367,6 +353,9 @@ fn check_state_precision(p: Precision) -> Result<(), AttnError> {
 pub trait Decoder: Send {
     fn name(&self) -> &str;
 
+    /// Precision q, k, v are stored in (f16/bf16 inputs still keep an fp32 state).
+    fn input_precision(&self) -> Precision;
+
     /// Precision the state is kept in (f64 for the reference, f32 otherwise).
     fn state_precision(&self) -> Precision;
 
@@ -392,17 +381,24 @@ pub trait Decoder: Send {
     fn import_state(&mut self, spec: &DecodeSpec, state: &DecodeState) -> Result<(), AttnError>;
 }
 
+/// Wall time of a [`decode_sequence`]: the prefill pass, and all single-token steps together.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct DecodeTiming {
+    pub prefill: Duration,
+    pub steps: Duration,
+}
+
 /// Decodes the `N` tokens of `x` the streaming way: from `start` (a loaded state) or the
 /// empty state, prefill the first `prefill` tokens in one pass, then step the rest one by one.
-/// Returns O `[B, H, N, M]`, equal to the causal forward over the whole sequence when
-/// starting empty.
+/// Returns O `[B, H, N, M]` — equal to the causal forward over the whole sequence when
+/// starting empty — and the time spent inside the decoder (slicing tokens is not counted).
 pub fn decode_sequence(
     decoder: &mut dyn Decoder,
     spec: &DecodeSpec,
     x: &Inputs,
     prefill: usize,
     start: Option<&DecodeState>,
-) -> Result<Tensor, AttnError> {
+) -> Result<(Tensor, DecodeTiming), AttnError> {
     let n = spec.check_tokens(x)?;
     if prefill > n {
         return Err(AttnError::InvalidArgument(format!(
@@ -414,13 +410,22 @@ pub fn decode_sequence(
         None => decoder.reset(spec)?,
     }
     let mut out = Tensor::zeros([spec.batch, spec.heads, n, spec.dv])?;
+    let mut timing = DecodeTiming::default();
     if prefill > 0 {
-        out.set_seq(0, &decoder.prefill(&x.seq_slice(0..prefill)?)?)?;
+        let chunk = x.seq_slice(0..prefill)?;
+        let t0 = Instant::now();
+        let o = decoder.prefill(&chunk)?;
+        timing.prefill = t0.elapsed();
+        out.set_seq(0, &o)?;
     }
     for t in prefill..n {
-        out.set_seq(t, &decoder.step(&x.seq_slice(t..t + 1)?)?)?;
+        let token = x.seq_slice(t..t + 1)?;
+        let t0 = Instant::now();
+        let o = decoder.step(&token)?;
+        timing.steps += t0.elapsed();
+        out.set_seq(t, &o)?;
     }
-    Ok(out)
+    Ok((out, timing))
 }
 
 /// The "no state yet" error every decoder reports when stepped before reset or import.

@@ -11,6 +11,7 @@
 //! * [`CountingAllocator`]: the host-memory meter the harness installs as global allocator.
 
 mod alloc;
+mod atomic;
 mod backend;
 mod decode;
 mod error;
@@ -20,10 +21,13 @@ mod rng;
 mod tensor;
 
 pub use alloc::{CountingAllocator, HostMemory};
+pub use atomic::write_bytes_atomic;
 pub use backend::{
     check_linear_form, Algorithm, Backend, BackendInfo, BackwardKind, DeviceKind, RunStats,
 };
-pub use decode::{decode_sequence, no_decode_state, DecodeSpec, DecodeState, Decoder};
+pub use decode::{
+    decode_sequence, no_decode_state, DecodeSpec, DecodeState, DecodeTiming, Decoder,
+};
 pub use error::{AttnError, Unsupported};
 pub use metrics::ErrorMetrics;
 pub use problem::{

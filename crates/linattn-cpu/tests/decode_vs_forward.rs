@@ -35,7 +35,9 @@ fn decode_equals_causal_forward_for_every_map_decay_and_prefill() {
             for mut dec in decoders() {
                 let tol = dec.state_precision().rms_tolerance();
                 for prefill in [0, 1, 7, N - 1, N] {
-                    let got = decode_sequence(dec.as_mut(), &spec, &x, prefill, None).unwrap();
+                    let got = decode_sequence(dec.as_mut(), &spec, &x, prefill, None)
+                        .unwrap()
+                        .0;
                     let err = ErrorMetrics::compare(reference.data(), got.data());
                     assert!(
                         err.passes(tol),
@@ -105,7 +107,7 @@ fn save_load_continue_equals_uninterrupted() {
         let spec = DecodeSpec::from_problem(&p).unwrap();
         let x = Inputs::random(p.shape, 3, false).unwrap();
         for mut dec in decoders() {
-            let whole = decode_sequence(dec.as_mut(), &spec, &x, 4, None).unwrap();
+            let whole = decode_sequence(dec.as_mut(), &spec, &x, 4, None).unwrap().0;
             let split = 9;
             decode_sequence(
                 dec.as_mut(),
@@ -121,7 +123,9 @@ fn save_load_continue_equals_uninterrupted() {
             assert_eq!(loaded, dec.export_state().unwrap());
             assert_eq!(loaded.tokens, split as u64);
             let rest = x.seq_slice(split..N).unwrap();
-            let tail = decode_sequence(dec.as_mut(), &spec, &rest, 0, Some(&loaded)).unwrap();
+            let tail = decode_sequence(dec.as_mut(), &spec, &rest, 0, Some(&loaded))
+                .unwrap()
+                .0;
             // The state round-trips bit for bit, so the continuation is identical.
             assert_eq!(tail, whole.seq_slice(split..N).unwrap(), "{}", dec.name());
         }

@@ -127,6 +127,10 @@ impl<T: StateReal> Decoder for CpuDecoder<T> {
         self.name
     }
 
+    fn input_precision(&self) -> Precision {
+        T::PRECISION
+    }
+
     fn state_precision(&self) -> Precision {
         T::PRECISION
     }
