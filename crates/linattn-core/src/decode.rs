@@ -363,15 +363,26 @@ pub trait Decoder: Send {
     fn supports(&self, spec: &DecodeSpec) -> Result<(), Unsupported>;
 
     /// Starts from the empty state of `spec`.
-    fn reset(&mut self, spec: &DecodeSpec) -> Result<(), AttnError>;
+    fn reset(&mut self, spec: &DecodeSpec) -> Result<(), AttnError> {
+        self.import_state(spec, &DecodeState::empty(*spec, self.state_precision())?)
+    }
 
     /// Consumes `x` (`[B, H, P, ·]`, P ≥ 1) in one pass: returns O `[B, H, P, M]` and leaves the
     /// state after the P tokens. O(P·C·M).
     fn prefill(&mut self, x: &Inputs) -> Result<Tensor, AttnError>;
 
     /// Consumes one token (`x` is `[B, H, 1, ·]`): returns o_t `[B, H, 1, M]` and updates the
-    /// state in place. O(C·M) per (batch, head).
-    fn step(&mut self, x: &Inputs) -> Result<Tensor, AttnError>;
+    /// state in place. O(C·M) per (batch, head). A prefill of one token unless a decoder has
+    /// a faster path.
+    fn step(&mut self, x: &Inputs) -> Result<Tensor, AttnError> {
+        let n = x.q.dims()[2];
+        if n != 1 {
+            return Err(AttnError::ShapeMismatch(format!(
+                "step takes one token ([B, H, 1, ·]), got {n}"
+            )));
+        }
+        self.prefill(x)
+    }
 
     /// The current state, widened to f64.
     fn export_state(&mut self) -> Result<DecodeState, AttnError>;

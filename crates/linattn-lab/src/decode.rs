@@ -51,7 +51,9 @@ pub struct DecodeArgs {
 /// Every decoder the binary knows: CPU reference and f32, then the CUDA step kernel on the
 /// simulator and on a GPU.
 pub(crate) fn all_decoders() -> Vec<Box<dyn Decoder>> {
-    linattn_cpu::decoders()
+    let mut all = linattn_cpu::decoders();
+    all.extend(linattn_cuda::decoders());
+    all
 }
 
 /// The decoder `name` (exact, or a family narrowed by `precision`).

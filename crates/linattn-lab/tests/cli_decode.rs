@@ -128,6 +128,38 @@ fn decode_equals_the_causal_forward_for_every_map_and_decay() {
     }
 }
 
+/// The CUDA step kernel on the PTX simulator through the CLI (f32 files, fused maps).
+#[test]
+fn decode_on_the_simulator_equals_the_causal_forward() {
+    if let Err(reason) = linattn_cuda::Platform::Sim.available() {
+        eprintln!("skipped: the simulator needs NVRTC ({reason})");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let p = Problem::new(
+        Shape::new(1, 2, N, 16, 8),
+        Causality::Causal,
+        FeatureMap::EluPlusOne,
+    )
+    .with_decay(0.9);
+    let x = Inputs::random(p.shape, 8, false)
+        .unwrap()
+        .rounded(|a| a as f32 as f64);
+    write_inputs(d, &x, true);
+    let reference = linattn_cpu::oracle::forward(&p, &x).unwrap();
+    let out = d.join("o.npy");
+    ok(&linattn(
+        d,
+        &format!(
+            "--backend sim --decay 0.9 --prefill 4 --out {}",
+            out.display()
+        ),
+    ));
+    let err = ErrorMetrics::compare(reference.data(), &read_npy(&out));
+    assert!(err.passes(Precision::F32.rms_tolerance()), "{err:?}");
+}
+
 #[test]
 fn a_stream_split_across_runs_equals_one_run() {
     let dir = tempfile::tempdir().unwrap();

@@ -140,21 +140,7 @@ impl<T: StateReal> Decoder for CpuDecoder<T> {
             .map_err(|e| Unsupported::Problem(e.to_string()))
     }
 
-    fn reset(&mut self, spec: &DecodeSpec) -> Result<(), AttnError> {
-        self.start(spec, &DecodeState::empty(*spec, T::PRECISION)?)
-    }
-
     fn prefill(&mut self, x: &Inputs) -> Result<Tensor, AttnError> {
-        self.advance(x)
-    }
-
-    fn step(&mut self, x: &Inputs) -> Result<Tensor, AttnError> {
-        let n = x.q.dims()[2];
-        if n != 1 {
-            return Err(AttnError::ShapeMismatch(format!(
-                "step takes one token ([B, H, 1, ·]), got {n}"
-            )));
-        }
         self.advance(x)
     }
 
