@@ -7,10 +7,13 @@
 //! * [`ErrorMetrics`]: max-abs, max-rel and RMS-ratio error against a reference.
 //! * [`Backend`]: the one trait every implementation (CPU, softmax, CUDA) provides; the
 //!   harness knows nothing else.
+//! * [`Decoder`], [`DecodeState`]: streaming decode with a carried (S, z) state, saved to a file.
 //! * [`CountingAllocator`]: the host-memory meter the harness installs as global allocator.
 
 mod alloc;
+mod atomic;
 mod backend;
+mod decode;
 mod error;
 mod metrics;
 mod problem;
@@ -18,8 +21,12 @@ mod rng;
 mod tensor;
 
 pub use alloc::{CountingAllocator, HostMemory};
+pub use atomic::write_bytes_atomic;
 pub use backend::{
     check_linear_form, Algorithm, Backend, BackendInfo, BackwardKind, DeviceKind, RunStats,
+};
+pub use decode::{
+    decode_sequence, no_decode_state, DecodeSpec, DecodeState, DecodeTiming, Decoder,
 };
 pub use error::{AttnError, Unsupported};
 pub use metrics::ErrorMetrics;

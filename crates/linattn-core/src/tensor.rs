@@ -116,6 +116,35 @@ impl Tensor {
         }
         Ok(())
     }
+    /// Positions `range` of the sequence axis (dim 2) of every (batch, head), as a new tensor.
+    pub fn seq_slice(&self, range: std::ops::Range<usize>) -> Result<Tensor, AttnError> {
+        let [b, h, n, d] = self.dims;
+        if range.start > range.end || range.end > n {
+            return Err(AttnError::InvalidArgument(format!(
+                "positions {range:?} outside a sequence of {n}"
+            )));
+        }
+        let mut data = Vec::with_capacity(b * h * range.len() * d);
+        for bh in 0..b * h {
+            data.extend_from_slice(&self.head(bh)[range.start * d..range.end * d]);
+        }
+        Tensor::from_vec([b, h, range.len(), d], data)
+    }
+    /// Writes `src` (`[B, H, n, D]`) at positions `start..start + n` of the sequence axis.
+    pub fn set_seq(&mut self, start: usize, src: &Tensor) -> Result<(), AttnError> {
+        let [b, h, n, d] = src.dims;
+        let [sb, sh, sn, sd] = self.dims;
+        if (b, h, d) != (sb, sh, sd) || start + n > sn {
+            return Err(AttnError::ShapeMismatch(format!(
+                "cannot write {:?} at position {start} of {:?}",
+                src.dims, self.dims
+            )));
+        }
+        for bh in 0..b * h {
+            self.head_mut(bh)[start * d..(start + n) * d].copy_from_slice(src.head(bh));
+        }
+        Ok(())
+    }
     /// Rounds every element through `round` (e.g. to f16 and back) in place.
     pub fn map_in_place(&mut self, round: impl Fn(f64) -> f64) {
         for x in &mut self.data {
@@ -205,6 +234,19 @@ impl Inputs {
             g.check_finite(TensorRole::DOut)?;
         }
         Ok(())
+    }
+
+    /// Positions `range` of q, k, v (and d_out) along the sequence axis.
+    pub fn seq_slice(&self, range: std::ops::Range<usize>) -> Result<Inputs, AttnError> {
+        Ok(Inputs {
+            q: self.q.seq_slice(range.clone())?,
+            k: self.k.seq_slice(range.clone())?,
+            v: self.v.seq_slice(range.clone())?,
+            d_out: match &self.d_out {
+                Some(g) => Some(g.seq_slice(range)?),
+                None => None,
+            },
+        })
     }
 
     /// d_out, or an error naming what is missing.

@@ -5,14 +5,17 @@
 //! * [`fast`]: the f32 path users run at long N: rayon over B·H, a C×M state kept in L1,
 //!   elementwise maps fused, the others through a φ stage; memory-efficient backward.
 //! * [`maps`]: every feature map of SPEC §5 and its vector-Jacobian product, in f64 and f32.
+//! * [`decode`]: streaming decoders (prefill, then one token at a time), f64 and f32.
 //! * [`backends`]: all of the above behind [`linattn_core::Backend`].
 
 mod backend;
+pub mod decode;
 pub mod fast;
 pub mod maps;
 pub mod oracle;
 
 pub use backend::{FastBackend, OracleBackend};
+pub use decode::decoders;
 
 use linattn_core::Backend;
 

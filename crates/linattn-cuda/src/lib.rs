@@ -9,6 +9,7 @@
 //!   efficient attention) and its backward.
 //! * [`noncausal`] — `{cuda,sim}/noncausal/{f32,f16,bf16}`: S = φ(K)ᵀV, z, O = φ(Q)S/(φ(Q)z+ε).
 //! * [`causal_recurrent`], [`causal_cumsum`], [`causal_chunked`] — the causal forms.
+//! * [`decode`] — `{cuda,sim}/decode/{f32,f16,bf16}`: streaming decode, one token per launch.
 //!
 //! Every backend exists once per [`Platform`]: `cuda/<form>/<precision>` runs on the GPU,
 //! `sim/<form>/<precision>` runs the same kernels, compiled the same way, on the simulator.
@@ -17,6 +18,7 @@
 pub mod causal_chunked;
 pub mod causal_cumsum;
 pub mod causal_recurrent;
+pub mod decode;
 pub mod executor;
 pub mod feature_map;
 pub mod memory;
@@ -24,7 +26,7 @@ pub mod noncausal;
 pub mod runtime;
 mod staged;
 
-use linattn_core::{AttnError, Backend, Unsupported};
+use linattn_core::{AttnError, Backend, Decoder, Unsupported};
 
 pub use executor::{DeviceInfo, Executor, KernelArg, Launch, Platform};
 pub use runtime::{gpu_available, nvrtc_available, KernelVariant};
@@ -45,6 +47,15 @@ pub fn backends_on(platform: Platform) -> Vec<Box<dyn Backend>> {
     all
 }
 
+/// Every streaming decoder on every platform (GPU first, then simulator); absent hardware
+/// shows in `supports` as `skipped: <reason>`.
+pub fn decoders() -> Vec<Box<dyn Decoder>> {
+    Platform::ALL
+        .into_iter()
+        .flat_map(decode::decoders)
+        .collect()
+}
+
 /// Every kernel variant this crate can compile (what `tests/compile_all_kernels.rs` checks).
 pub fn kernel_variants() -> Vec<KernelVariant> {
     let mut all = Vec::new();
@@ -53,6 +64,7 @@ pub fn kernel_variants() -> Vec<KernelVariant> {
     all.extend(causal_recurrent::kernel_variants());
     all.extend(causal_cumsum::kernel_variants());
     all.extend(causal_chunked::kernel_variants());
+    all.extend(decode::kernel_variants());
     all
 }
 

@@ -28,15 +28,8 @@ Inputs: 4-D C-order .npy arrays, '<f4' or '<f8', all of one dtype: q and k [B, H
 v (and dO) [B, H, N, M]. Outputs o.npy (and dq.npy, dk.npy, dv.npy with --d-out) in the same \
 dtype. Bad input (shapes, NaN/Inf, dtype, unknown names) exits with status 2.")]
 pub struct AttendArgs {
-    /// Queries, [B, H, N, D].
-    #[arg(long, value_name = "PATH")]
-    q: PathBuf,
-    /// Keys, [B, H, N, D].
-    #[arg(long, value_name = "PATH")]
-    k: PathBuf,
-    /// Values, [B, H, N, M].
-    #[arg(long, value_name = "PATH")]
-    v: PathBuf,
+    #[command(flatten)]
+    qkv: QkvPaths,
     /// ∂L/∂O, [B, H, N, M]: when given, the backward runs and dq, dk, dv are written.
     #[arg(long = "d-out", value_name = "PATH")]
     d_out: Option<PathBuf>,
@@ -52,24 +45,60 @@ pub struct AttendArgs {
     /// Storage precision, when --backend names a family.
     #[arg(long)]
     precision: Option<String>,
-    /// Feature map: elu+1, relu, softmax, 1+cos, favor[:R], identity, efficient.
-    #[arg(long, default_value = "elu+1")]
-    map: String,
     /// Causal attention: position i sees j ≤ i (the default).
     #[arg(long, conflicts_with = "non_causal")]
     causal: bool,
     /// Non-causal attention: every position sees every position.
     #[arg(long = "non-causal")]
     non_causal: bool,
+    #[command(flatten)]
+    math: MathArgs,
+}
+
+/// `--map`, `--eps`, `--decay`, `--favor-seed` (shared by `attend` and `decode`).
+#[derive(clap::Args)]
+pub(crate) struct MathArgs {
+    /// Feature map: elu+1, relu, softmax, 1+cos, favor[:R], identity, efficient.
+    #[arg(long, default_value = "elu+1")]
+    map: String,
     /// ε added to every normaliser.
     #[arg(long, default_value_t = DEFAULT_EPS)]
-    eps: f64,
+    pub eps: f64,
     /// λ of the decayed state S_i = λ S_{i−1} + φ(k_i) v_iᵀ, in (0, 1]; 1 is no decay.
     #[arg(long, default_value_t = 1.0)]
-    decay: f64,
+    pub decay: f64,
     /// Seed of the FAVOR+ projection (favor map only).
     #[arg(long = "favor-seed")]
     favor_seed: Option<u64>,
+}
+
+impl MathArgs {
+    /// `--map` with `--favor-seed` applied (an error for a map other than favor).
+    pub(crate) fn map(&self) -> Result<FeatureMap, AttnError> {
+        let mut map: FeatureMap = self.map.parse()?;
+        if let (FeatureMap::Favor { seed, .. }, Some(s)) = (&mut map, self.favor_seed) {
+            *seed = s;
+        } else if self.favor_seed.is_some() {
+            return Err(AttnError::InvalidArgument(format!(
+                "--favor-seed applies to the favor map only, not {map}"
+            )));
+        }
+        Ok(map)
+    }
+}
+
+/// `--q`, `--k`, `--v`: the .npy operands (shared by `attend` and `decode`).
+#[derive(clap::Args)]
+pub(crate) struct QkvPaths {
+    /// Queries, [B, H, N, D].
+    #[arg(long, value_name = "PATH")]
+    q: PathBuf,
+    /// Keys, [B, H, N, D].
+    #[arg(long, value_name = "PATH")]
+    k: PathBuf,
+    /// Values, [B, H, N, M].
+    #[arg(long, value_name = "PATH")]
+    v: PathBuf,
 }
 
 /// What `--form` asks for: a linear form or the softmax baseline.
@@ -110,14 +139,7 @@ struct Options {
 }
 
 fn parse_options(args: &AttendArgs) -> Result<Options, AttnError> {
-    let mut map: FeatureMap = args.map.parse()?;
-    if let (FeatureMap::Favor { seed, .. }, Some(s)) = (&mut map, args.favor_seed) {
-        *seed = s;
-    } else if args.favor_seed.is_some() {
-        return Err(AttnError::InvalidArgument(format!(
-            "--favor-seed applies to the favor map only, not {map}"
-        )));
-    }
+    let map = args.math.map()?;
     let causality = if args.non_causal {
         Causality::NonCausal
     } else {
@@ -139,19 +161,24 @@ fn parse_options(args: &AttendArgs) -> Result<Options, AttnError> {
 
 /// Reads the operands; they must share one dtype.
 fn read_inputs(args: &AttendArgs) -> Result<(Inputs, NpyDtype), AttnError> {
-    let q = read_npy(&args.q)?;
-    let k = read_npy(&args.k)?;
-    let v = read_npy(&args.v)?;
-    let d_out = args.d_out.as_deref().map(read_npy).transpose()?;
+    read_operands(&args.qkv, args.d_out.as_deref())
+}
+
+/// Reads q, k, v (and dO) from .npy files; they must share one dtype.
+pub(crate) fn read_operands(
+    paths: &QkvPaths,
+    d_out_path: Option<&Path>,
+) -> Result<(Inputs, NpyDtype), AttnError> {
+    let (k_path, v_path) = (paths.k.as_path(), paths.v.as_path());
+    let q = read_npy(&paths.q)?;
+    let k = read_npy(k_path)?;
+    let v = read_npy(v_path)?;
+    let d_out = d_out_path.map(read_npy).transpose()?;
     let dtype = q.dtype;
     let named: [(&str, &Path, Option<&NpyArray>); 3] = [
-        ("k", &args.k, Some(&k)),
-        ("v", &args.v, Some(&v)),
-        (
-            "d_out",
-            args.d_out.as_deref().unwrap_or(Path::new("")),
-            d_out.as_ref(),
-        ),
+        ("k", k_path, Some(&k)),
+        ("v", v_path, Some(&v)),
+        ("d_out", d_out_path.unwrap_or(Path::new("")), d_out.as_ref()),
     ];
     for (role, path, array) in named {
         if let Some(array) = array {
@@ -287,7 +314,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Refuses a result holding NaN or ±Inf rather than writing it out.
-fn check_output(backend: &str, what: &str, t: &Tensor) -> Result<(), AttnError> {
+pub(crate) fn check_output(backend: &str, what: &str, t: &Tensor) -> Result<(), AttnError> {
     match t.data().iter().position(|x| !x.is_finite()) {
         None => Ok(()),
         Some(i) => Err(AttnError::NonFiniteOutput {
@@ -305,8 +332,8 @@ pub fn run(args: AttendArgs) -> Result<ExitCode, AttnError> {
         shape,
         causality: options.causality,
         map: options.map,
-        eps: args.eps,
-        decay: args.decay,
+        eps: args.math.eps,
+        decay: args.math.decay,
     };
     inputs.validate_for(&problem)?;
 

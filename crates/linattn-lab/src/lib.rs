@@ -9,6 +9,7 @@ mod attend;
 mod bench;
 mod check;
 mod compare;
+mod decode;
 mod display;
 mod kernels;
 mod npy;
@@ -62,6 +63,8 @@ enum Command {
     Report(report::ReportArgs),
     /// Run one backend on q, k, v (and dO) from .npy files; write O (and dQ, dK, dV).
     Attend(attend::AttendArgs),
+    /// Streaming decode from .npy files: prefill P tokens, step the rest with the carried state.
+    Decode(decode::DecodeArgs),
     /// Compile every kernel variant with NVRTC and print ptxas registers/spills per kernel.
     Kernels(kernels::KernelsArgs),
     /// Count what sim/* kernels execute (instructions, sectors, bank conflicts, occupancy)
@@ -86,6 +89,7 @@ pub fn run_cli() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Report(args) => report::run(args),
         Command::Attend(args) => attend::run(args),
+        Command::Decode(args) => decode::run(args),
         Command::Kernels(args) => kernels::run(args),
         Command::Profile(args) => profile::run(*args),
     };

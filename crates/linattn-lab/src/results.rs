@@ -6,10 +6,8 @@ use linattn_core::{AttnError, Causality, DeviceKind, Precision};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// 2 added `profiles`; files of version 1 (bench cells only) are still read.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -460,47 +458,8 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Att
     write_bytes_atomic(path, text.as_bytes())
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> Result<(), AttnError> {
-    let io_err =
-        |what: &str, e: std::io::Error| AttnError::Io(format!("{what} {}: {e}", path.display()));
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| AttnError::InvalidArgument(format!("{} names no file", path.display())))?;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let temp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        file_name.to_string_lossy(),
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = (|| -> std::io::Result<()> {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        Ok(())
-    })();
-    if let Err(e) = written {
-        let _ = fs::remove_file(&temp);
-        return Err(io_err("cannot write a temporary file beside", e));
-    }
-    if let Err(e) = fs::rename(&temp, path) {
-        let _ = fs::remove_file(&temp);
-        return Err(io_err("cannot rename a temporary file onto", e));
-    }
-    // Make the rename itself durable; not every filesystem allows fsync on a directory.
-    if let Ok(d) = fs::File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
+/// Moved to linattn-core, where decode states are saved with it too.
+pub use linattn_core::write_bytes_atomic;
 
 // ---------------------------------------------------------------------------------------
 // Environment probing.

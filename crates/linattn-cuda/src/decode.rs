@@ -1,0 +1,222 @@
+//! Streaming decode on the GPU (SPEC §2's RNN view, §6 decay): `{cuda,sim}/decode/{f32,f16,bf16}`.
+//!
+//! The state (S: C×M and z: C per (batch, head), fp32 whatever the input storage, SPEC §9)
+//! stays on the device between calls. `kernels/decode.cu`'s `dec_step` updates it in place
+//! for each token of a launch and writes o_t: a step is a launch of one token, batched over
+//! B·H (one block per head). Prefill is the same kernel over the P tokens: it gives O and the
+//! state after P tokens in one launch, O(P·C·M) work, parallel over heads and value columns
+//! (rather than the causal forward backends for O plus a separate weighted-sum kernel for
+//! the state: one kernel cannot disagree with itself about the state).
+//!
+//! Maps: the elementwise ones fused in the kernel (identity, elu+1, relu). Softmax, 1+cos and
+//! FAVOR+ would need the φ stage per token; they are reported unsupported here.
+
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use linattn_core::{
+    no_decode_state, AttnError, DecodeSpec, DecodeState, Decoder, Inputs, Precision, Tensor,
+    Unsupported,
+};
+
+use crate::args;
+use crate::executor::{Executor, Launch, Platform};
+use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
+use crate::staged::DeviceInputs;
+
+pub const SOURCE_NAME: &str = "decode.cu";
+pub const SOURCE: &str = include_str!("../../../kernels/decode.cu");
+pub const ENTRY_POINTS: [&str; 1] = ["dec_step"];
+/// Threads of a `dec_step` block (8 warps).
+pub const THREADS: u32 = 256;
+/// Largest C and M the kernel stages in shared memory.
+pub const MAX_DIM: usize = 256;
+
+/// The module of `decode.cu` for one storage precision and fused map.
+pub fn variant(
+    precision: Precision,
+    map: &linattn_core::FeatureMap,
+) -> Result<KernelVariant, Unsupported> {
+    let (storage_key, storage_value) = storage_define(precision)?;
+    let (map_key, map_value) = map_define(map).ok_or_else(|| {
+        Unsupported::Problem(format!(
+            "map {map} is not fused in the decode kernel (identity, elu+1, relu are)"
+        ))
+    })?;
+    Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
+        .define(storage_key, storage_value)
+        .define(map_key, map_value)
+        .entries(&ENTRY_POINTS))
+}
+
+/// Every variant (3 precisions × 3 fused maps), for the compile-all test.
+pub fn kernel_variants() -> Vec<KernelVariant> {
+    use linattn_core::FeatureMap::{EluPlusOne, Identity, Relu};
+    let mut all = Vec::new();
+    for precision in [Precision::F32, Precision::F16, Precision::BF16] {
+        for map in [Identity, EluPlusOne, Relu] {
+            all.extend(variant(precision, &map).ok());
+        }
+    }
+    all
+}
+
+/// The state of a decoder on the device.
+struct Live {
+    exec: Arc<dyn Executor>,
+    spec: DecodeSpec,
+    kernel_variant: KernelVariant,
+    tokens: u64,
+    s: DeviceBuffer<f32>,
+    z: DeviceBuffer<f32>,
+}
+
+/// `<platform>/decode/<precision>`: inputs stored as `T`, state in fp32.
+pub struct CudaDecoder<T: StorageElem> {
+    name: String,
+    platform: Platform,
+    meter: MemoryMeter,
+    live: Option<Live>,
+    _elem: std::marker::PhantomData<T>,
+}
+
+impl<T: StorageElem> CudaDecoder<T> {
+    pub fn new(platform: Platform) -> Self {
+        CudaDecoder {
+            name: format!("{platform}/decode/{}", T::PRECISION),
+            platform,
+            meter: MemoryMeter::new(),
+            live: None,
+            _elem: std::marker::PhantomData,
+        }
+    }
+
+    /// Device bytes the decoder holds now (the state; inputs and outputs are freed per call).
+    pub fn device_bytes(&self) -> u64 {
+        self.meter.live()
+    }
+
+    fn start(&mut self, spec: &DecodeSpec, state: &DecodeState) -> Result<(), AttnError> {
+        self.live = None;
+        self.supports(spec)?;
+        state.validate()?;
+        state.expect(spec, Precision::F32)?;
+        let exec = self.platform.executor()?;
+        let to_f32 = |x: &[f64]| x.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+        let s = DeviceBuffer::upload(&exec, &self.meter, &to_f32(&state.s))?;
+        let z = DeviceBuffer::upload(&exec, &self.meter, &to_f32(&state.z))?;
+        exec.synchronize()?;
+        self.live = Some(Live {
+            kernel_variant: variant(T::PRECISION, &spec.map)?,
+            exec,
+            spec: *spec,
+            tokens: state.tokens,
+            s,
+            z,
+        });
+        Ok(())
+    }
+
+    fn advance(&mut self, x: &Inputs) -> Result<Tensor, AttnError> {
+        let live = self.live.as_mut().ok_or_else(no_decode_state)?;
+        let n = live.spec.check_tokens(x)?;
+        let spec = live.spec;
+        let exec = &live.exec;
+        let inputs = DeviceInputs::<T>::upload(exec, &self.meter, x)?;
+        let out_len = spec
+            .bh()
+            .checked_mul(n)
+            .and_then(|r| r.checked_mul(spec.dv))
+            .ok_or_else(|| AttnError::SizeOverflow(format!("decode output of {n} tokens")))?;
+        let out = DeviceBuffer::<T>::uninit(exec, &self.meter, out_len)?;
+        let blocks = u32::try_from(spec.bh())
+            .ok()
+            .filter(|&b| b <= i32::MAX as u32)
+            .ok_or_else(|| AttnError::InvalidArgument(format!("B·H = {} blocks", spec.bh())))?;
+        // q, k hold B·H·n·C elements, v and out B·H·n·M, s B·H·C·M, z B·H·C (fp32).
+        exec.launch(
+            &exec.kernel(&live.kernel_variant, "dec_step")?,
+            &Launch::new((blocks, 1, 1), THREADS),
+            &args![
+                &inputs.q,
+                &inputs.k,
+                &inputs.v,
+                &live.s,
+                &live.z,
+                &out,
+                as_i32("tokens", n)?,
+                as_i32("C", spec.feature_dim())?,
+                as_i32("M", spec.dv)?,
+                spec.decay as f32,
+                spec.eps as f32
+            ],
+        )?;
+        let o = Tensor::from_vec([spec.batch, spec.heads, n, spec.dv], out.download_f64()?)?;
+        live.tokens += n as u64;
+        Ok(o)
+    }
+}
+
+impl<T: StorageElem> Decoder for CudaDecoder<T> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn input_precision(&self) -> Precision {
+        T::PRECISION
+    }
+
+    fn state_precision(&self) -> Precision {
+        Precision::F32
+    }
+
+    fn supports(&self, spec: &DecodeSpec) -> Result<(), Unsupported> {
+        self.platform.available()?;
+        spec.validate()
+            .map_err(|e| Unsupported::Problem(e.to_string()))?;
+        variant(T::PRECISION, &spec.map)?;
+        for (what, dim) in [
+            ("feature dim C", spec.feature_dim()),
+            ("value dim M", spec.dv),
+        ] {
+            if dim > MAX_DIM {
+                return Err(Unsupported::Problem(format!(
+                    "{what} = {dim}: the decode kernel takes at most {MAX_DIM}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn prefill(&mut self, x: &Inputs) -> Result<Tensor, AttnError> {
+        self.advance(x)
+    }
+
+    fn export_state(&mut self) -> Result<DecodeState, AttnError> {
+        let live = self.live.as_ref().ok_or_else(no_decode_state)?;
+        let widen = |b: &DeviceBuffer<f32>| -> Result<Vec<f64>, AttnError> {
+            Ok(b.download()?.into_iter().map(f64::from).collect())
+        };
+        Ok(DecodeState {
+            spec: live.spec,
+            precision: Precision::F32,
+            tokens: live.tokens,
+            s: widen(&live.s)?,
+            z: widen(&live.z)?,
+        })
+    }
+
+    fn import_state(&mut self, spec: &DecodeSpec, state: &DecodeState) -> Result<(), AttnError> {
+        self.start(spec, state)
+    }
+}
+
+/// Decoders of one platform: f32, f16 and bf16 inputs.
+pub fn decoders(platform: Platform) -> Vec<Box<dyn Decoder>> {
+    vec![
+        Box::new(CudaDecoder::<f32>::new(platform)),
+        Box::new(CudaDecoder::<f16>::new(platform)),
+        Box::new(CudaDecoder::<bf16>::new(platform)),
+    ]
+}
