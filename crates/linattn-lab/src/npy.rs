@@ -1,13 +1,14 @@
 //! `.npy` input and output for `linattn attend`: 4-D `[B, H, N, D]` arrays of little-endian
 //! `float32` (`'<f4'`) or `float64` (`'<f8'`), C order, format versions 1.0, 2.0 and 3.0.
 //!
-//! The header is parsed by `npyz` (a full Python-literal parser); the magic, the version,
-//! the dtype, the order, the rank and the data length are checked here so that every refusal
-//! is an [`AttnError::BadFile`] saying exactly what is wrong with which file. Files are
-//! written by hand (a version 1.0 header, or 2.0 when the header is over 64 KiB), atomically.
+//! The header dict is parsed by `py_literal` (a full Python-literal parser, the one npyz
+//! uses); the magic, the version, the header length, the dtype, the order, the rank and the
+//! data length are checked here so that every refusal is an [`AttnError::BadFile`] saying
+//! exactly what is wrong with which file. Files are written by hand (a version 1.0 header, or 2.0 when the header is over 64 KiB), atomically.
 
 use crate::results::write_bytes_atomic;
 use linattn_core::{AttnError, Tensor};
+use py_literal::Value;
 use std::fmt;
 use std::fs;
 use std::path::Path;
@@ -82,45 +83,52 @@ pub(crate) fn parse_npy(bytes: &[u8]) -> Result<NpyArray, String> {
             "unsupported .npy format version {major}.{minor} (expected 1.0, 2.0 or 3.0)"
         ));
     }
-    // npyz advances `data` past the header; what is left is the raw array.
-    let mut data: &[u8] = bytes;
-    let header = npyz::NpyHeader::from_reader(&mut data)
-        .map_err(|e| format!("malformed .npy header: {e}"))?;
+    // Version 1.0 stores the header length in a u16, 2.0 and 3.0 in a u32. The length is
+    // checked against the file before anything is read, so a huge one allocates nothing.
+    let prefix = if major == 1 { 10 } else { 12 };
+    let header_len = match bytes.get(MAGIC.len() + 2..prefix) {
+        Some(&[a, b]) => usize::from(u16::from_le_bytes([a, b])),
+        Some(&[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]) as usize,
+        _ => return Err("truncated header (no header length after the version)".into()),
+    };
+    let (header, data) = match bytes[prefix..].split_at_checked(header_len) {
+        Some(split) => split,
+        None => {
+            return Err(format!(
+                "truncated header: {header_len} bytes announced, the file holds {}",
+                bytes.len() - prefix
+            ))
+        }
+    };
+    let header = parse_header(header, major)?;
 
-    let dtype = match header.dtype() {
-        npyz::DType::Plain(type_str) => match type_str.to_string().as_str() {
-            "<f4" => NpyDtype::F32,
-            "<f8" => NpyDtype::F64,
-            other => {
-                return Err(format!(
-                    "unsupported dtype '{other}' (expected little-endian float32 '<f4' or \
-                     float64 '<f8')"
-                ))
-            }
-        },
+    let dtype = match header.descr {
+        Value::String(ref s) if s == "<f4" => NpyDtype::F32,
+        Value::String(ref s) if s == "<f8" => NpyDtype::F64,
+        Value::String(other) => {
+            return Err(format!(
+                "unsupported dtype '{other}' (expected little-endian float32 '<f4' or \
+                 float64 '<f8')"
+            ))
+        }
         other => {
             return Err(format!(
                 "unsupported structured dtype {other:?} (expected '<f4' or '<f8')"
             ))
         }
     };
-    if header.order() == npyz::Order::Fortran {
+    if header.fortran_order {
         return Err("Fortran-order array (expected C order; save it with \
                     numpy.ascontiguousarray)"
             .into());
     }
-    let shape = header.shape();
-    let dims: [usize; 4] = match shape {
-        &[b, h, n, d] => {
-            let to_usize = |x: u64| {
-                usize::try_from(x).map_err(|_| format!("dimension {x} does not fit in memory"))
-            };
-            [to_usize(b)?, to_usize(h)?, to_usize(n)?, to_usize(d)?]
-        }
+    let dims: [usize; 4] = match header.shape[..] {
+        [b, h, n, d] => [b, h, n, d],
         _ => {
             return Err(format!(
-                "expected a 4-D array [B, H, N, D], found {}-D shape {shape:?}",
-                shape.len()
+                "expected a 4-D array [B, H, N, D], found {}-D shape {:?}",
+                header.shape.len(),
+                header.shape
             ))
         }
     };
@@ -156,6 +164,66 @@ pub(crate) fn parse_npy(bytes: &[u8]) -> Result<NpyArray, String> {
     };
     let tensor = Tensor::from_vec(dims, values).map_err(|e| e.to_string())?;
     Ok(NpyArray { tensor, dtype })
+}
+
+/// The three keys of a `.npy` header dict.
+struct Header {
+    descr: Value,
+    fortran_order: bool,
+    shape: Vec<usize>,
+}
+
+/// Parses the header dict (a Python literal: latin-1 text before version 3.0, UTF-8 from
+/// it on) with `py_literal`, the parser npyz uses, keeping every dimension a checked usize.
+fn parse_header(text: &[u8], major: u8) -> Result<Header, String> {
+    let malformed = |why: String| format!("malformed .npy header: {why}");
+    let text: String = if major >= 3 {
+        std::str::from_utf8(text)
+            .map_err(|_| malformed("not UTF-8".into()))?
+            .to_owned()
+    } else {
+        text.iter().map(|&b| char::from(b)).collect()
+    };
+    let literal: Value = text
+        .strip_suffix('\n')
+        .unwrap_or(&text)
+        .parse()
+        .map_err(|e| malformed(format!("not a Python literal: {e}")))?;
+    let Value::Dict(entries) = literal else {
+        return Err(malformed("expected a Python dict literal".into()));
+    };
+    let take = |key: &str| {
+        entries
+            .iter()
+            .position(|(k, _)| matches!(k, Value::String(s) if s == key))
+            .map(|i| entries[i].1.clone())
+            .ok_or_else(|| malformed(format!("dict is missing key '{key}'")))
+    };
+    let descr = take("descr")?;
+    let fortran_order = match take("fortran_order")? {
+        Value::Boolean(b) => b,
+        other => {
+            return Err(malformed(format!(
+                "'fortran_order' is {other:?}, not a bool"
+            )))
+        }
+    };
+    let shape = match take("shape")? {
+        Value::Tuple(items) | Value::List(items) => items
+            .iter()
+            .map(|item| match item {
+                Value::Integer(x) => usize::try_from(x)
+                    .map_err(|_| format!("dimension {x} is negative or does not fit in memory")),
+                other => Err(malformed(format!("dimension {other:?} is not an integer"))),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        other => return Err(malformed(format!("'shape' is {other:?}, not a tuple"))),
+    };
+    Ok(Header {
+        descr,
+        fortran_order,
+        shape,
+    })
 }
 
 /// The bytes of a `.npy` file holding `tensor` as `dtype` (f64 values narrowed for f32).
@@ -363,6 +431,70 @@ mod tests {
                 with_header("{'descr': '<f8', 'shape': (1, 1, 1, 1), }", &eight),
                 "malformed",
             ),
+        ];
+        for (bytes, needle) in cases {
+            let reason = parse_npy(&bytes).unwrap_err();
+            assert!(reason.contains(needle), "expected '{needle}' in '{reason}'");
+        }
+    }
+
+    /// Inputs the fuzzer (fuzz/, target npy_reader) found to panic or to allocate without
+    /// bound before the header was parsed here: each must now be a plain refusal.
+    #[test]
+    fn fuzzer_findings_are_refused() {
+        let eight = [0u8; 8];
+        let t40 = 1u64 << 40;
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            // npyz multiplied the dimensions unchecked (overflow panic with debug assertions).
+            (
+                with_header(
+                    &format!(
+                        "{{'descr': '<f8', 'fortran_order': False, 'shape': ({t40}, {t40}, {t40}, {t40}), }}"
+                    ),
+                    &eight,
+                ),
+                "overflows",
+            ),
+            (
+                with_header(
+                    &format!(
+                        "{{'descr': '<f8', 'fortran_order': False, 'shape': ({t40}, {t40}, {t40}, {t40}, {t40}), }}"
+                    ),
+                    &eight,
+                ),
+                "4-D",
+            ),
+            (
+                with_header(
+                    "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 1, 100000000000000000000000), }",
+                    &eight,
+                ),
+                "does not fit",
+            ),
+            // npyz allocated the announced header length (up to 4 GiB) before reading it.
+            (
+                {
+                    let mut v = MAGIC.to_vec();
+                    v.extend_from_slice(&[2, 0]);
+                    v.extend_from_slice(&u32::MAX.to_le_bytes());
+                    v.extend_from_slice(b"{'descr': '<f8'");
+                    v
+                },
+                "4294967295 bytes announced",
+            ),
+            (
+                {
+                    let mut v = MAGIC.to_vec();
+                    v.extend_from_slice(&[1, 0, 7]);
+                    v
+                },
+                "no header length",
+            ),
+            (
+                with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 1, -1), }", &eight),
+                "negative",
+            ),
+            (with_header("[1, 2]", &eight), "dict"),
         ];
         for (bytes, needle) in cases {
             let reason = parse_npy(&bytes).unwrap_err();

@@ -13,7 +13,7 @@ use std::path::Path;
 /// A grid file: every field optional; flags given on the command line win.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct GridFile {
+pub(crate) struct GridFile {
     pub(super) n: Option<NumberList>,
     pub(super) n_min: Option<NumberOrPower>,
     pub(super) n_max: Option<NumberOrPower>,
@@ -88,7 +88,7 @@ impl StringList {
 
 /// The sweep after defaults, file and flags are combined and every value parsed.
 #[derive(Debug, Clone)]
-pub(super) struct Grid {
+pub(crate) struct Grid {
     pub(super) seq: Vec<usize>,
     pub(super) batch: Vec<usize>,
     pub(super) heads: Vec<usize>,
@@ -118,14 +118,23 @@ pub(super) fn read_grid_file(path: &Path) -> Result<GridFile, AttnError> {
         reason,
     };
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    let is_json = path
+    let named_json = path
         .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
-        || text.trim_start().starts_with('{');
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    parse_grid_text(&text, named_json || looks_like_json(&text)).map_err(bad)
+}
+
+/// A grid file not named `.json` is still read as JSON when it opens with `{`.
+pub(crate) fn looks_like_json(text: &str) -> bool {
+    text.trim_start().starts_with('{')
+}
+
+/// The text of a grid file, parsed as JSON or TOML; the error is the reason, without the path.
+pub(crate) fn parse_grid_text(text: &str, is_json: bool) -> Result<GridFile, String> {
     if is_json {
-        serde_json::from_str(&text).map_err(|e| bad(format!("grid JSON: {e}")))
+        serde_json::from_str(text).map_err(|e| format!("grid JSON: {e}"))
     } else {
-        toml::from_str(&text).map_err(|e| bad(format!("grid TOML: {e}")))
+        toml::from_str(text).map_err(|e| format!("grid TOML: {e}"))
     }
 }
 
@@ -134,6 +143,11 @@ pub(super) fn resolve_grid(args: &BenchArgs) -> Result<Grid, AttnError> {
         Some(p) => read_grid_file(p)?,
         None => GridFile::default(),
     };
+    resolve_grid_with(args, file)
+}
+
+/// Defaults, `file` and the flags of `args` (which win) combined into one parsed grid.
+pub(crate) fn resolve_grid_with(args: &BenchArgs, file: GridFile) -> Result<Grid, AttnError> {
     // Flag text if given, else the file's, else None.
     let pick_nums = |flag: &Option<String>, f: &Option<NumberList>| {
         flag.clone().or_else(|| f.as_ref().map(NumberList::to_text))
@@ -227,7 +241,7 @@ pub(super) fn resolve_grid(args: &BenchArgs) -> Result<Grid, AttnError> {
 }
 
 impl Grid {
-    pub(super) fn record(&self) -> GridRecord {
+    pub(crate) fn record(&self) -> GridRecord {
         GridRecord {
             seq: self.seq.clone(),
             batch: self.batch.clone(),
@@ -262,7 +276,7 @@ impl Grid {
 
     /// Every problem of the sweep, grouped so that N grows fastest: the too-slow
     /// prediction and the shared inputs rely on that order.
-    pub(super) fn problems(&self) -> Vec<Problem> {
+    pub(crate) fn problems(&self) -> Vec<Problem> {
         let mut out = Vec::new();
         for &causality in &self.causality {
             for map in &self.map {

@@ -20,6 +20,7 @@ mod rates;
 mod render;
 
 pub use args::BenchArgs;
+pub(crate) use grid::{looks_like_json, parse_grid_text, resolve_grid_with};
 pub(crate) use parse::parse_size_list;
 pub(crate) use render::series_slopes;
 
