@@ -131,6 +131,17 @@ pub(crate) fn looks_like_json(text: &str) -> bool {
 
 /// The text of a grid file, parsed as JSON or TOML; the error is the reason, without the path.
 pub(crate) fn parse_grid_text(text: &str, is_json: bool) -> Result<GridFile, String> {
+    let empty = if is_json {
+        matches!(serde_json::from_str::<serde_json::Value>(text),
+                 Ok(serde_json::Value::Object(fields)) if fields.is_empty())
+    } else {
+        matches!(text.parse::<toml::Table>(), Ok(fields) if fields.is_empty())
+    };
+    if empty {
+        // An empty file would silently run the default sweep under a name that suggests
+        // a chosen one.
+        return Err("the grid sets no field (name at least one, e.g. n = [\"2^10\"])".into());
+    }
     if is_json {
         serde_json::from_str(text).map_err(|e| format!("grid JSON: {e}"))
     } else {
@@ -352,6 +363,17 @@ mod tests {
         assert_eq!(g.seq, vec![256, 512, 1024, 2048]);
         assert_eq!(g.problems().len(), 8);
         assert!(g.problems().iter().all(|p| p.shape.dk == p.shape.dv));
+
+        for (name, text) in [("empty.toml", "# nothing\n"), ("empty.json", "{ }")] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let err = resolve_grid(&BenchArgs {
+                grid: Some(path),
+                ..BenchArgs::default()
+            })
+            .unwrap_err();
+            assert!(err.to_string().contains("sets no field"), "{err}");
+        }
 
         let typo = dir.path().join("typo.toml");
         std::fs::write(&typo, "heads_ = 3\n").unwrap();
