@@ -11,6 +11,7 @@ mod backend;
 pub mod fast;
 pub mod maps;
 pub mod oracle;
+pub mod sparsity;
 
 pub use backend::{FastBackend, OracleBackend};
 
