@@ -34,7 +34,8 @@ fn check_against_mc(weights: Weights, params: RowParams) {
 
 #[test]
 fn softmax_matches_exp_minus_half_gamma_squared() {
-    for (beta, gamma) in [(0.0, 0.5), (1.0, 1.0), (-0.5, 1.5)] {
+    // The delta-method bias of a lognormal row is only trustworthy for n ≫ e^{4γ²}.
+    for (beta, gamma) in [(0.0, 0.5), (1.0, 1.0), (-0.5, 0.8)] {
         check_against_mc(Weights::Softmax, row(beta, gamma, 1 << 14));
     }
 }

@@ -12,6 +12,7 @@ mod profile;
 mod registry;
 mod report;
 mod results;
+mod sparsity;
 mod stats;
 
 use clap::{Parser, Subcommand};
@@ -64,6 +65,9 @@ enum Command {
     /// Count what sim/* kernels execute (instructions, sectors, bank conflicts, occupancy)
     /// and model their time on the simulated part.
     Profile(Box<profile::ProfileArgs>),
+    /// How concentrated attention rows are (SPEC §7): S(a) by streamed Monte Carlo against
+    /// the closed forms, over n and γ; table, JSON, SVG.
+    Sparsity(Box<sparsity::SparsityArgs>),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
         Command::Attend(args) => attend::run(args),
         Command::Kernels(args) => kernels::run(args),
         Command::Profile(args) => profile::run(*args),
+        Command::Sparsity(args) => sparsity::run(*args),
     };
     match result {
         Ok(code) => code,

@@ -270,7 +270,7 @@ fn render_markdown(files: &[ResultsFile], groups: &BTreeMap<GroupKey, Vec<Row>>)
     md
 }
 
-const COLORS: [(u8, u8, u8); 10] = [
+pub(crate) const COLORS: [(u8, u8, u8); 10] = [
     (31, 119, 180),
     (255, 127, 14),
     (44, 160, 44),
