@@ -52,7 +52,9 @@ fn small_run_writes_json_and_plots_matching_the_closed_forms() {
     for r in records {
         let case = r["case"].as_str().unwrap();
         let (measured, se) = (r["measured"].as_f64().unwrap(), r["se"].as_f64().unwrap());
-        let closed = r["closed_form"].as_f64().unwrap();
+        let closed = r["closed_form"]
+            .as_f64()
+            .expect("every case has a closed form at D = 8");
         let bias = r["bias"].as_f64().unwrap();
         if case == "decay" {
             assert!(r["gamma"].is_null() && se == 0.0);
@@ -78,6 +80,50 @@ fn small_run_writes_json_and_plots_matching_the_closed_forms() {
         let svg = std::fs::read_to_string(dir.path().join(name)).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("softmax") && svg.contains("1+cos"));
     }
+}
+
+#[test]
+fn no_closed_form_prints_a_dash_and_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cos.json");
+    // 1+cos has no trustworthy quadrature below D = 4.
+    let out = linattn(&[
+        "sparsity",
+        "--cases",
+        "1+cos",
+        "--dim",
+        "3",
+        "--n",
+        "256",
+        "--gammas",
+        "1",
+        "--n-gamma",
+        "256",
+        "--repeats",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| 1+cos"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert!(
+        rows.iter().all(|r| r.trim_end().ends_with("| — |")),
+        "{stdout}"
+    );
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let records = file["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().all(|r| r["closed_form"].is_null()));
 }
 
 #[test]
