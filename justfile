@@ -64,6 +64,10 @@ profile BACKEND="sim/causal_chunked/f16" *ARGS: build
 kernels: build
     {{bin}} kernels --arch sm_80,sm_90
 
+# S(a) of SPEC §7 over n and γ against the closed forms: table, JSON and SVG into bench-results/sparsity/.
+sparsity *ARGS: build
+    {{bin}} sparsity --json bench-results/sparsity/sparsity.json --svg-dir bench-results/sparsity {{ARGS}}
+
 # Run the test suite (the README's test command).
 test:
     cargo test --workspace --release

@@ -13,6 +13,7 @@ pub mod decode;
 pub mod fast;
 pub mod maps;
 pub mod oracle;
+pub mod sparsity;
 
 pub use backend::{FastBackend, OracleBackend};
 pub use decode::decoders;

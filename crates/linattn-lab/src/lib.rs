@@ -17,6 +17,7 @@ mod profile;
 mod registry;
 mod report;
 mod results;
+mod sparsity;
 mod stats;
 mod term;
 
@@ -67,6 +68,9 @@ enum Command {
     Decode(decode::DecodeArgs),
     /// Compile every kernel variant with NVRTC and print ptxas registers/spills per kernel.
     Kernels(kernels::KernelsArgs),
+    /// How concentrated attention rows are (SPEC §7): S(a) by streamed Monte Carlo against
+    /// the closed forms, over n and γ; table, JSON, SVG.
+    Sparsity(Box<sparsity::SparsityArgs>),
     /// Count what sim/* kernels execute (instructions, sectors, bank conflicts, occupancy)
     /// and model their time on the simulated part.
     Profile(Box<profile::ProfileArgs>),
@@ -92,6 +96,7 @@ pub fn run_cli() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Kernels(args) => kernels::run(args),
         Command::Profile(args) => profile::run(*args),
+        Command::Sparsity(args) => sparsity::run(*args),
     };
     match result {
         Ok(code) => code,

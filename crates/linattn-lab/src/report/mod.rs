@@ -8,6 +8,7 @@ use crate::bench::series_slopes;
 use crate::display::{fmt_bytes, fmt_seconds};
 use crate::results::{self, Cell, CellStatus, Mode, ResultsFile};
 use linattn_core::{AttnError, DEFAULT_EPS};
+pub(crate) use plot::COLORS;
 use plot::{plot_svg, Quantity};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

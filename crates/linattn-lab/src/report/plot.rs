@@ -10,7 +10,8 @@ use super::Row;
 use crate::results::{Cell, CellStatus};
 use linattn_core::AttnError;
 
-const COLORS: [(u8, u8, u8); 10] = [
+/// The palette of every plot (report and sparsity), one colour per line.
+pub(crate) const COLORS: [(u8, u8, u8); 10] = [
     (31, 119, 180),
     (255, 127, 14),
     (44, 160, 44),

@@ -1,0 +1,107 @@
+//! SVG plots of S against n (log axis) and against γ: measured points joined by thick
+//! lines (±2 se bars), the closed form as a thin line of the same colour.
+
+use super::{SparsityRecord, Sweep};
+use crate::report::COLORS;
+use linattn_core::AttnError;
+
+/// One sweep's plot, or `None` when the sweep has no records.
+pub fn svg(records: &[SparsityRecord], sweep: Sweep) -> Result<Option<String>, AttnError> {
+    use plotters::prelude::*;
+    let rows: Vec<&SparsityRecord> = records.iter().filter(|r| r.sweep == sweep).collect();
+    let x_of = |r: &SparsityRecord| match sweep {
+        Sweep::N => r.n as f64,
+        Sweep::Gamma => r.gamma.unwrap_or(0.0),
+    };
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut cases: Vec<&str> = Vec::new();
+    for r in &rows {
+        if !cases.contains(&r.case.as_str()) {
+            cases.push(&r.case);
+        }
+    }
+    let x_min = rows.iter().map(|r| x_of(r)).fold(f64::INFINITY, f64::min);
+    let x_max = rows.iter().map(|r| x_of(r)).fold(0.0, f64::max);
+    let title = match sweep {
+        Sweep::N => "S(a) against row length n: decay → 0, linear maps flat",
+        Sweep::Gamma => "S(a) against γ = σ‖q‖: softmax → 0, linear maps bounded",
+    };
+
+    let mut svg = String::new();
+    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
+        let root = SVGBackend::with_string(&mut svg, (900, 600)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut builder = ChartBuilder::on(&root);
+        builder
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(60);
+        // One body for both axes' kinds: plotters types a log axis differently.
+        macro_rules! draw {
+            ($chart:expr, $x_desc:expr) => {{
+                let mut chart = $chart;
+                chart
+                    .configure_mesh()
+                    .x_desc($x_desc)
+                    .y_desc("S(a) = E|a| / √(E a²)")
+                    .draw()?;
+                for (i, case) in cases.iter().enumerate() {
+                    let (r, g, b) = COLORS[i % COLORS.len()];
+                    let color = RGBColor(r, g, b);
+                    let mine: Vec<&&SparsityRecord> =
+                        rows.iter().filter(|r| r.case == *case).collect();
+                    let measured: Vec<(f64, f64)> =
+                        mine.iter().map(|r| (x_of(r), r.measured)).collect();
+                    chart
+                        .draw_series(LineSeries::new(
+                            measured.clone(),
+                            ShapeStyle::from(&color).stroke_width(2),
+                        ))?
+                        .label(case.to_string())
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+                    chart
+                        .draw_series(measured.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+                    chart.draw_series(mine.iter().map(|r| {
+                        let x = x_of(r);
+                        PathElement::new(
+                            vec![(x, r.measured - 2.0 * r.se), (x, r.measured + 2.0 * r.se)],
+                            color,
+                        )
+                    }))?;
+                    let closed: Vec<(f64, f64)> = mine
+                        .iter()
+                        .filter_map(|r| Some((x_of(r), r.closed_form?)))
+                        .collect();
+                    chart.draw_series(LineSeries::new(
+                        closed,
+                        ShapeStyle::from(&color.mix(0.6)).stroke_width(1),
+                    ))?;
+                }
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::LowerLeft)
+                    .background_style(WHITE.mix(0.8))
+                    .border_style(BLACK)
+                    .draw()?;
+            }};
+        }
+        match sweep {
+            Sweep::N => draw!(
+                builder
+                    .build_cartesian_2d(((x_min / 1.5)..(x_max * 1.5)).log_scale(), 0.0..1.05)?,
+                "n (thin lines: closed form)"
+            ),
+            Sweep::Gamma => draw!(
+                builder.build_cartesian_2d((x_min * 0.9)..(x_max * 1.05), 0.0..1.05)?,
+                "γ (thin lines: closed form, n → ∞)"
+            ),
+        }
+        root.present()?;
+        Ok(())
+    })();
+    drawn.map_err(|e| AttnError::State(format!("plot '{title}': {e}")))?;
+    Ok(Some(svg))
+}
