@@ -107,7 +107,7 @@ fn binary_bytes(e: i32) -> String {
 }
 
 /// N = 2^k as "2^k".
-fn power_of_two_label(x: f64, run: &[i32]) -> String {
+pub(crate) fn power_of_two_label(x: f64, run: &[i32]) -> String {
     let k = x.round() as i32;
     if (x - x.round()).abs() > 1e-6 || !run.contains(&k) {
         return String::new();

@@ -1,8 +1,8 @@
-//! SVG plots of S against n (log axis) and against γ: measured points joined by thick
+//! SVG plots of S against n (log axis, ticks at the n that ran) and against γ: measured points joined by thick
 //! lines (±2 se bars), the closed form as a thin line of the same colour.
 
 use super::{SparsityRecord, Sweep};
-use crate::report::COLORS;
+use crate::report::{power_of_two_label, COLORS};
 use linattn_core::AttnError;
 
 /// One sweep's plot, or `None` when the sweep has no records.
@@ -10,7 +10,8 @@ pub fn svg(records: &[SparsityRecord], sweep: Sweep) -> Result<Option<String>, A
     use plotters::prelude::*;
     let rows: Vec<&SparsityRecord> = records.iter().filter(|r| r.sweep == sweep).collect();
     let x_of = |r: &SparsityRecord| match sweep {
-        Sweep::N => r.n as f64,
+        // log2(n): a linear axis whose whole numbers are the powers of two that ran.
+        Sweep::N => (r.n as f64).log2(),
         Sweep::Gamma => r.gamma.unwrap_or(0.0),
     };
     if rows.is_empty() {
@@ -39,66 +40,67 @@ pub fn svg(records: &[SparsityRecord], sweep: Sweep) -> Result<Option<String>, A
             .margin(12)
             .x_label_area_size(45)
             .y_label_area_size(60);
-        // One body for both axes' kinds: plotters types a log axis differently.
-        macro_rules! draw {
-            ($chart:expr, $x_desc:expr) => {{
-                let mut chart = $chart;
-                chart
-                    .configure_mesh()
-                    .x_desc($x_desc)
-                    .y_desc("S(a) = E|a| / √(E a²)")
-                    .draw()?;
-                for (i, case) in cases.iter().enumerate() {
-                    let (r, g, b) = COLORS[i % COLORS.len()];
-                    let color = RGBColor(r, g, b);
-                    let mine: Vec<&&SparsityRecord> =
-                        rows.iter().filter(|r| r.case == *case).collect();
-                    let measured: Vec<(f64, f64)> =
-                        mine.iter().map(|r| (x_of(r), r.measured)).collect();
-                    chart
-                        .draw_series(LineSeries::new(
-                            measured.clone(),
-                            ShapeStyle::from(&color).stroke_width(2),
-                        ))?
-                        .label(case.to_string())
-                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-                    chart
-                        .draw_series(measured.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-                    chart.draw_series(mine.iter().map(|r| {
-                        let x = x_of(r);
-                        PathElement::new(
-                            vec![(x, r.measured - 2.0 * r.se), (x, r.measured + 2.0 * r.se)],
-                            color,
-                        )
-                    }))?;
-                    let closed: Vec<(f64, f64)> = mine
-                        .iter()
-                        .filter_map(|r| Some((x_of(r), r.closed_form?)))
-                        .collect();
-                    chart.draw_series(LineSeries::new(
-                        closed,
-                        ShapeStyle::from(&color.mix(0.6)).stroke_width(1),
-                    ))?;
-                }
-                chart
-                    .configure_series_labels()
-                    .position(SeriesLabelPosition::LowerLeft)
-                    .background_style(WHITE.mix(0.8))
-                    .border_style(BLACK)
-                    .draw()?;
-            }};
-        }
-        match sweep {
-            Sweep::N => draw!(
-                builder
-                    .build_cartesian_2d(((x_min / 1.5)..(x_max * 1.5)).log_scale(), 0.0..1.05)?,
-                "n (thin lines: closed form)"
+        let (x_lo, x_hi, x_desc) = match sweep {
+            Sweep::N => (
+                x_min - 0.5,
+                x_max + 0.5,
+                "n (log scale; thin lines: closed form)",
             ),
-            Sweep::Gamma => draw!(
-                builder.build_cartesian_2d((x_min * 0.9)..(x_max * 1.05), 0.0..1.05)?,
-                "γ (thin lines: closed form, n → ∞)"
+            Sweep::Gamma => (
+                x_min * 0.9,
+                x_max * 1.05,
+                "γ (thin lines: closed form, n → ∞)",
             ),
+        };
+        let run: Vec<i32> = rows
+            .iter()
+            .filter(|r| r.n.is_power_of_two())
+            .map(|r| r.n.trailing_zeros() as i32)
+            .collect();
+        let mut chart = builder.build_cartesian_2d(x_lo..x_hi, 0.0..1.05)?;
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(x_desc).y_desc("S(a) = E|a| / √(E a²)");
+        let n_label = |x: &f64| power_of_two_label(*x, &run);
+        if matches!(sweep, Sweep::N) {
+            mesh.x_labels(((x_hi - x_lo).ceil() as usize + 1).min(40))
+                .x_label_formatter(&n_label);
         }
+        mesh.draw()?;
+        for (i, case) in cases.iter().enumerate() {
+            let (r, g, b) = COLORS[i % COLORS.len()];
+            let color = RGBColor(r, g, b);
+            let mine: Vec<&&SparsityRecord> = rows.iter().filter(|r| r.case == *case).collect();
+            let measured: Vec<(f64, f64)> = mine.iter().map(|r| (x_of(r), r.measured)).collect();
+            chart
+                .draw_series(LineSeries::new(
+                    measured.clone(),
+                    ShapeStyle::from(&color).stroke_width(2),
+                ))?
+                .label(case.to_string())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+            chart.draw_series(measured.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            chart.draw_series(mine.iter().map(|r| {
+                let x = x_of(r);
+                PathElement::new(
+                    vec![(x, r.measured - 2.0 * r.se), (x, r.measured + 2.0 * r.se)],
+                    color,
+                )
+            }))?;
+            let closed: Vec<(f64, f64)> = mine
+                .iter()
+                .filter_map(|r| Some((x_of(r), r.closed_form?)))
+                .collect();
+            chart.draw_series(LineSeries::new(
+                closed,
+                ShapeStyle::from(&color.mix(0.6)).stroke_width(1),
+            ))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
         root.present()?;
         Ok(())
     })();
