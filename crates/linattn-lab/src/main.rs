@@ -7,7 +7,9 @@ mod bench;
 mod check;
 mod compare;
 mod decode;
+mod decode_bench;
 mod kernels;
+mod kv_cache;
 mod npy;
 mod profile;
 mod registry;
@@ -62,6 +64,10 @@ enum Command {
     Attend(attend::AttendArgs),
     /// Streaming decode from .npy files: prefill P tokens, step the rest with the carried state.
     Decode(decode::DecodeArgs),
+    /// Decode benchmark (to become `bench --mode decode`): time per token and carried bytes
+    /// against context length, linear decoders next to softmax with a KV cache.
+    #[command(hide = true)]
+    DecodeBench(decode_bench::DecodeBenchArgs),
     /// Compile every kernel variant with NVRTC and print ptxas registers/spills per kernel.
     Kernels(kernels::KernelsArgs),
     /// Count what sim/* kernels execute (instructions, sectors, bank conflicts, occupancy)
@@ -85,6 +91,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Attend(args) => attend::run(args),
         Command::Decode(args) => decode::run(args),
+        Command::DecodeBench(args) => decode_bench::run_args(args),
         Command::Kernels(args) => kernels::run(args),
         Command::Profile(args) => profile::run(*args),
     };
