@@ -9,7 +9,9 @@
 //! context); the KV cache drops each timed token again, so every softmax sample attends over
 //! exactly context + 1 tokens. Only the step is timed; inputs are drawn before. Hidden subcommand `linattn decode-bench` for now.
 
+use crate::bench::fmt_bytes;
 use crate::kv_cache::KvCache;
+use crate::report::{log_log_svg, Series};
 use crate::stats::SampleStats;
 use linattn_core::{AttnError, Causality, DecodeSpec, Decoder, FeatureMap, Inputs, Problem, Shape};
 use serde::Serialize;
@@ -162,7 +164,7 @@ pub(crate) fn run(
         ("decode-time.svg", Quantity::Time),
         ("decode-bytes.svg", Quantity::Bytes),
     ] {
-        let svg = plot(&cells, quantity)?;
+        let svg = plot(&cells, contexts, quantity)?;
         crate::results::write_bytes_atomic(&out_dir.join(file), svg.as_bytes())?;
     }
     println!("{table}");
@@ -291,23 +293,20 @@ fn to_f32(x: &[f64]) -> Vec<f32> {
     x.iter().map(|&a| a as f32).collect()
 }
 
-fn fmt_bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
-    }
-}
-
-/// Context rows × backend columns: median µs per token (relative stdev), bytes carried.
-fn markdown(cells: &[DecodeCell], contexts: &[usize]) -> String {
+/// Backends in the order they first appear.
+fn backend_names(cells: &[DecodeCell]) -> Vec<&str> {
     let mut names: Vec<&str> = Vec::new();
     for c in cells {
         if !names.contains(&c.backend.as_str()) {
             names.push(&c.backend);
         }
     }
+    names
+}
+
+/// Context rows × backend columns: median µs per token (relative stdev), bytes carried.
+fn markdown(cells: &[DecodeCell], contexts: &[usize]) -> String {
+    let names = backend_names(cells);
     let mut out = String::from("| context |");
     for n in &names {
         out += &format!(" {n}: µs/token (±rel. stdev) | {n}: bytes carried |");
@@ -350,78 +349,49 @@ enum Quantity {
 }
 
 /// Log-log plot of time per token or bytes carried against the context, a line per backend.
-fn plot(cells: &[DecodeCell], quantity: Quantity) -> Result<String, AttnError> {
-    use plotters::prelude::*;
+fn plot(cells: &[DecodeCell], contexts: &[usize], quantity: Quantity) -> Result<String, AttnError> {
     let value = |c: &DecodeCell| match quantity {
         Quantity::Time => c.time_us.map(|t| t.median),
         Quantity::Bytes => c.carried_bytes.map(|b| b as f64),
     };
-    let points: Vec<(f64, f64)> = cells
-        .iter()
-        .filter_map(|c| Some((c.context as f64, value(c)?)))
+    let series: Vec<Series> = backend_names(cells)
+        .into_iter()
+        .map(|name| Series {
+            label: name.to_string(),
+            points: cells
+                .iter()
+                .filter(|c| c.backend == name)
+                .filter_map(|c| Some((c.context as f64, value(c)?)))
+                .collect(),
+            thin: false,
+            ooms: cells
+                .iter()
+                .filter(|c| c.backend == name && c.status.starts_with("out of memory"))
+                .map(|c| c.context as f64)
+                .collect(),
+        })
         .collect();
-    let fold = |f: fn(f64, f64) -> f64, init: f64, pick: fn(&(f64, f64)) -> f64| {
-        points.iter().map(pick).fold(init, f)
-    };
-    let (x_min, x_max) = (
-        fold(f64::min, f64::INFINITY, |p| p.0) / 1.3,
-        fold(f64::max, 1.0, |p| p.0) * 1.3,
-    );
-    let (y_min, y_max) = (
-        fold(f64::min, f64::INFINITY, |p| p.1) / 2.0,
-        fold(f64::max, 1.0, |p| p.1) * 3.0,
-    );
-    let (title, y_desc) = match quantity {
-        Quantity::Time => ("decode: time per generated token", "median µs per token"),
+    let (title, y_desc, y_format): (&str, &str, &dyn Fn(f64) -> String) = match quantity {
+        Quantity::Time => (
+            "decode: time per generated token",
+            "median µs per token",
+            &|y| format!("{y:.3}"),
+        ),
         Quantity::Bytes => (
             "decode: bytes carried between tokens",
-            "bytes (state or KV cache)",
+            "state or KV cache",
+            &|y| fmt_bytes(y as u64),
         ),
     };
-    let mut names: Vec<&str> = Vec::new();
-    for c in cells {
-        if !names.contains(&c.backend.as_str()) {
-            names.push(&c.backend);
-        }
-    }
-    let mut svg = String::new();
-    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
-        let root = SVGBackend::with_string(&mut svg, (900, 600)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(80)
-            .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())?;
-        chart
-            .configure_mesh()
-            .x_desc("context length (tokens)")
-            .y_desc(y_desc)
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .draw()?;
-        for (i, name) in names.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            let line: Vec<(f64, f64)> = cells
-                .iter()
-                .filter(|c| c.backend == *name)
-                .filter_map(|c| Some((c.context as f64, value(c)?)))
-                .collect();
-            chart
-                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
-                .label(name.to_string())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-        root.present()?;
-        Ok(())
-    })();
-    drawn.map_err(|e| AttnError::State(format!("plot '{title}': {e}")))?;
-    Ok(svg)
+    let first = contexts.first().copied().unwrap_or(1) as f64;
+    let last = contexts.last().copied().unwrap_or(1) as f64;
+    let svg = log_log_svg(
+        title,
+        "context length (tokens)",
+        y_desc,
+        y_format,
+        (first, last),
+        &series,
+    )?;
+    svg.ok_or_else(|| AttnError::State(format!("plot '{title}': no cell ran")))
 }

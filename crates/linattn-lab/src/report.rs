@@ -289,43 +289,35 @@ enum Quantity {
     Memory,
 }
 
-/// One log-log plot of `quantity` against N, a line per row, a cross where a row ran out
-/// of memory (drawn at the top of the plot: there is no value to place it at).
-fn plot_svg(title: &str, rows: &[&Row], quantity: Quantity) -> Result<Option<String>, AttnError> {
+/// One line of a log-log plot: its label, points, a thin stroke for peers, and the x values
+/// where it ran out of memory (crosses drawn at the top: there is no value to place them at).
+pub(crate) struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    pub thin: bool,
+    pub ooms: Vec<f64>,
+}
+
+/// A log-log SVG of `series` (x from `x_range`, y from the points), labelled axes, legend.
+pub(crate) fn log_log_svg(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    y_format: &dyn Fn(f64) -> String,
+    x_range: (f64, f64),
+    series: &[Series],
+) -> Result<Option<String>, AttnError> {
     use plotters::prelude::*;
-    let value = |c: &Cell| -> Option<f64> {
-        match quantity {
-            Quantity::Time => c.ok_median(),
-            Quantity::Memory => c
-                .peak_bytes
-                .filter(|_| c.status == CellStatus::Ok)
-                .map(|b| b as f64),
-        }
-        .filter(|v| *v > 0.0)
-    };
-    let points: Vec<(f64, f64)> = rows
+    let ys: Vec<f64> = series
         .iter()
-        .flat_map(|r| {
-            r.by_seq
-                .values()
-                .filter_map(|c| Some((c.shape.seq as f64, value(c)?)))
-        })
+        .flat_map(|s| s.points.iter().map(|p| p.1))
         .collect();
-    if points.is_empty() {
+    if ys.is_empty() {
         return Ok(None);
     }
-    let seqs: Vec<f64> = rows
-        .iter()
-        .flat_map(|r| r.by_seq.keys().map(|&n| n as f64))
-        .collect();
-    let x_min = seqs.iter().copied().fold(f64::INFINITY, f64::min) / 1.3;
-    let x_max = seqs.iter().copied().fold(0.0, f64::max) * 1.3;
-    let y_min = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min) / 2.0;
-    let y_max = points.iter().map(|p| p.1).fold(0.0, f64::max) * 3.0;
-    let y_label = match quantity {
-        Quantity::Time => "median time (s)",
-        Quantity::Memory => "peak memory (bytes)",
-    };
+    let (x_min, x_max) = (x_range.0 / 1.3, x_range.1 * 1.3);
+    let y_min = ys.iter().copied().fold(f64::INFINITY, f64::min) / 2.0;
+    let y_max = ys.iter().copied().fold(0.0, f64::max) * 3.0;
 
     let mut svg = String::new();
     let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
@@ -339,42 +331,31 @@ fn plot_svg(title: &str, rows: &[&Row], quantity: Quantity) -> Result<Option<Str
             .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())?;
         chart
             .configure_mesh()
-            .x_desc("N")
-            .y_desc(y_label)
+            .x_desc(x_desc)
+            .y_desc(y_desc)
             .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| match quantity {
-                Quantity::Time => fmt_seconds(*y),
-                Quantity::Memory => fmt_bytes(*y as u64),
-            })
+            .y_label_formatter(&|y| y_format(*y))
             .draw()?;
-        for (i, row) in rows.iter().enumerate() {
+        for (i, line) in series.iter().enumerate() {
             let (r, g, b) = COLORS[i % COLORS.len()];
             let color = RGBColor(r, g, b);
-            let line: Vec<(f64, f64)> = row
-                .by_seq
-                .values()
-                .filter_map(|c| Some((c.shape.seq as f64, value(c)?)))
-                .collect();
-            let style = if row.is_peer {
-                ShapeStyle::from(&color).stroke_width(1)
-            } else {
-                ShapeStyle::from(&color).stroke_width(2)
-            };
+            let style = ShapeStyle::from(&color).stroke_width(if line.thin { 1 } else { 2 });
             chart
-                .draw_series(LineSeries::new(line.clone(), style))?
-                .label(row.label.clone())
+                .draw_series(LineSeries::new(line.points.clone(), style))?
+                .label(line.label.clone())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-            let ooms: Vec<(f64, f64)> = row
-                .by_seq
-                .values()
-                .filter(|c| c.status == CellStatus::Oom)
-                .map(|c| (c.shape.seq as f64, y_max / 1.5))
-                .collect();
             chart.draw_series(
-                ooms.iter()
-                    .map(|&p| Cross::new(p, 6, ShapeStyle::from(&color).stroke_width(2))),
+                line.points
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, color.filled())),
             )?;
+            chart.draw_series(line.ooms.iter().map(|&x| {
+                Cross::new(
+                    (x, y_max / 1.5),
+                    6,
+                    ShapeStyle::from(&color).stroke_width(2),
+                )
+            }))?;
         }
         chart
             .configure_series_labels()
@@ -387,6 +368,52 @@ fn plot_svg(title: &str, rows: &[&Row], quantity: Quantity) -> Result<Option<Str
     })();
     drawn.map_err(|e| AttnError::State(format!("plot '{title}': {e}")))?;
     Ok(Some(svg))
+}
+
+/// One log-log plot of `quantity` against N, a line per row, a cross where a row ran out
+/// of memory.
+fn plot_svg(title: &str, rows: &[&Row], quantity: Quantity) -> Result<Option<String>, AttnError> {
+    let value = |c: &Cell| -> Option<f64> {
+        match quantity {
+            Quantity::Time => c.ok_median(),
+            Quantity::Memory => c
+                .peak_bytes
+                .filter(|_| c.status == CellStatus::Ok)
+                .map(|b| b as f64),
+        }
+        .filter(|v| *v > 0.0)
+    };
+    let series: Vec<Series> = rows
+        .iter()
+        .map(|row| Series {
+            label: row.label.clone(),
+            points: row
+                .by_seq
+                .values()
+                .filter_map(|c| Some((c.shape.seq as f64, value(c)?)))
+                .collect(),
+            thin: row.is_peer,
+            ooms: row
+                .by_seq
+                .values()
+                .filter(|c| c.status == CellStatus::Oom)
+                .map(|c| c.shape.seq as f64)
+                .collect(),
+        })
+        .collect();
+    let seqs: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| r.by_seq.keys().map(|&n| n as f64))
+        .collect();
+    let x_range = (
+        seqs.iter().copied().fold(f64::INFINITY, f64::min),
+        seqs.iter().copied().fold(0.0, f64::max),
+    );
+    let (y_desc, y_format): (&str, &dyn Fn(f64) -> String) = match quantity {
+        Quantity::Time => ("median time (s)", &fmt_seconds),
+        Quantity::Memory => ("peak memory (bytes)", &|y| fmt_bytes(y as u64)),
+    };
+    log_log_svg(title, "N", y_desc, y_format, x_range, &series)
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), AttnError> {
