@@ -8,21 +8,21 @@
 //! (rather than the causal forward backends for O plus a separate weighted-sum kernel for
 //! the state: one kernel cannot disagree with itself about the state).
 //!
-//! Maps: the elementwise ones fused in the kernel (identity, elu+1, relu). Softmax, 1+cos and
-//! FAVOR+ would need the φ stage per token; they are reported unsupported here.
+//! Maps: fused in the kernel — the elementwise ones (identity, elu+1, relu) and the row maps
+//! softmax and 1+cos. FAVOR+ (a D×R projection per token) is reported unsupported here.
 
 use std::sync::Arc;
 
 use half::{bf16, f16};
 use linattn_core::{
-    no_decode_state, AttnError, DecodeSpec, DecodeState, Decoder, Inputs, Precision, Tensor,
-    Unsupported,
+    no_decode_state, AttnError, DecodeSpec, DecodeState, Decoder, FeatureMap, Inputs, Precision,
+    Tensor, Unsupported,
 };
 
 use crate::args;
 use crate::executor::{Executor, Launch, Platform};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
-use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
+use crate::runtime::{as_i32, storage_define, KernelVariant};
 use crate::staged::DeviceInputs;
 
 pub const SOURCE_NAME: &str = "decode.cu";
@@ -33,29 +33,48 @@ pub const THREADS: u32 = 256;
 /// Largest C and M the kernel stages in shared memory.
 pub const MAX_DIM: usize = 256;
 
+/// `DEC_ROW_MAP` and the prelude's `LA_MAP` for a map, or why the kernel does not fuse it.
+fn map_defines(map: &FeatureMap) -> Result<(u32, u32, bool), Unsupported> {
+    // (DEC_ROW_MAP, LA_MAP, LA_NORMALISED)
+    match map {
+        FeatureMap::Identity => Ok((0, 0, false)),
+        FeatureMap::EluPlusOne => Ok((0, 1, true)),
+        FeatureMap::Relu => Ok((0, 2, true)),
+        FeatureMap::Softmax => Ok((1, 0, true)),
+        FeatureMap::OnePlusCos => Ok((2, 0, true)),
+        other => Err(Unsupported::Problem(format!(
+            "map {other} is not fused in the decode kernel (identity, elu+1, relu, softmax \
+             and 1+cos are)"
+        ))),
+    }
+}
+
+/// Maps the decode kernel fuses.
+pub const MAPS: [FeatureMap; 5] = [
+    FeatureMap::Identity,
+    FeatureMap::EluPlusOne,
+    FeatureMap::Relu,
+    FeatureMap::Softmax,
+    FeatureMap::OnePlusCos,
+];
+
 /// The module of `decode.cu` for one storage precision and fused map.
-pub fn variant(
-    precision: Precision,
-    map: &linattn_core::FeatureMap,
-) -> Result<KernelVariant, Unsupported> {
+pub fn variant(precision: Precision, map: &FeatureMap) -> Result<KernelVariant, Unsupported> {
     let (storage_key, storage_value) = storage_define(precision)?;
-    let (map_key, map_value) = map_define(map).ok_or_else(|| {
-        Unsupported::Problem(format!(
-            "map {map} is not fused in the decode kernel (identity, elu+1, relu are)"
-        ))
-    })?;
+    let (row_map, la_map, normalised) = map_defines(map)?;
     Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .define(storage_key, storage_value)
-        .define(map_key, map_value)
+        .define("LA_MAP", la_map)
+        .define("LA_NORMALISED", u32::from(normalised))
+        .define("DEC_ROW_MAP", row_map)
         .entries(&ENTRY_POINTS))
 }
 
-/// Every variant (3 precisions × 3 fused maps), for the compile-all test.
+/// Every variant (3 precisions × 5 fused maps), for the compile-all test.
 pub fn kernel_variants() -> Vec<KernelVariant> {
-    use linattn_core::FeatureMap::{EluPlusOne, Identity, Relu};
     let mut all = Vec::new();
     for precision in [Precision::F32, Precision::F16, Precision::BF16] {
-        for map in [Identity, EluPlusOne, Relu] {
+        for map in MAPS {
             all.extend(variant(precision, &map).ok());
         }
     }
@@ -134,7 +153,7 @@ impl<T: StorageElem> CudaDecoder<T> {
             .ok()
             .filter(|&b| b <= i32::MAX as u32)
             .ok_or_else(|| AttnError::InvalidArgument(format!("B·H = {} blocks", spec.bh())))?;
-        // q, k hold B·H·n·C elements, v and out B·H·n·M, s B·H·C·M, z B·H·C (fp32).
+        // q, k hold B·H·n·D elements, v and out B·H·n·M, s B·H·C·M, z B·H·C (fp32).
         exec.launch(
             &exec.kernel(&live.kernel_variant, "dec_step")?,
             &Launch::new((blocks, 1, 1), THREADS),
@@ -146,6 +165,7 @@ impl<T: StorageElem> CudaDecoder<T> {
                 &live.z,
                 &out,
                 as_i32("tokens", n)?,
+                as_i32("D", spec.dk)?,
                 as_i32("C", spec.feature_dim())?,
                 as_i32("M", spec.dv)?,
                 spec.decay as f32,
