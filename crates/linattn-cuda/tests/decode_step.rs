@@ -20,11 +20,6 @@ const SHAPE: Shape = Shape {
     dk: 48,
     dv: 40,
 };
-const MAPS: [FeatureMap; 3] = [
-    FeatureMap::Identity,
-    FeatureMap::EluPlusOne,
-    FeatureMap::Relu,
-];
 
 fn main() {
     let mut trials: Vec<Trial> = Vec::new();
