@@ -18,12 +18,12 @@
 // written by the same thread at every token: no atomics, no races.
 //
 // Maps: elementwise ones through LA_MAP (identity, elu+1, relu); DEC_ROW_MAP fuses the row
-// maps softmax and 1+cos (block max/sum over the row, in fp32, SPEC §9); FAVOR+ (a D×R
-// projection per token) is not fused here.
+// maps softmax, 1+cos (block max/sum over the row, in fp32, SPEC §9) and FAVOR+ (the R×D
+// projection W, fp32, read from global memory: thread r computes feature r).
 //
-// Limits: C ≤ DEC_MAX_DIM and M ≤ DEC_MAX_DIM (256: the shared staging arrays); any D with
-// C(D) ≤ 256; any number of tokens per launch; B·H ≤ 2³¹−1 blocks (grid x). Shared memory:
-// 3·1 KiB + 1.1 KiB, static.
+// Limits: C ≤ DEC_MAX_DIM, D ≤ DEC_MAX_DIM and M ≤ DEC_MAX_DIM (256: the shared staging
+// arrays); any number of tokens per launch; B·H ≤ 2³¹−1 blocks (grid x). Shared memory:
+// 4·1 KiB + 1.1 KiB, static.
 //
 // Defines: LA_STORAGE, LA_MAP, LA_NORMALISED (prelude); DEC_ROW_MAP.
 
@@ -33,6 +33,7 @@
 #define DEC_ROW_NONE 0         // φ elementwise, LA_MAP (identity, elu+1, relu)
 #define DEC_ROW_SOFTMAX 1      // softmax over the features of a row
 #define DEC_ROW_ONE_PLUS_COS 2 // [1, x/‖x‖]
+#define DEC_ROW_FAVOR 3        // FAVOR+ positive random features
 
 #define DEC_THREADS 256
 #define DEC_WARPS (DEC_THREADS / LA_WARP)
@@ -42,8 +43,30 @@
 // indices i ≡ tid (mod DEC_THREADS) of x and f, so the block reductions are the only
 // exchanges; they end with a barrier, and the caller syncs before f is read.
 __device__ __forceinline__ void dec_features(const la_storage_t* __restrict__ x, float* f, int d,
-                                             float* scratch) {
-#if DEC_ROW_MAP == DEC_ROW_SOFTMAX
+                                             int c, const float* __restrict__ favor_w,
+                                             float* xs, float* scratch) {
+#if DEC_ROW_MAP == DEC_ROW_FAVOR
+    // φ = exp(W x' − ‖x'‖²/2)/√R, x' = x·D^{-1/4}, W: R×D fp32 (R = C). Unshifted, like the
+    // f64 oracle: a stream has no max over all keys to subtract.
+    const float scale = rsqrtf(sqrtf((float)d));
+    float sq = 0.0f;
+    for (int i = threadIdx.x; i < d; i += DEC_THREADS) {
+        const float xi = la_load(x, i) * scale;
+        xs[i] = xi;
+        sq += xi * xi;
+    }
+    // The block sum's barriers also publish xs to every thread.
+    const float half = 0.5f * la_block_sum(sq, scratch);
+    const float inv_sqrt_r = rsqrtf((float)c);
+    for (int r = threadIdx.x; r < c; r += DEC_THREADS) {
+        const float* __restrict__ wr = favor_w + (la_index_t)r * d;
+        float dot = 0.0f;
+        for (int i = 0; i < d; ++i) dot += wr[i] * xs[i];
+        f[r] = expf(dot - half) * inv_sqrt_r;
+    }
+    // xs is rewritten by the next row.
+    __syncthreads();
+#elif DEC_ROW_MAP == DEC_ROW_SOFTMAX
     float mx = LA_NEG_INF;
     for (int i = threadIdx.x; i < d; i += DEC_THREADS) mx = fmaxf(mx, la_load(x, i));
     mx = la_block_max(mx, scratch);
@@ -71,12 +94,15 @@ __device__ __forceinline__ void dec_features(const la_storage_t* __restrict__ x,
 #endif
 }
 
-// q, k: [B·H, n, D]; v, out: [B·H, n, M]; s: [B·H, C, M]; z: [B·H, C].
+// q, k: [B·H, n, D]; v, out: [B·H, n, M]; s: [B·H, C, M]; z: [B·H, C]; favor_w: [R, D] or
+// null.
 extern "C" __global__ void __launch_bounds__(DEC_THREADS)
 dec_step(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
          const la_storage_t* __restrict__ v, float* __restrict__ s, float* __restrict__ z,
-         la_storage_t* __restrict__ out, int n, int d, int c, int m, float decay, float eps) {
+         la_storage_t* __restrict__ out, const float* __restrict__ favor_w, int n, int d, int c,
+         int m, float decay, float eps) {
     __shared__ float qf[DEC_MAX_DIM];
+    __shared__ float xs[DEC_MAX_DIM];  // x' of FAVOR+
     __shared__ float kf[DEC_MAX_DIM];
     __shared__ float vs[DEC_MAX_DIM];
     __shared__ float partial[DEC_WARPS][LA_WARP];
@@ -93,8 +119,8 @@ dec_step(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
         const la_index_t qk_row = (head * n + t) * d;
         const la_index_t v_row = (head * n + t) * m;
         for (int j = tid; j < m; j += DEC_THREADS) vs[j] = la_load(v, v_row + j);
-        dec_features(q + qk_row, qf, d, scratch);
-        dec_features(k + qk_row, kf, d, scratch);
+        dec_features(q + qk_row, qf, d, c, favor_w, xs, scratch);
+        dec_features(k + qk_row, kf, d, c, favor_w, xs, scratch);
         __syncthreads();
 
         float qz = 0.0f;

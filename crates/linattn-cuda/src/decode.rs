@@ -8,15 +8,16 @@
 //! (rather than the causal forward backends for O plus a separate weighted-sum kernel for
 //! the state: one kernel cannot disagree with itself about the state).
 //!
-//! Maps: fused in the kernel — the elementwise ones (identity, elu+1, relu) and the row maps
-//! softmax and 1+cos. FAVOR+ (a D×R projection per token) is reported unsupported here.
+//! Maps: all causal ones, fused in the kernel — the elementwise ones (identity, elu+1, relu)
+//! and the row maps softmax, 1+cos and FAVOR+ (its W uploaded once per stream, unshifted like
+//! the f64 oracle: a stream has no max over all keys to subtract).
 
 use std::sync::Arc;
 
 use half::{bf16, f16};
 use linattn_core::{
-    no_decode_state, AttnError, DecodeSpec, DecodeState, Decoder, FeatureMap, Inputs, Precision,
-    Tensor, Unsupported,
+    favor_projection, no_decode_state, AttnError, DecodeSpec, DecodeState, Decoder, FeatureMap,
+    Inputs, Precision, Tensor, Unsupported,
 };
 
 use crate::args;
@@ -42,20 +43,24 @@ fn map_defines(map: &FeatureMap) -> Result<(u32, u32, bool), Unsupported> {
         FeatureMap::Relu => Ok((0, 2, true)),
         FeatureMap::Softmax => Ok((1, 0, true)),
         FeatureMap::OnePlusCos => Ok((2, 0, true)),
+        FeatureMap::Favor { .. } => Ok((3, 0, true)),
         other => Err(Unsupported::Problem(format!(
-            "map {other} is not fused in the decode kernel (identity, elu+1, relu, softmax \
-             and 1+cos are)"
+            "map {other} is not defined for causal decoding"
         ))),
     }
 }
 
-/// Maps the decode kernel fuses.
-pub const MAPS: [FeatureMap; 5] = [
+/// Maps the decode kernel fuses (FAVOR+ at 32 features and the default seed as the example).
+pub const MAPS: [FeatureMap; 6] = [
     FeatureMap::Identity,
     FeatureMap::EluPlusOne,
     FeatureMap::Relu,
     FeatureMap::Softmax,
     FeatureMap::OnePlusCos,
+    FeatureMap::Favor {
+        features: 32,
+        seed: linattn_core::DEFAULT_FAVOR_SEED,
+    },
 ];
 
 /// The module of `decode.cu` for one storage precision and fused map.
@@ -70,7 +75,7 @@ pub fn variant(precision: Precision, map: &FeatureMap) -> Result<KernelVariant, 
         .entries(&ENTRY_POINTS))
 }
 
-/// Every variant (3 precisions × 5 fused maps), for the compile-all test.
+/// Every variant (3 precisions × 6 fused maps), for the compile-all test.
 pub fn kernel_variants() -> Vec<KernelVariant> {
     let mut all = Vec::new();
     for precision in [Precision::F32, Precision::F16, Precision::BF16] {
@@ -89,6 +94,8 @@ struct Live {
     tokens: u64,
     s: DeviceBuffer<f32>,
     z: DeviceBuffer<f32>,
+    /// FAVOR+'s projection W (R×D fp32), uploaded once per stream.
+    favor_w: Option<DeviceBuffer<f32>>,
 }
 
 /// `<platform>/decode/<precision>`: inputs stored as `T`, state in fp32.
@@ -125,6 +132,14 @@ impl<T: StorageElem> CudaDecoder<T> {
         let to_f32 = |x: &[f64]| x.iter().map(|&a| a as f32).collect::<Vec<f32>>();
         let s = DeviceBuffer::upload(&exec, &self.meter, &to_f32(&state.s))?;
         let z = DeviceBuffer::upload(&exec, &self.meter, &to_f32(&state.z))?;
+        let favor_w = match spec.map {
+            FeatureMap::Favor { features, seed } => Some(DeviceBuffer::upload(
+                &exec,
+                &self.meter,
+                &to_f32(&favor_projection(spec.dk, features, seed)),
+            )?),
+            _ => None,
+        };
         exec.synchronize()?;
         self.live = Some(Live {
             kernel_variant: variant(T::PRECISION, &spec.map)?,
@@ -133,6 +148,7 @@ impl<T: StorageElem> CudaDecoder<T> {
             tokens: state.tokens,
             s,
             z,
+            favor_w,
         });
         Ok(())
     }
@@ -164,6 +180,7 @@ impl<T: StorageElem> CudaDecoder<T> {
                 &live.s,
                 &live.z,
                 &out,
+                live.favor_w.as_ref(),
                 as_i32("tokens", n)?,
                 as_i32("D", spec.dk)?,
                 as_i32("C", spec.feature_dim())?,
