@@ -17,22 +17,92 @@
 // reduced through shared memory by warp 0, which writes o. Each S and z element is read and
 // written by the same thread at every token: no atomics, no races.
 //
-// Limits: C ≤ DEC_MAX_DIM and M ≤ DEC_MAX_DIM (256: the shared staging arrays); any D = C
-// (φ is elementwise: identity, elu+1, relu; other maps are not fused here); any number of
-// tokens per launch; B·H ≤ 2³¹−1 blocks (grid x). Shared memory: 3·1 KiB + 1.1 KiB, static.
+// Maps: elementwise ones through LA_MAP (identity, elu+1, relu); DEC_ROW_MAP fuses the row
+// maps softmax, 1+cos (block max/sum over the row, in fp32, SPEC §9) and FAVOR+ (the R×D
+// projection W, fp32, read from global memory: thread r computes feature r).
 //
-// Defines: LA_STORAGE, LA_MAP, LA_NORMALISED (prelude).
+// Limits: C ≤ DEC_MAX_DIM, D ≤ DEC_MAX_DIM and M ≤ DEC_MAX_DIM (256: the shared staging
+// arrays); any number of tokens per launch; B·H ≤ 2³¹−1 blocks (grid x). Shared memory:
+// 4·1 KiB + 1.1 KiB, static.
+//
+// Defines: LA_STORAGE, LA_MAP, LA_NORMALISED (prelude); DEC_ROW_MAP.
+
+#ifndef DEC_ROW_MAP
+#define DEC_ROW_MAP 0
+#endif
+#define DEC_ROW_NONE 0         // φ elementwise, LA_MAP (identity, elu+1, relu)
+#define DEC_ROW_SOFTMAX 1      // softmax over the features of a row
+#define DEC_ROW_ONE_PLUS_COS 2 // [1, x/‖x‖]
+#define DEC_ROW_FAVOR 3        // FAVOR+ positive random features
 
 #define DEC_THREADS 256
 #define DEC_WARPS (DEC_THREADS / LA_WARP)
 #define DEC_MAX_DIM 256
 
-// q, k: [B·H, n, C]; v, out: [B·H, n, M]; s: [B·H, C, M]; z: [B·H, C].
+// φ of one row x (D elements) into f (C elements, shared). Every thread touches only the
+// indices i ≡ tid (mod DEC_THREADS) of x and f, so the block reductions are the only
+// exchanges; they end with a barrier, and the caller syncs before f is read.
+__device__ __forceinline__ void dec_features(const la_storage_t* __restrict__ x, float* f, int d,
+                                             int c, const float* __restrict__ favor_w,
+                                             float* xs, float* scratch) {
+#if DEC_ROW_MAP == DEC_ROW_FAVOR
+    // φ = exp(W x' − ‖x'‖²/2)/√R, x' = x·D^{-1/4}, W: R×D fp32 (R = C). Unshifted, like the
+    // f64 oracle: a stream has no max over all keys to subtract.
+    const float scale = rsqrtf(sqrtf((float)d));
+    float sq = 0.0f;
+    for (int i = threadIdx.x; i < d; i += DEC_THREADS) {
+        const float xi = la_load(x, i) * scale;
+        xs[i] = xi;
+        sq += xi * xi;
+    }
+    // The block sum's barriers also publish xs to every thread.
+    const float half = 0.5f * la_block_sum(sq, scratch);
+    const float inv_sqrt_r = rsqrtf((float)c);
+    for (int r = threadIdx.x; r < c; r += DEC_THREADS) {
+        const float* __restrict__ wr = favor_w + (la_index_t)r * d;
+        float dot = 0.0f;
+        for (int i = 0; i < d; ++i) dot += wr[i] * xs[i];
+        f[r] = expf(dot - half) * inv_sqrt_r;
+    }
+    // xs is rewritten by the next row.
+    __syncthreads();
+#elif DEC_ROW_MAP == DEC_ROW_SOFTMAX
+    float mx = LA_NEG_INF;
+    for (int i = threadIdx.x; i < d; i += DEC_THREADS) mx = fmaxf(mx, la_load(x, i));
+    mx = la_block_max(mx, scratch);
+    float total = 0.0f;
+    for (int i = threadIdx.x; i < d; i += DEC_THREADS) {
+        const float e = expf(la_load(x, i) - mx);
+        f[i] = e;
+        total += e;
+    }
+    const float inv = 1.0f / la_block_sum(total, scratch);
+    for (int i = threadIdx.x; i < d; i += DEC_THREADS) f[i] *= inv;
+#elif DEC_ROW_MAP == DEC_ROW_ONE_PLUS_COS
+    // φ = [1, x/‖x‖] (C = D + 1); a zero row has no direction: x̂ = 0, as in the oracle.
+    float sq = 0.0f;
+    for (int i = threadIdx.x; i < d; i += DEC_THREADS) {
+        const float xi = la_load(x, i);
+        sq += xi * xi;
+    }
+    const float norm = sqrtf(la_block_sum(sq, scratch));
+    const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
+    for (int i = threadIdx.x; i < d; i += DEC_THREADS) f[i + 1] = la_load(x, i) * inv;
+    if (threadIdx.x == 0) f[0] = 1.0f;
+#else
+    for (int i = threadIdx.x; i < d; i += DEC_THREADS) f[i] = la_phi(la_load(x, i));
+#endif
+}
+
+// q, k: [B·H, n, D]; v, out: [B·H, n, M]; s: [B·H, C, M]; z: [B·H, C]; favor_w: [R, D] or
+// null.
 extern "C" __global__ void __launch_bounds__(DEC_THREADS)
 dec_step(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
          const la_storage_t* __restrict__ v, float* __restrict__ s, float* __restrict__ z,
-         la_storage_t* __restrict__ out, int n, int c, int m, float decay, float eps) {
+         la_storage_t* __restrict__ out, const float* __restrict__ favor_w, int n, int d, int c,
+         int m, float decay, float eps) {
     __shared__ float qf[DEC_MAX_DIM];
+    __shared__ float xs[DEC_MAX_DIM];  // x' of FAVOR+
     __shared__ float kf[DEC_MAX_DIM];
     __shared__ float vs[DEC_MAX_DIM];
     __shared__ float partial[DEC_WARPS][LA_WARP];
@@ -46,13 +116,11 @@ dec_step(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
     float* __restrict__ zh = z + head * c;
 
     for (int t = 0; t < n; ++t) {
-        const la_index_t qk_row = (head * n + t) * c;
+        const la_index_t qk_row = (head * n + t) * d;
         const la_index_t v_row = (head * n + t) * m;
-        for (int i = tid; i < c; i += DEC_THREADS) {
-            qf[i] = la_phi(la_load(q, qk_row + i));
-            kf[i] = la_phi(la_load(k, qk_row + i));
-        }
         for (int j = tid; j < m; j += DEC_THREADS) vs[j] = la_load(v, v_row + j);
+        dec_features(q + qk_row, qf, d, c, favor_w, xs, scratch);
+        dec_features(k + qk_row, kf, d, c, favor_w, xs, scratch);
         __syncthreads();
 
         float qz = 0.0f;

@@ -8,21 +8,22 @@
 //! (rather than the causal forward backends for O plus a separate weighted-sum kernel for
 //! the state: one kernel cannot disagree with itself about the state).
 //!
-//! Maps: the elementwise ones fused in the kernel (identity, elu+1, relu). Softmax, 1+cos and
-//! FAVOR+ would need the φ stage per token; they are reported unsupported here.
+//! Maps: all causal ones, fused in the kernel — the elementwise ones (identity, elu+1, relu)
+//! and the row maps softmax, 1+cos and FAVOR+ (its W uploaded once per stream, unshifted like
+//! the f64 oracle: a stream has no max over all keys to subtract).
 
 use std::sync::Arc;
 
 use half::{bf16, f16};
 use linattn_core::{
-    no_decode_state, AttnError, DecodeSpec, DecodeState, Decoder, Inputs, Precision, Tensor,
-    Unsupported,
+    favor_projection, no_decode_state, AttnError, DecodeSpec, DecodeState, Decoder, FeatureMap,
+    Inputs, Precision, Tensor, Unsupported,
 };
 
 use crate::args;
 use crate::executor::{Executor, Launch, Platform};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
-use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
+use crate::runtime::{as_i32, storage_define, KernelVariant};
 use crate::staged::DeviceInputs;
 
 pub const SOURCE_NAME: &str = "decode.cu";
@@ -33,29 +34,52 @@ pub const THREADS: u32 = 256;
 /// Largest C and M the kernel stages in shared memory.
 pub const MAX_DIM: usize = 256;
 
+/// `DEC_ROW_MAP` and the prelude's `LA_MAP` for a map, or why the kernel does not fuse it.
+fn map_defines(map: &FeatureMap) -> Result<(u32, u32, bool), Unsupported> {
+    // (DEC_ROW_MAP, LA_MAP, LA_NORMALISED)
+    match map {
+        FeatureMap::Identity => Ok((0, 0, false)),
+        FeatureMap::EluPlusOne => Ok((0, 1, true)),
+        FeatureMap::Relu => Ok((0, 2, true)),
+        FeatureMap::Softmax => Ok((1, 0, true)),
+        FeatureMap::OnePlusCos => Ok((2, 0, true)),
+        FeatureMap::Favor { .. } => Ok((3, 0, true)),
+        other => Err(Unsupported::Problem(format!(
+            "map {other} is not defined for causal decoding"
+        ))),
+    }
+}
+
+/// Maps the decode kernel fuses (FAVOR+ at 32 features and the default seed as the example).
+pub const MAPS: [FeatureMap; 6] = [
+    FeatureMap::Identity,
+    FeatureMap::EluPlusOne,
+    FeatureMap::Relu,
+    FeatureMap::Softmax,
+    FeatureMap::OnePlusCos,
+    FeatureMap::Favor {
+        features: 32,
+        seed: linattn_core::DEFAULT_FAVOR_SEED,
+    },
+];
+
 /// The module of `decode.cu` for one storage precision and fused map.
-pub fn variant(
-    precision: Precision,
-    map: &linattn_core::FeatureMap,
-) -> Result<KernelVariant, Unsupported> {
+pub fn variant(precision: Precision, map: &FeatureMap) -> Result<KernelVariant, Unsupported> {
     let (storage_key, storage_value) = storage_define(precision)?;
-    let (map_key, map_value) = map_define(map).ok_or_else(|| {
-        Unsupported::Problem(format!(
-            "map {map} is not fused in the decode kernel (identity, elu+1, relu are)"
-        ))
-    })?;
+    let (row_map, la_map, normalised) = map_defines(map)?;
     Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .define(storage_key, storage_value)
-        .define(map_key, map_value)
+        .define("LA_MAP", la_map)
+        .define("LA_NORMALISED", u32::from(normalised))
+        .define("DEC_ROW_MAP", row_map)
         .entries(&ENTRY_POINTS))
 }
 
-/// Every variant (3 precisions × 3 fused maps), for the compile-all test.
+/// Every variant (3 precisions × 6 fused maps), for the compile-all test.
 pub fn kernel_variants() -> Vec<KernelVariant> {
-    use linattn_core::FeatureMap::{EluPlusOne, Identity, Relu};
     let mut all = Vec::new();
     for precision in [Precision::F32, Precision::F16, Precision::BF16] {
-        for map in [Identity, EluPlusOne, Relu] {
+        for map in MAPS {
             all.extend(variant(precision, &map).ok());
         }
     }
@@ -70,6 +94,8 @@ struct Live {
     tokens: u64,
     s: DeviceBuffer<f32>,
     z: DeviceBuffer<f32>,
+    /// FAVOR+'s projection W (R×D fp32), uploaded once per stream.
+    favor_w: Option<DeviceBuffer<f32>>,
 }
 
 /// `<platform>/decode/<precision>`: inputs stored as `T`, state in fp32.
@@ -106,6 +132,14 @@ impl<T: StorageElem> CudaDecoder<T> {
         let to_f32 = |x: &[f64]| x.iter().map(|&a| a as f32).collect::<Vec<f32>>();
         let s = DeviceBuffer::upload(&exec, &self.meter, &to_f32(&state.s))?;
         let z = DeviceBuffer::upload(&exec, &self.meter, &to_f32(&state.z))?;
+        let favor_w = match spec.map {
+            FeatureMap::Favor { features, seed } => Some(DeviceBuffer::upload(
+                &exec,
+                &self.meter,
+                &to_f32(&favor_projection(spec.dk, features, seed)),
+            )?),
+            _ => None,
+        };
         exec.synchronize()?;
         self.live = Some(Live {
             kernel_variant: variant(T::PRECISION, &spec.map)?,
@@ -114,6 +148,7 @@ impl<T: StorageElem> CudaDecoder<T> {
             tokens: state.tokens,
             s,
             z,
+            favor_w,
         });
         Ok(())
     }
@@ -134,7 +169,7 @@ impl<T: StorageElem> CudaDecoder<T> {
             .ok()
             .filter(|&b| b <= i32::MAX as u32)
             .ok_or_else(|| AttnError::InvalidArgument(format!("B·H = {} blocks", spec.bh())))?;
-        // q, k hold B·H·n·C elements, v and out B·H·n·M, s B·H·C·M, z B·H·C (fp32).
+        // q, k hold B·H·n·D elements, v and out B·H·n·M, s B·H·C·M, z B·H·C (fp32).
         exec.launch(
             &exec.kernel(&live.kernel_variant, "dec_step")?,
             &Launch::new((blocks, 1, 1), THREADS),
@@ -145,7 +180,9 @@ impl<T: StorageElem> CudaDecoder<T> {
                 &live.s,
                 &live.z,
                 &out,
+                live.favor_w.as_ref(),
                 as_i32("tokens", n)?,
+                as_i32("D", spec.dk)?,
                 as_i32("C", spec.feature_dim())?,
                 as_i32("M", spec.dv)?,
                 spec.decay as f32,

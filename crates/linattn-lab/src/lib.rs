@@ -10,8 +10,10 @@ mod bench;
 mod check;
 mod compare;
 mod decode;
+mod decode_bench;
 mod display;
 mod kernels;
+mod kv_cache;
 mod npy;
 mod profile;
 mod registry;
@@ -71,6 +73,10 @@ enum Command {
     /// How concentrated attention rows are (SPEC §7): S(a) by streamed Monte Carlo against
     /// the closed forms, over n and γ; table, JSON, SVG.
     Sparsity(Box<sparsity::SparsityArgs>),
+    /// Decode benchmark (to become `bench --mode decode`): time per token and carried bytes
+    /// against context length, linear decoders next to softmax with a KV cache.
+    #[command(hide = true)]
+    DecodeBench(decode_bench::DecodeBenchArgs),
     /// Count what sim/* kernels execute (instructions, sectors, bank conflicts, occupancy)
     /// and model their time on the simulated part.
     Profile(Box<profile::ProfileArgs>),
@@ -96,6 +102,7 @@ pub fn run_cli() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Kernels(args) => kernels::run(args),
         Command::Profile(args) => profile::run(*args),
+        Command::DecodeBench(args) => decode_bench::run_args(args),
         Command::Sparsity(args) => sparsity::run(*args),
     };
     match result {

@@ -8,8 +8,7 @@ use crate::bench::series_slopes;
 use crate::display::{fmt_bytes, fmt_seconds};
 use crate::results::{self, Cell, CellStatus, Mode, ResultsFile};
 use linattn_core::{AttnError, DEFAULT_EPS};
-use plot::{plot_svg, Quantity};
-pub(crate) use plot::{power_of_two_label, COLORS};
+pub(crate) use plot::{log_log_svg, power_of_two_label, Point, Quantity, Series, COLORS};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -315,7 +314,12 @@ pub fn run(args: ReportArgs) -> Result<ExitCode, AttnError> {
         let runnable: Vec<&Row> = rows.iter().filter(|r| r.ran_somewhere()).collect();
         for (quantity, name) in [(Quantity::Time, "time"), (Quantity::Memory, "memory")] {
             let title = format!("{} vs N — {}", name, key.title());
-            if let Some(svg) = plot_svg(&title, &runnable, quantity)? {
+            let series: Vec<Series> = runnable
+                .iter()
+                .map(|r| plot::row_series(r, quantity))
+                .collect();
+            let x_desc = "N (log scale; ticks at the N that ran)";
+            if let Some(svg) = log_log_svg(&title, x_desc, quantity, &series)? {
                 let path = args.out_dir.join(format!("{}-{name}.svg", key.slug()));
                 write_file(&path, &svg)?;
                 written.push(path);
@@ -383,7 +387,13 @@ mod tests {
         assert!(md.contains("| 1.00 |"), "{md}");
 
         let rows: Vec<&Row> = groups.values().next().unwrap().iter().collect();
-        let svg = plot_svg("t", &rows, Quantity::Time).unwrap().unwrap();
+        let series: Vec<Series> = rows
+            .iter()
+            .map(|r| plot::row_series(r, Quantity::Time))
+            .collect();
+        let svg = log_log_svg("t", "N", Quantity::Time, &series)
+            .unwrap()
+            .unwrap();
         assert!(svg.starts_with("<svg"));
         assert!(svg.contains("peer/torch-linear-cumsum/f32"));
     }

@@ -24,10 +24,28 @@ pub(crate) const COLORS: [(u8, u8, u8); 10] = [
     (23, 190, 207),
 ];
 
+/// What a plot's y axis shows: seconds (decade ticks) or bytes (binary ticks).
 #[derive(Clone, Copy)]
-pub(super) enum Quantity {
+pub(crate) enum Quantity {
     Time,
     Memory,
+}
+
+/// One measured point: x = N (or a context length), the value, and the min–max of its
+/// samples when there are several.
+pub(crate) struct Point {
+    pub n: f64,
+    pub value: f64,
+    pub range: Option<(f64, f64)>,
+}
+
+/// One line of a plot: label, points, a thin stroke for peers, and where and why it stops
+/// early (out of memory, too slow) when it does.
+pub(crate) struct Series {
+    pub label: String,
+    pub thin: bool,
+    pub points: Vec<Point>,
+    pub stop: Option<(f64, &'static str)>,
 }
 
 impl Quantity {
@@ -115,94 +133,102 @@ pub(crate) fn power_of_two_label(x: f64, run: &[i32]) -> String {
     format!("2^{k}")
 }
 
-/// Why a row's line ends before the largest N, and where.
-struct Stop {
-    x: f64,
-    y: f64,
-    label: &'static str,
-}
-
-/// The first cell after the row's last ok cell that ran out of memory, was predicted too
-/// slow, or failed; marked at its N and at the height of the last point (or the top).
-fn stop_of(row: &Row, quantity: Quantity, top: f64) -> Option<Stop> {
-    let last_ok = row
+/// The cells of a report row as a series: ok cells as points (time with their min–max), and
+/// the first cell after the last ok one that ran out of memory, was predicted too slow or
+/// failed as the stop.
+pub(super) fn row_series(row: &Row, quantity: Quantity) -> Series {
+    let points: Vec<Point> = row
         .by_seq
         .values()
-        .filter_map(|c| Some((c.shape.seq, quantity.value(c)?)))
-        .next_back();
-    let after = last_ok.map_or(0, |(n, _)| n);
-    let stopped = row.by_seq.values().find(|c| {
-        c.shape.seq > after
-            && matches!(
-                c.status,
-                CellStatus::Oom | CellStatus::TooSlow | CellStatus::Error
-            )
-    })?;
-    let label = match stopped.status {
-        CellStatus::Oom => "OOM",
-        CellStatus::TooSlow => "too slow",
-        _ => "error",
-    };
-    Some(Stop {
-        x: (stopped.shape.seq as f64).log2(),
-        y: last_ok.map_or(top, |(_, v)| quantity.to_axis(v)),
-        label,
-    })
+        .filter_map(|c| {
+            let value = quantity.value(c)?;
+            let range = match quantity {
+                Quantity::Time => c
+                    .min_s
+                    .zip(c.max_s)
+                    .filter(|(lo, hi)| *lo > 0.0 && *hi > 0.0),
+                Quantity::Memory => None,
+            };
+            Some(Point {
+                n: c.shape.seq as f64,
+                value,
+                range,
+            })
+        })
+        .collect();
+    let after = points.last().map_or(0.0, |p| p.n);
+    let stop = row
+        .by_seq
+        .values()
+        .find(|c| {
+            c.shape.seq as f64 > after
+                && matches!(
+                    c.status,
+                    CellStatus::Oom | CellStatus::TooSlow | CellStatus::Error
+                )
+        })
+        .map(|c| {
+            let label = match c.status {
+                CellStatus::Oom => "OOM",
+                CellStatus::TooSlow => "too slow",
+                _ => "error",
+            };
+            (c.shape.seq as f64, label)
+        });
+    Series {
+        label: row.label.clone(),
+        thin: row.is_peer,
+        points,
+        stop,
+    }
 }
 
-/// One log-log plot of `quantity` against N; `None` when no row has a value.
-pub(super) fn plot_svg(
+/// One log-log plot of `quantity` against N for `series`; `None` when no series has a point.
+pub(crate) fn log_log_svg(
     title: &str,
-    rows: &[&Row],
+    x_desc: &str,
     quantity: Quantity,
+    series: &[Series],
 ) -> Result<Option<String>, AttnError> {
     use plotters::prelude::*;
-    let point = |c: &Cell| -> Option<(f64, f64)> {
-        Some((
-            (c.shape.seq as f64).log2(),
-            quantity.to_axis(quantity.value(c)?),
-        ))
-    };
-    let points: Vec<(f64, f64)> = rows
+    let to_xy = |p: &Point| (p.n.log2(), quantity.to_axis(p.value));
+    let points: Vec<(f64, f64)> = series
         .iter()
-        .flat_map(|r| r.by_seq.values().filter_map(|c| point(c)))
+        .flat_map(|s| s.points.iter().map(to_xy))
         .collect();
     if points.is_empty() {
         return Ok(None);
     }
-    // Whiskers widen the range a little beyond the medians.
-    let whisker_ends: Vec<f64> = rows
+    let whisker_ends = series
         .iter()
-        .flat_map(|r| r.by_seq.values())
-        .filter(|c| matches!(quantity, Quantity::Time) && c.status == CellStatus::Ok)
-        .flat_map(|c| [c.min_s, c.max_s])
-        .flatten()
-        .filter(|v| *v > 0.0)
-        .map(|v| quantity.to_axis(v))
-        .collect();
-    let mut run: Vec<i32> = rows
+        .flat_map(|s| s.points.iter())
+        .filter_map(|p| p.range)
+        .flat_map(|(lo, hi)| [lo, hi])
+        .map(|v| quantity.to_axis(v));
+    let all_n = series
         .iter()
-        .flat_map(|r| r.by_seq.keys())
-        .filter(|n| n.is_power_of_two())
-        .map(|n| n.trailing_zeros() as i32)
+        .flat_map(|s| s.points.iter().map(|p| p.n).chain(s.stop.map(|(n, _)| n)));
+    let mut run: Vec<i32> = all_n
+        .clone()
+        .filter(|n| n.fract() == 0.0 && (*n as u64).is_power_of_two())
+        .map(|n| n.log2().round() as i32)
         .collect();
     run.sort_unstable();
     run.dedup();
-    let xs = points.iter().map(|p| p.0);
-    let x_lo = xs.clone().fold(f64::INFINITY, f64::min).floor() - 0.5;
-    let x_hi = rows
+    let x_lo = points
         .iter()
-        .flat_map(|r| r.by_seq.keys())
-        .map(|&n| (n as f64).log2())
+        .map(|p| p.0)
+        .fold(f64::INFINITY, f64::min)
+        .floor()
+        - 0.5;
+    let x_hi = all_n
+        .map(f64::log2)
         .fold(f64::NEG_INFINITY, f64::max)
         .ceil()
         + 0.5;
-    let ys = points
-        .iter()
-        .map(|p| p.1)
-        .chain(whisker_ends.iter().copied());
-    let y_lo = ys.clone().fold(f64::INFINITY, f64::min).floor();
-    let y_hi = ys.fold(f64::NEG_INFINITY, f64::max).ceil() + 1.0;
+    let ys: Vec<f64> = points.iter().map(|p| p.1).chain(whisker_ends).collect();
+    let y_lo = ys.iter().copied().fold(f64::INFINITY, f64::min).floor();
+    let y_hi = ys.iter().copied().fold(f64::NEG_INFINITY, f64::max).ceil() + 1.0;
     let (x_ticks, y_ticks) = (
         (x_hi - x_lo).ceil() as usize + 1,
         (y_hi - y_lo) as usize + 1,
@@ -220,7 +246,7 @@ pub(super) fn plot_svg(
             .build_cartesian_2d(x_lo..x_hi, y_lo..y_hi)?;
         chart
             .configure_mesh()
-            .x_desc("N (log scale; ticks at the N that ran)")
+            .x_desc(x_desc)
             .y_desc(quantity.description())
             .x_labels(x_ticks.min(40))
             .y_labels(y_ticks.min(40))
@@ -252,55 +278,50 @@ pub(super) fn plot_svg(
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
             chart.draw_series(std::iter::once(Text::new(
                 label.to_string(),
-                (end.0 - 0.35, end.1 - 0.15 * quantity.per_doubling() / 0.3),
+                (end.0 - 0.35, end.1 - 0.15),
                 ("sans-serif", 13).into_font().color(&grey),
             )))?;
         }
 
-        for (i, row) in rows.iter().enumerate() {
+        for (i, line) in series.iter().enumerate() {
             let (r, g, b) = COLORS[i % COLORS.len()];
             let color = RGBColor(r, g, b);
-            let line: Vec<(f64, f64)> = row.by_seq.values().filter_map(|c| point(c)).collect();
-            let width = if row.is_peer { 1 } else { 2 };
+            let xy: Vec<(f64, f64)> = line.points.iter().map(to_xy).collect();
+            let width = if line.thin { 1 } else { 2 };
             chart
                 .draw_series(LineSeries::new(
-                    line.clone(),
+                    xy.clone(),
                     ShapeStyle::from(&color).stroke_width(width),
                 ))?
-                .label(row.label.clone())
+                .label(line.label.clone())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-            if matches!(quantity, Quantity::Time) {
-                for c in row.by_seq.values().filter(|c| c.status == CellStatus::Ok) {
-                    let (Some(lo), Some(hi)) = (c.min_s, c.max_s) else {
-                        continue;
-                    };
-                    if lo <= 0.0 || hi <= 0.0 {
-                        continue;
-                    }
-                    let x = (c.shape.seq as f64).log2();
-                    let (lo, hi) = (quantity.to_axis(lo), quantity.to_axis(hi));
+            chart.draw_series(xy.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            for p in &line.points {
+                let Some((lo, hi)) = p.range else { continue };
+                let x = p.n.log2();
+                let (lo, hi) = (quantity.to_axis(lo), quantity.to_axis(hi));
+                let thin = ShapeStyle::from(&color).stroke_width(1);
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(x, lo), (x, hi)],
+                    thin,
+                )))?;
+                for y in [lo, hi] {
                     chart.draw_series(std::iter::once(PathElement::new(
-                        vec![(x, lo), (x, hi)],
-                        ShapeStyle::from(&color).stroke_width(1),
+                        vec![(x - 0.06, y), (x + 0.06, y)],
+                        thin,
                     )))?;
-                    for y in [lo, hi] {
-                        chart.draw_series(std::iter::once(PathElement::new(
-                            vec![(x - 0.06, y), (x + 0.06, y)],
-                            ShapeStyle::from(&color).stroke_width(1),
-                        )))?;
-                    }
                 }
             }
-            if let Some(stop) = stop_of(row, quantity, y_hi - 0.5) {
+            if let Some((n, label)) = line.stop {
+                let at = (n.log2(), xy.last().map_or(y_hi - 0.5, |p| p.1));
                 chart.draw_series(std::iter::once(Cross::new(
-                    (stop.x, stop.y),
+                    at,
                     6,
                     ShapeStyle::from(&color).stroke_width(2),
                 )))?;
                 chart.draw_series(std::iter::once(Text::new(
-                    stop.label.to_string(),
-                    (stop.x + 0.1, stop.y),
+                    label.to_string(),
+                    (at.0 + 0.1, at.1),
                     ("sans-serif", 12).into_font().color(&color),
                 )))?;
             }

@@ -1,0 +1,382 @@
+//! The decode benchmark: time per generated token and the bytes carried between tokens,
+//! against the context length, for streaming linear-attention decoders next to softmax
+//! decoding with a KV cache ([`crate::kv_cache`]). The RNN claim (SPEC §2, §3 "recurrent")
+//! is that the linear rows stay flat while the softmax rows grow linearly with the context.
+//!
+//! For each decoder the context is built once, incrementally: prefill up to the first length,
+//! time `steps × repeats` single-token steps, prefill on to the next length, and so on. A
+//! linear decoder's timed steps stay in its state (its size and step cost do not depend on the
+//! context); the KV cache drops each timed token again, so every softmax sample attends over
+//! exactly context + 1 tokens. Only the step is timed; inputs are drawn before. Hidden subcommand `linattn decode-bench` for now.
+
+use crate::display::fmt_bytes;
+use crate::kv_cache::KvCache;
+use crate::report::{log_log_svg, Point, Quantity, Series};
+use crate::stats::SampleStats;
+use linattn_core::{AttnError, Causality, DecodeSpec, Decoder, FeatureMap, Inputs, Problem, Shape};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Name of the softmax baseline in the table and the JSON.
+pub(crate) const SOFTMAX_KV: &str = "cpu/softmax-kv-cache/f32";
+/// Tokens per prefill call while building a context (bounds the f64 input buffers).
+const PREFILL_CHUNK: usize = 1 << 15;
+
+#[derive(clap::Args)]
+pub struct DecodeBenchArgs {
+    /// Comma-separated decoder names (see `linattn decode --help`); the softmax KV-cache
+    /// baseline is always added.
+    #[arg(long, default_value = "cpu/decode/f32")]
+    backends: String,
+    /// Smallest context length, as a power of two.
+    #[arg(long, default_value_t = 8)]
+    min_log2: u32,
+    /// Largest context length, as a power of two.
+    #[arg(long, default_value_t = 20)]
+    max_log2: u32,
+    /// Key/query head dim D.
+    #[arg(long, default_value_t = 64)]
+    d: usize,
+    /// Value head dim M.
+    #[arg(long, default_value_t = 64)]
+    m: usize,
+    /// Timed single-token steps per repeat.
+    #[arg(long, default_value_t = 32)]
+    steps: usize,
+    /// Repeats of the timed steps (samples = steps × repeats).
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// Directory for decode.json, decode.md, decode-time.svg, decode-bytes.svg.
+    #[arg(long, value_name = "DIR")]
+    out_dir: PathBuf,
+}
+
+/// One (backend, context) cell.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DecodeCell {
+    pub backend: String,
+    pub context: usize,
+    /// Per generated token, in microseconds; `None` when the cell did not run.
+    pub time_us: Option<SampleStats>,
+    /// Bytes carried from one token to the next: the (S, z) state, or the KV cache.
+    pub carried_bytes: Option<u64>,
+    /// `ok`, or why the cell did not run (`out of memory: ...`).
+    pub status: String,
+}
+
+#[derive(Debug, Serialize)]
+struct DecodeReport<'a> {
+    kind: &'static str,
+    batch: usize,
+    heads: usize,
+    d: usize,
+    m: usize,
+    map: String,
+    steps: usize,
+    repeats: usize,
+    host_threads: usize,
+    cells: &'a [DecodeCell],
+}
+
+pub fn run_args(args: DecodeBenchArgs) -> Result<ExitCode, AttnError> {
+    if args.min_log2 > args.max_log2 || args.max_log2 > 30 {
+        return Err(AttnError::InvalidArgument(format!(
+            "context lengths 2^{}..2^{}: need min ≤ max ≤ 30",
+            args.min_log2, args.max_log2
+        )));
+    }
+    let contexts: Vec<usize> = (args.min_log2..=args.max_log2)
+        .map(|e| 1usize << e)
+        .collect();
+    let backends: Vec<String> = crate::registry::split_patterns(&args.backends)
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    run(
+        &backends,
+        &contexts,
+        args.d,
+        args.m,
+        args.steps,
+        args.repeats,
+        &args.out_dir,
+    )
+}
+
+/// Runs the benchmark and writes `decode.json`, `decode.md` and two SVG plots into `out_dir`.
+pub(crate) fn run(
+    backends: &[String],
+    contexts: &[usize],
+    d: usize,
+    m: usize,
+    steps: usize,
+    repeats: usize,
+    out_dir: &Path,
+) -> Result<ExitCode, AttnError> {
+    if steps == 0 || repeats == 0 {
+        return Err(AttnError::InvalidArgument(
+            "steps and repeats must be ≥ 1".into(),
+        ));
+    }
+    let map = FeatureMap::EluPlusOne;
+    let problem = Problem::new(Shape::new(1, 1, 1, d, m), Causality::Causal, map);
+    let spec = DecodeSpec::from_problem(&problem)?;
+    spec.validate()?;
+    let mut decoders = Vec::new();
+    for name in backends {
+        let decoder = crate::decode::resolve_decoder(name, None)?;
+        decoder.supports(&spec)?;
+        decoders.push(decoder);
+    }
+    std::fs::create_dir_all(out_dir)
+        .map_err(|e| AttnError::Io(format!("cannot create {}: {e}", out_dir.display())))?;
+
+    let mut cells = Vec::new();
+    for decoder in &mut decoders {
+        cells.extend(bench_linear(
+            decoder.as_mut(),
+            &spec,
+            contexts,
+            steps,
+            repeats,
+        )?);
+    }
+    cells.extend(bench_kv_cache(&spec, contexts, steps, repeats)?);
+
+    let report = DecodeReport {
+        kind: "decode-bench",
+        batch: spec.batch,
+        heads: spec.heads,
+        d,
+        m,
+        map: map.label(),
+        steps,
+        repeats,
+        host_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cells: &cells,
+    };
+    crate::results::write_json_atomic(&out_dir.join("decode.json"), &report)?;
+    let table = markdown(&cells, contexts);
+    crate::results::write_bytes_atomic(&out_dir.join("decode.md"), table.as_bytes())?;
+    for (file, quantity) in [
+        ("decode-time.svg", Quantity::Time),
+        ("decode-bytes.svg", Quantity::Memory),
+    ] {
+        let svg = plot(&cells, quantity)?;
+        crate::results::write_bytes_atomic(&out_dir.join(file), svg.as_bytes())?;
+    }
+    println!("{table}");
+    println!("wrote    {}", out_dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `n` tokens of seeded inputs for `spec` (seed per call site, so contexts differ).
+fn tokens(spec: &DecodeSpec, n: usize, seed: u64) -> Result<Inputs, AttnError> {
+    Inputs::random(
+        Shape::new(spec.batch, spec.heads, n, spec.dk, spec.dv),
+        seed,
+        false,
+    )
+}
+
+fn stats_us(samples: &[f64]) -> Option<SampleStats> {
+    SampleStats::of(samples)
+}
+
+fn bench_linear(
+    decoder: &mut dyn Decoder,
+    spec: &DecodeSpec,
+    contexts: &[usize],
+    steps: usize,
+    repeats: usize,
+) -> Result<Vec<DecodeCell>, AttnError> {
+    decoder.reset(spec)?;
+    let step_tokens: Vec<Inputs> = (0..steps)
+        .map(|i| tokens(spec, 1, 0xdec0 + i as u64))
+        .collect::<Result<_, _>>()?;
+    let mut filled = 0usize;
+    let mut cells = Vec::new();
+    for &context in contexts {
+        while filled < context {
+            let chunk = (context - filled).min(PREFILL_CHUNK);
+            decoder.prefill(&tokens(spec, chunk, filled as u64)?)?;
+            filled += chunk;
+        }
+        let mut samples = Vec::with_capacity(steps * repeats);
+        for _ in 0..repeats {
+            for token in &step_tokens {
+                let t0 = Instant::now();
+                decoder.step(token)?;
+                samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        filled += steps * repeats;
+        cells.push(DecodeCell {
+            backend: decoder.name().to_string(),
+            context,
+            time_us: stats_us(&samples),
+            carried_bytes: Some(decoder.export_state()?.bytes()),
+            status: "ok".into(),
+        });
+    }
+    Ok(cells)
+}
+
+fn bench_kv_cache(
+    spec: &DecodeSpec,
+    contexts: &[usize],
+    steps: usize,
+    repeats: usize,
+) -> Result<Vec<DecodeCell>, AttnError> {
+    let (d, m) = (spec.dk, spec.dv);
+    let mut caches: Vec<KvCache> = (0..spec.bh()).map(|_| KvCache::new(d, m)).collect();
+    let step_tokens: Vec<Inputs> = (0..steps)
+        .map(|i| tokens(spec, 1, 0xdec0 + i as u64))
+        .collect::<Result<_, _>>()?;
+    let mut o = vec![0f32; m];
+    let mut cells = Vec::new();
+    let mut failed: Option<String> = None;
+    for &context in contexts {
+        let cell = |time_us, carried_bytes, status: String| DecodeCell {
+            backend: SOFTMAX_KV.into(),
+            context,
+            time_us,
+            carried_bytes,
+            status,
+        };
+        if let Some(reason) = &failed {
+            cells.push(cell(None, None, reason.clone()));
+            continue;
+        }
+        let grown = (|| -> Result<(), AttnError> {
+            while caches[0].len() < context {
+                let chunk = (context - caches[0].len()).min(PREFILL_CHUNK);
+                let x = tokens(spec, chunk, caches[0].len() as u64)?;
+                for (bh, cache) in caches.iter_mut().enumerate() {
+                    cache.extend(&to_f32(x.k.head(bh)), &to_f32(x.v.head(bh)))?;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e @ AttnError::OutOfMemory { .. }) = grown {
+            failed = Some(e.to_string());
+            caches.iter_mut().for_each(|c| *c = KvCache::new(d, m));
+            cells.push(cell(None, None, e.to_string()));
+            continue;
+        }
+        grown?;
+        let mut samples = Vec::with_capacity(steps * repeats);
+        for _ in 0..repeats {
+            for token in &step_tokens {
+                let (q, k, v) = (token.q.to_f32(), token.k.to_f32(), token.v.to_f32());
+                let t0 = Instant::now();
+                for (bh, cache) in caches.iter_mut().enumerate() {
+                    let (qr, vr) = (bh * d..(bh + 1) * d, bh * m..(bh + 1) * m);
+                    cache.step(&q[qr.clone()], &k[qr], &v[vr], &mut o)?;
+                }
+                samples.push(t0.elapsed().as_secs_f64() * 1e6);
+                // Undo the token so the next sample sees the same context again.
+                caches.iter_mut().for_each(|c| c.truncate(context));
+            }
+        }
+        // What a step at this context carries: the cache of context + 1 tokens.
+        let token_bytes = ((d + m) * 4) as u64;
+        let bytes = caches.iter().map(|c| c.bytes() + token_bytes).sum();
+        cells.push(cell(stats_us(&samples), Some(bytes), "ok".into()));
+    }
+    Ok(cells)
+}
+
+fn to_f32(x: &[f64]) -> Vec<f32> {
+    x.iter().map(|&a| a as f32).collect()
+}
+
+/// Backends in the order they first appear.
+fn backend_names(cells: &[DecodeCell]) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for c in cells {
+        if !names.contains(&c.backend.as_str()) {
+            names.push(&c.backend);
+        }
+    }
+    names
+}
+
+/// Context rows × backend columns: median µs per token (relative stdev), bytes carried.
+fn markdown(cells: &[DecodeCell], contexts: &[usize]) -> String {
+    let names = backend_names(cells);
+    let mut out = String::from("| context |");
+    for n in &names {
+        out += &format!(" {n}: µs/token (±rel. stdev) | {n}: bytes carried |");
+    }
+    out += "\n|---:|";
+    out += &"---:|---:|".repeat(names.len());
+    out.push('\n');
+    for &context in contexts {
+        out += &format!("| {context} |");
+        for n in &names {
+            match cells
+                .iter()
+                .find(|c| c.backend == *n && c.context == context)
+            {
+                Some(DecodeCell {
+                    time_us: Some(t),
+                    carried_bytes: Some(b),
+                    ..
+                }) => {
+                    out += &format!(
+                        " {:.2} (±{:.0}%) | {} |",
+                        t.median,
+                        100.0 * t.rel_stdev,
+                        fmt_bytes(*b)
+                    )
+                }
+                Some(c) => out += &format!(" {} | — |", c.status),
+                None => out += " — | — |",
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Log-log plot of time per token (`Quantity::Time`, with min–max whiskers) or bytes
+/// carried between tokens (`Quantity::Memory`) against the context, a line per backend.
+fn plot(cells: &[DecodeCell], quantity: Quantity) -> Result<String, AttnError> {
+    let point = |c: &DecodeCell| -> Option<Point> {
+        match quantity {
+            Quantity::Time => c.time_us.as_ref().map(|t| Point {
+                n: c.context as f64,
+                value: t.median * 1e-6,
+                range: Some((t.min * 1e-6, t.max * 1e-6)),
+            }),
+            Quantity::Memory => c.carried_bytes.map(|b| Point {
+                n: c.context as f64,
+                value: b as f64,
+                range: None,
+            }),
+        }
+    };
+    let series: Vec<Series> = backend_names(cells)
+        .into_iter()
+        .map(|name| {
+            let mine = || cells.iter().filter(move |c| c.backend == name);
+            Series {
+                label: name.to_string(),
+                thin: false,
+                points: mine().filter_map(point).collect(),
+                stop: mine()
+                    .find(|c| c.status.starts_with("out of memory"))
+                    .map(|c| (c.context as f64, "OOM")),
+            }
+        })
+        .collect();
+    let title = match quantity {
+        Quantity::Time => "decode: time per generated token",
+        Quantity::Memory => "decode: bytes carried between tokens (state or KV cache)",
+    };
+    let svg = log_log_svg(title, "context length (tokens)", quantity, &series)?;
+    svg.ok_or_else(|| AttnError::State(format!("plot '{title}': no cell ran")))
+}
