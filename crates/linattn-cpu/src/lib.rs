@@ -9,6 +9,7 @@
 
 mod backend;
 pub mod fast;
+pub mod gemm;
 pub mod maps;
 pub mod oracle;
 
