@@ -184,7 +184,8 @@ struct StagedF32 {
     d_out: Option<Vec<f32>>,
 }
 
-/// The fast f32 paths (see [`crate::fast`], [`crate::chunked`]).
+/// The fast f32 paths: recurrent ([`crate::fast`]), chunked and non-causal on GEMMs
+/// ([`crate::chunked`]).
 pub struct FastBackend {
     info: BackendInfo,
     form: Form,
@@ -258,6 +259,7 @@ impl Backend for FastBackend {
         let start = Instant::now();
         let out = match self.form {
             Form::Chunked => chunked::forward(&st.problem, &st.q, &st.k, &st.v)?,
+            Form::Parallel => chunked::noncausal_forward(&st.problem, &st.q, &st.k, &st.v)?,
             _ => fast::forward(&st.problem, &st.q, &st.k, &st.v)?,
         };
         let elapsed = start.elapsed();
@@ -277,6 +279,7 @@ impl Backend for FastBackend {
         // The memory-efficient backward recomputes the forward's states; O comes out again.
         let (_, grads) = match self.form {
             Form::Chunked => chunked::backward(&st.problem, &st.q, &st.k, &st.v, d_out)?,
+            Form::Parallel => chunked::noncausal_backward(&st.problem, &st.q, &st.k, &st.v, d_out)?,
             _ => fast::backward(&st.problem, &st.q, &st.k, &st.v, d_out)?,
         };
         let elapsed = start.elapsed();

@@ -1,7 +1,8 @@
 //! `cpu/causal_chunked/f32` against the f64 oracle: RMS ratio ≤ `Precision::F32.rms_tolerance()`
 //! for O and dQ, dK, dV; every causal map, with and without decay, N below, at and across
 //! chunk boundaries (ragged last chunk), D ≠ M, and heads cut into several groups (the
-//! parallel-over-chunks path with its scans) by running on wider rayon pools.
+//! parallel-over-chunks path with its scans) by running on wider rayon pools; and the
+//! non-causal form on GEMMs for every map.
 
 mod common;
 
@@ -57,6 +58,34 @@ fn heads_split_into_groups_on_wider_pools() {
                     decay,
                 );
                 pool.install(|| compare(&p, seed));
+            }
+        }
+    }
+}
+
+#[test]
+fn non_causal_on_gemms_every_map() {
+    let mut seed = 900;
+    for n in [1, 7, CHUNK + 1, 3 * CHUNK + 5] {
+        for (map, causality) in cases(16) {
+            if causality.is_causal() {
+                continue;
+            }
+            for (decay, threads) in [(1.0, 1), (0.95, 3)] {
+                seed += 1;
+                let p = problem(Shape::new(1, 2, n, 8, 5), causality, map, decay);
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| {
+                    compare_f32(
+                        &p,
+                        seed,
+                        chunked::noncausal_forward,
+                        chunked::noncausal_backward,
+                    )
+                });
             }
         }
     }

@@ -60,15 +60,15 @@ impl Head<'_> {
 
 /// Per-task buffers, O(L·(C+M) + L²).
 pub(super) struct Scratch {
-    qf: Vec<f32>,
-    kf: Vec<f32>,
-    vaug: Vec<f32>,
-    gaug: Vec<f32>,
-    oaug: Vec<f32>,
+    pub qf: Vec<f32>,
+    pub kf: Vec<f32>,
+    pub vaug: Vec<f32>,
+    pub gaug: Vec<f32>,
+    pub oaug: Vec<f32>,
     a: Vec<f32>,
     p: Vec<f32>,
     /// Row-scaled copies (L × max(C, M')).
-    scaled: Vec<f32>,
+    pub scaled: Vec<f32>,
 }
 
 impl Scratch {
@@ -94,12 +94,12 @@ pub(super) struct Span {
     pub len: usize,
 }
 
-fn rm(data: &[f32], rows: usize, cols: usize) -> MatRef<'_> {
+pub(super) fn rm(data: &[f32], rows: usize, cols: usize) -> MatRef<'_> {
     MatRef::row_major(data, rows, cols, cols)
 }
 
 /// φ(Q), φ(K) rows of the chunk: views into the staged features, or computed (fused maps).
-fn features<'s>(
+pub(super) fn features<'s>(
     ctx: &Ctx,
     head: &Head<'s>,
     sp: Span,
@@ -120,7 +120,12 @@ fn features<'s>(
 }
 
 /// φ(K) rows of the chunk: staged, or the fused ones [`features`] left in `computed`.
-fn staged_keys<'s>(head: &Head<'s>, sp: Span, c: usize, computed: &'s [f32]) -> &'s [f32] {
+pub(super) fn staged_keys<'s>(
+    head: &Head<'s>,
+    sp: Span,
+    c: usize,
+    computed: &'s [f32],
+) -> &'s [f32] {
     match head.staged {
         Some(f) => &f.k[sp.t0 * c..(sp.t0 + sp.len) * c],
         None => &computed[..sp.len * c],
@@ -128,7 +133,7 @@ fn staged_keys<'s>(head: &Head<'s>, sp: Span, c: usize, computed: &'s [f32]) -> 
 }
 
 /// `V⁺` rows: V with a column of ones when normalised.
-fn fill_vaug(ctx: &Ctx, head: &Head, sp: Span, vaug: &mut [f32]) {
+pub(super) fn fill_vaug(ctx: &Ctx, head: &Head, sp: Span, vaug: &mut [f32]) {
     let (m, mp) = (ctx.cfg.m, ctx.mp);
     for (t, row) in vaug.chunks_exact_mut(mp).take(sp.len).enumerate() {
         let i = sp.t0 + t;
@@ -140,7 +145,7 @@ fn fill_vaug(ctx: &Ctx, head: &Head, sp: Span, vaug: &mut [f32]) {
 }
 
 /// `G⁺` rows from gn (parked in `gn`, `len × M`) and gd.
-fn fill_gaug(ctx: &Ctx, gn: &[f32], gd: &[f32], len: usize, gaug: &mut [f32]) {
+pub(super) fn fill_gaug(ctx: &Ctx, gn: &[f32], gd: &[f32], len: usize, gaug: &mut [f32]) {
     let (m, mp) = (ctx.cfg.m, ctx.mp);
     for (t, row) in gaug.chunks_exact_mut(mp).take(len).enumerate() {
         row[..m].copy_from_slice(&gn[t * m..(t + 1) * m]);
@@ -165,7 +170,7 @@ fn masked_scores(ctx: &Ctx, x: &[f32], y: &[f32], cols: usize, len: usize, out: 
 }
 
 /// `src` (`len × cols`) with row t scaled by `λ^{exp(t)}`; `src` itself without decay.
-fn scaled<'b>(
+pub(super) fn scaled<'b>(
     ctx: &Ctx,
     src: &'b [f32],
     len: usize,
@@ -231,7 +236,7 @@ fn chunk_outputs(ctx: &Ctx, head: &Head, sp: Span, s: &[f32], ws: &mut Scratch) 
 }
 
 /// O rows from `O⁺`; the denominators into `den` when asked.
-fn write_outputs(
+pub(super) fn write_outputs(
     ctx: &Ctx,
     head: &Head,
     sp: Span,
@@ -294,26 +299,17 @@ pub(super) struct ForwardGrads<'o> {
     pub dqf: &'o mut [f32],
 }
 
-/// Backward, forward direction: O, gn, gd and ∂φ(Q) of a chunk; advances S⁺.
-pub(super) fn backward_forward(
+/// O rows from `O⁺`, then `gn = G/den` and `gd = −(G·O)/den` (0 when not normalised).
+pub(super) fn output_gradients(
     ctx: &Ctx,
     head: &Head,
     sp: Span,
-    s: &mut [f32],
-    out: ForwardGrads,
-    ws: &mut Scratch,
+    oaug: &[f32],
+    out: &mut ForwardGrads,
 ) {
-    let (c, m, mp, len) = (ctx.cfg.c, ctx.cfg.m, ctx.mp, sp.len);
-    chunk_outputs(ctx, head, sp, s, ws);
+    let (m, len) = (ctx.cfg.m, sp.len);
     let mut den = [0f32; MAX_CHUNK];
-    write_outputs(
-        ctx,
-        head,
-        sp,
-        &ws.oaug[..len * mp],
-        out.o,
-        Some(&mut den[..len]),
-    );
+    write_outputs(ctx, head, sp, oaug, out.o, Some(&mut den[..len]));
     for (t, &den_t) in den[..len].iter().enumerate() {
         let (orow, grow) = (&out.o[t * m..(t + 1) * m], &out.g[t * m..(t + 1) * m]);
         let inv = 1.0 / den_t;
@@ -326,6 +322,20 @@ pub(super) fn backward_forward(
             0.0
         };
     }
+}
+
+/// Backward, forward direction: O, gn, gd and ∂φ(Q) of a chunk; advances S⁺.
+pub(super) fn backward_forward(
+    ctx: &Ctx,
+    head: &Head,
+    sp: Span,
+    s: &mut [f32],
+    mut out: ForwardGrads,
+    ws: &mut Scratch,
+) {
+    let (c, mp, len) = (ctx.cfg.c, ctx.mp, sp.len);
+    chunk_outputs(ctx, head, sp, s, ws);
+    output_gradients(ctx, head, sp, &ws.oaug[..len * mp], &mut out);
     fill_gaug(ctx, out.gn, out.gd, len, &mut ws.gaug);
     let gaug = rm(&ws.gaug[..len * mp], len, mp);
     // ∂φ(Q) = diag(λ^{t+1}) G⁺S⁺ᵀ + (P ⊙ D)φ(K).

@@ -11,6 +11,9 @@
 //! and their gradients (N×C per head, as in [`crate::fast`]); gn waits in ∂V's buffer.
 
 mod chunk;
+mod noncausal;
+
+pub use noncausal::{backward as noncausal_backward, forward as noncausal_forward};
 
 use crate::fast::{backward_buffers, check_operands, kernels, Config, GradsF32};
 use crate::maps::{Featurised, Operand};
@@ -176,7 +179,7 @@ impl<'a> Shared<'a> {
 
 /// O (`[B,H,N,M]`) of causal linear attention in f32 by the chunkwise form.
 pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
-    refuse_non_causal(problem)?;
+    require_causality(problem, true)?;
     let (_, v_len) = check_operands(problem, q, k, v)?;
     let cfg = Config::new(problem);
     let sh = Shared::new(&cfg, problem.shape.bh(), q, k, v);
@@ -202,11 +205,17 @@ pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec
     Ok(out)
 }
 
-fn refuse_non_causal(problem: &Problem) -> Result<(), AttnError> {
-    if !problem.causality.is_causal() {
-        return Err(AttnError::InvalidArgument(
-            "the chunked form computes causal attention only".into(),
-        ));
+/// The chunked form is causal and the GEMM non-causal form is not: refuse the other.
+fn require_causality(problem: &Problem, causal: bool) -> Result<(), AttnError> {
+    if problem.causality.is_causal() != causal {
+        let (form, kind) = if causal {
+            ("chunked", "causal")
+        } else {
+            ("non-causal", "non-causal")
+        };
+        return Err(AttnError::InvalidArgument(format!(
+            "the {form} form computes {kind} attention only"
+        )));
     }
     Ok(())
 }
@@ -219,7 +228,7 @@ pub fn backward(
     v: &[f32],
     d_out: &[f32],
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    refuse_non_causal(problem)?;
+    require_causality(problem, true)?;
     let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
     let cfg = Config::new(problem);
     let bh = problem.shape.bh();
@@ -325,29 +334,37 @@ pub fn backward(
     }
     drop(r_starts);
 
-    if !cfg.fused {
-        let (nd, nc) = (cfg.n * d, cfg.n * c);
-        grads
-            .dq
-            .par_chunks_mut(nd)
-            .zip(grads.dk.par_chunks_mut(nd))
-            .enumerate()
-            .for_each(|(h, (dq, dk))| {
-                let (head, f) = (sh.head(h), &sh.staged[h]);
-                let span = h * nc..(h + 1) * nc;
-                cfg.map.vjp_head(
-                    Operand::Query,
-                    head.q,
-                    &f.q,
-                    &dqf_all[span.clone()],
-                    cfg.n,
-                    dq,
-                );
-                cfg.map
-                    .vjp_head(Operand::Key, head.k, &f.k, &dkf_all[span], cfg.n, dk);
-            });
-    }
+    staged_vjp(&sh, &dqf_all, &dkf_all, &mut grads);
     Ok((out, grads))
+}
+
+/// ∂Q, ∂K from the whole-head ∂φ(Q), ∂φ(K) of staged maps (nothing for fused maps, whose
+/// chain ran chunk by chunk).
+fn staged_vjp(sh: &Shared, dqf_all: &[f32], dkf_all: &[f32], grads: &mut GradsF32) {
+    let cfg = sh.ctx.cfg;
+    if cfg.fused {
+        return;
+    }
+    let (nd, nc) = (cfg.n * cfg.d, cfg.n * cfg.c);
+    grads
+        .dq
+        .par_chunks_mut(nd)
+        .zip(grads.dk.par_chunks_mut(nd))
+        .enumerate()
+        .for_each(|(h, (dq, dk))| {
+            let (head, f) = (sh.head(h), &sh.staged[h]);
+            let span = h * nc..(h + 1) * nc;
+            cfg.map.vjp_head(
+                Operand::Query,
+                head.q,
+                &f.q,
+                &dqf_all[span.clone()],
+                cfg.n,
+                dq,
+            );
+            cfg.map
+                .vjp_head(Operand::Key, head.k, &f.k, &dkf_all[span], cfg.n, dk);
+        });
 }
 
 /// Per-task buffers of the backward passes: a chunk's ∂φ rows (fused maps) and φ rows.
