@@ -114,8 +114,8 @@ pub(super) fn features<'s>(
     let (qb, kb) = (&mut qbuf[..sp.len * c], &mut kbuf[..sp.len * c]);
     let x = sp.t0 * d..(sp.t0 + sp.len) * d;
     let map = ctx.cfg.map.map();
-    kernels::elementwise_map::<false>(map, &head.q[x.clone()], qb);
-    kernels::elementwise_map::<false>(map, &head.k[x], kb);
+    kernels::elementwise_map_detected(map, &head.q[x.clone()], qb);
+    kernels::elementwise_map_detected(map, &head.k[x], kb);
     (qb, kb)
 }
 
@@ -308,11 +308,11 @@ pub(super) fn output_gradients(
     out: &mut ForwardGrads,
 ) {
     let (m, len) = (ctx.cfg.m, sp.len);
-    let mut den = [0f32; MAX_CHUNK];
-    write_outputs(ctx, head, sp, oaug, out.o, Some(&mut den[..len]));
-    for (t, &den_t) in den[..len].iter().enumerate() {
+    // The denominators pass through gd, each read just before its gd overwrites it.
+    write_outputs(ctx, head, sp, oaug, out.o, Some(&mut out.gd[..len]));
+    for t in 0..len {
         let (orow, grow) = (&out.o[t * m..(t + 1) * m], &out.g[t * m..(t + 1) * m]);
-        let inv = 1.0 / den_t;
+        let inv = 1.0 / out.gd[t];
         for (x, &g) in out.gn[t * m..(t + 1) * m].iter_mut().zip(grow) {
             *x = g * inv;
         }
@@ -415,6 +415,3 @@ pub(super) fn reverse_state_only(
     fill_gaug(ctx, gn, gd, len, &mut ws.gaug);
     absorb(ctx, qf, &ws.gaug, len, |t| t, &mut ws.scaled, r);
 }
-
-/// Largest chunk length any caller may ask for (stack buffers of the backward).
-pub(super) const MAX_CHUNK: usize = 256;

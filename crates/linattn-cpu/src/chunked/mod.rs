@@ -21,10 +21,20 @@ use chunk::{Ctx, ForwardGrads, Head, ReverseGrads, Scratch, Span};
 use linattn_core::{AttnError, Problem};
 use rayon::prelude::*;
 
-/// Chunk length: measured with `linattn bench` at D = M = 64 (see the README's CPU
-/// section); 64 balances the masked L×L products (which grow with L) against the per-chunk
-/// state products (which shrink with L).
-pub const CHUNK: usize = 64;
+/// Chunk length, from one run of `examples/chunked_timing.rs` (backward) at B=1 H=8
+/// N=16 384 D=M=64 elu+1 on the shared 2-core machine (forward / forward+backward medians):
+/// L=32 176 / 711 ms, L=64 179 / 832 ms, L=128 222 / 978 ms. Shorter chunks shrink the
+/// masked L×L products (half of which is zeros); the per-chunk C×M' products do not change.
+pub const CHUNK: usize = 32;
+
+/// `LINATTN_CPU_CHUNK` overrides [`CHUNK`] (for the chunk-size measurements only).
+fn chunk_len() -> usize {
+    std::env::var("LINATTN_CPU_CHUNK")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&l| l > 0)
+        .unwrap_or(CHUNK)
+}
 
 /// How a call is cut into tasks.
 #[derive(Clone, Copy)]
@@ -98,7 +108,7 @@ struct Shared<'a> {
 }
 
 impl<'a> Shared<'a> {
-    fn new(cfg: &'a Config, bh: usize, q: &'a [f32], k: &'a [f32], v: &'a [f32]) -> Self {
+    fn new(cfg: &'a Config, bh: usize, l: usize, q: &'a [f32], k: &'a [f32], v: &'a [f32]) -> Self {
         let (n, d) = (cfg.n, cfg.d);
         let staged = if cfg.fused {
             Vec::new()
@@ -115,8 +125,8 @@ impl<'a> Shared<'a> {
                 .collect()
         };
         Shared {
-            ctx: Ctx::new(cfg, CHUNK),
-            plan: Plan::new(n, bh, CHUNK),
+            ctx: Ctx::new(cfg, l),
+            plan: Plan::new(n, bh, l),
             q,
             k,
             v,
@@ -182,7 +192,7 @@ pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec
     require_causality(problem, true)?;
     let (_, v_len) = check_operands(problem, q, k, v)?;
     let cfg = Config::new(problem);
-    let sh = Shared::new(&cfg, problem.shape.bh(), q, k, v);
+    let sh = Shared::new(&cfg, problem.shape.bh(), chunk_len(), q, k, v);
     let mut starts = sh.forward_starts();
     let mut out = vec![0f32; v_len];
     let tasks = split(&mut out, &sh.plan, cfg.m);
@@ -232,7 +242,7 @@ pub fn backward(
     let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
     let cfg = Config::new(problem);
     let bh = problem.shape.bh();
-    let sh = Shared::new(&cfg, bh, q, k, v);
+    let sh = Shared::new(&cfg, bh, chunk_len(), q, k, v);
     let (plan, c, d, m, l) = (sh.plan, cfg.c, cfg.d, cfg.m, sh.ctx.l);
     let state = sh.state_len();
     let mut gd = vec![0f32; bh * cfg.n];
@@ -412,7 +422,7 @@ fn fused_vjp(
     let d = cfg.d;
     let xs = &x[sp.t0 * d..(sp.t0 + sp.len) * d];
     let phi = &mut phi[..sp.len * d];
-    kernels::elementwise_map::<false>(cfg.map.map(), xs, phi);
+    kernels::elementwise_map_detected(cfg.map.map(), xs, phi);
     kernels::elementwise_vjp(
         cfg.map.map(),
         xs,

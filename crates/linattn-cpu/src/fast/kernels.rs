@@ -349,6 +349,24 @@ pub fn elementwise_map<const FMA: bool>(map: linattn_core::FeatureMap, x: &[f32]
     }
 }
 
+/// [`elementwise_map`] compiled with avx2 and fma when the CPU has them (callers outside
+/// the head loops of [`super`], which carry no target features of their own).
+pub fn elementwise_map_detected(map: linattn_core::FeatureMap, x: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports avx2 and fma, checked just above.
+        unsafe { elementwise_map_avx2(map, x, out) };
+        return;
+    }
+    elementwise_map::<false>(map, x, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn elementwise_map_avx2(map: linattn_core::FeatureMap, x: &[f32], out: &mut [f32]) {
+    elementwise_map::<true>(map, x, out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
