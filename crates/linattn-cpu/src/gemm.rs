@@ -1,10 +1,16 @@
 //! fp32 GEMM for the chunked and non-causal forms, and the machine's GEMM rate.
 //!
-//! The engine is `matrixmultiply` (ndarray's), picked over `gemm` (candle's) by
-//! `benches/gemm_engines.rs`: on the small products these forms issue (L×C·C×L, L×L·L×M,
-//! C×L·L×M with L ≤ 128) it was faster single-threaded, and the forms parallelise across
-//! chunks and heads themselves, so the engine's own threading is not used.
-//! [`MatRef`] carries strides, so transposes are views, never copies.
+//! The engine is `matrixmultiply` (ndarray's) rather than `gemm` (candle's). In
+//! `benches/gemm_engines.rs` (bench-results/gemm-engines/criterion.log) neither wins the
+//! forms' small products single-threaded: `matrixmultiply` is ahead on C×L·L×M with a
+//! transposed operand (the chunk states, e.g. 32.3 vs 26.9 GFLOP/s at L=64, D=M=64),
+//! `gemm` on L×L·L×M (54.9 vs 42.1) and on the tall N×D·D×M (33.0 vs 18.8); the forms
+//! parallelise across heads and chunk groups themselves, so the engines' own threading
+//! is not used. End to end (bench-results/gemm-engines/end_to_end.txt, three interleaved
+//! rounds) the chunked forward took 280/292/266 ms with `matrixmultiply` against
+//! 361/234/327 ms with `gemm`: a tie within the shared machine's noise, and
+//! `matrixmultiply` is the smaller dependency (no dyn-stack, no rayon of its own) with a
+//! plain `C ← αAB + βC` interface. [`MatRef`] carries strides, so transposes are views.
 
 use std::time::Instant;
 
