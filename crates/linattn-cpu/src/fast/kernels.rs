@@ -325,7 +325,11 @@ pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
     p = fmadd::<FMA>(p, r, 0.5);
     p = fmadd::<FMA>(p, r, 1.0);
     p = fmadd::<FMA>(p, r, 1.0);
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // n as an integer straight from t's low mantissa bits (t = 1.5·2²³ + n exactly): a
+    // float-to-int cast would be a saturating, NaN-checked conversion that LLVM
+    // scalarises lane by lane.
+    let n_int = (t.to_bits() as i32).wrapping_sub(SHIFTER.to_bits() as i32);
+    let scale = f32::from_bits((n_int.wrapping_add(127) as u32) << 23);
     p * scale
 }
 
