@@ -8,6 +8,14 @@ Peers (backend names in the output):
   peer/sdpa-cudnn/{f16,bf16}           torch SDPA, cuDNN backend
   peer/torch-linear-cumsum/{...}       plain PyTorch causal linear attention (cumsum of k v^T)
   peer/torch-linear-einsum/{...}       plain PyTorch non-causal linear attention (einsum)
+  peer/torch-linear-chunk/f32          plain PyTorch causal chunk form (CPU; the form of
+                                       flash-linear-attention's naive chunk reference, L=64)
+  peer/fla-naive-chunk/f32             fla.ops.linear_attn.naive.naive_chunk_linear_attn (CPU,
+                                       when fla is importable)
+
+--device cpu (or auto on a machine without CUDA) times the CPU peers instead: f32, wall
+clock (time.perf_counter) around each call, torch.set_num_threads(--threads) when given,
+no peak memory (PyTorch keeps no CPU allocator statistics), copy bandwidth of a host copy.
 
 Linear-attention peers apply elu(x)+1 to q and k before the call (linattn's default map);
 fla is called with normalize=True, which divides by the running key sum like linattn's
@@ -20,7 +28,7 @@ then at least --min-repeats samples and more while within --cell-seconds (as lin
 forward+backward = forward time + backward time of the same sample. Peak memory is
 torch.cuda.max_memory_allocated above the allocation before the run.
 
-Runs on the GPU machine (Python 3, PyTorch with CUDA; fla optional). Cells that cannot run
+Runs on the GPU machine (Python 3, PyTorch with CUDA; fla optional), or on any CPU. Cells that cannot run
 are recorded as "unavailable" (fla not importable, SDPA backend absent), "unsupported"
 (e.g. flash with this head dim), "oom" or "error"; the sweep goes on.
 """
@@ -249,6 +257,41 @@ def build_peers(torch, fla_mod, fla_error):
             return (num / den).to(q.dtype)
         return run
 
+    def make_chunk(causal, chunk=64):
+        # Causal linear attention by chunks: masked scores inside a chunk, the running state
+        # (prefix sum over earlier chunks of K_c^T V_c) across them; the normaliser likewise.
+        def run(q, k, v):
+            b, h, n, d = q.shape
+            m = v.shape[-1]
+            pad = (-n) % chunk
+            qf, kf, vf = phi(q).float(), phi(k).float(), v.float()
+            if pad:
+                qf, kf, vf = (F.pad(t, (0, 0, 0, pad)) for t in (qf, kf, vf))
+            nc = (n + pad) // chunk
+            qc, kc, vc = (t.reshape(b, h, nc, chunk, t.shape[-1]) for t in (qf, kf, vf))
+            mask = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+            scores = (qc @ kc.transpose(-1, -2)).masked_fill(~mask, 0.0)
+            kv = kc.transpose(-1, -2) @ vc  # per-chunk K_c^T V_c
+            states = kv.cumsum(dim=2) - kv  # state before each chunk
+            ksum = kc.sum(dim=3)
+            zs = ksum.cumsum(dim=2) - ksum
+            num = scores @ vc + qc @ states
+            den = scores.sum(-1) + (qc @ zs.unsqueeze(-1)).squeeze(-1) + DEFAULT_EPS
+            o = (num / den.unsqueeze(-1)).reshape(b, h, nc * chunk, m)[:, :, :n]
+            return o.to(q.dtype)
+        return run
+
+    fla_naive_reason = fla_error_of(fla_mod, fla_error, "naive_chunk_linear_attn")
+
+    def fla_naive(causal):
+        from fla.ops.linear_attn.naive import naive_chunk_linear_attn
+
+        def run(q, k, v):
+            # fla's naive reference takes [B, H, N, D] and normalises like linattn.
+            o = naive_chunk_linear_attn(phi(q), phi(k), v, scale=1.0, normalize=True)
+            return o[0] if isinstance(o, tuple) else o
+        return run
+
     def make_einsum(causal):
         def run(q, k, v):
             qf = phi(q).float()
@@ -262,9 +305,56 @@ def build_peers(torch, fla_mod, fla_error):
 
     peers.append(Peer("torch-linear-cumsum", "linear", "cumsum", ["causal"], make_cumsum, None,
                       "plain PyTorch, fp32 accumulation, elu+1"))
+    peers.append(Peer("torch-linear-chunk", "linear", "chunked", ["causal"], make_chunk, None,
+                      "plain PyTorch causal chunk form, L=64, fp32, elu+1"))
+    peers.append(Peer("fla-naive-chunk", "linear", "chunked", ["causal"], fla_naive, fla_naive_reason,
+                      "fla naive_chunk_linear_attn, normalize=True, scale=1, elu+1 applied before"))
     peers.append(Peer("torch-linear-einsum", "linear", "parallel", ["non-causal"], make_einsum,
                       None, "plain PyTorch, fp32 accumulation, elu+1"))
     return peers
+
+
+def fla_error_of(fla_mod, fla_error, name):
+    """Why fla's naive `name` cannot run here (None when it can)."""
+    if fla_mod is None:
+        return f"fla not importable: {fla_error}"
+    try:
+        import fla.ops.linear_attn.naive as naive
+    except Exception as e:  # noqa: BLE001
+        return f"fla.ops.linear_attn.naive not importable: {e}"
+    return None if hasattr(naive, name) else f"fla has no {name}"
+
+
+# Peers timed with --device cpu (the others need CUDA kernels or CUDA-only SDPA backends).
+CPU_PEERS = {"torch-linear-einsum", "torch-linear-chunk", "fla-naive-chunk"}
+
+
+class CudaClock:
+    """Intervals of a call measured with CUDA events."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+
+    def mark(self, i):
+        self.events[i].record()
+
+    def seconds(self, i, j):
+        self.torch.cuda.synchronize()
+        return self.events[i].elapsed_time(self.events[j]) / 1e3
+
+
+class CpuClock:
+    """Intervals of a call measured with the wall clock (CPU work is synchronous)."""
+
+    def __init__(self):
+        self.t = [0.0, 0.0, 0.0]
+
+    def mark(self, i):
+        self.t[i] = time.perf_counter()
+
+    def seconds(self, i, j):
+        return self.t[j] - self.t[i]
 
 
 def is_oom(torch, exc):
@@ -274,32 +364,30 @@ def is_oom(torch, exc):
 
 
 def time_cell(torch, fn, q, k, v, d_out, mode, args):
-    """Returns (samples, forward_samples, backward_samples, peak_bytes)."""
-    base_alloc = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    start_ev = torch.cuda.Event(enable_timing=True)
-    mid_ev = torch.cuda.Event(enable_timing=True)
-    end_ev = torch.cuda.Event(enable_timing=True)
+    """Returns (samples, forward_samples, backward_samples, peak_bytes or None)."""
+    cuda = q.is_cuda
+    if cuda:
+        base_alloc = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    clock = CudaClock(torch) if cuda else CpuClock()
 
     def one():
         if mode == "forward":
             with torch.no_grad():
-                start_ev.record()
+                clock.mark(0)
                 o = fn(q, k, v)
-                end_ev.record()
-            torch.cuda.synchronize()
+                clock.mark(2)
             del o
-            return start_ev.elapsed_time(end_ev) / 1e3, 0.0
+            return clock.seconds(0, 2), 0.0
         for t in (q, k, v):
             t.grad = None
-        start_ev.record()
+        clock.mark(0)
         o = fn(q, k, v)
-        mid_ev.record()
+        clock.mark(1)
         o.backward(d_out)
-        end_ev.record()
-        torch.cuda.synchronize()
+        clock.mark(2)
         del o
-        return start_ev.elapsed_time(mid_ev) / 1e3, mid_ev.elapsed_time(end_ev) / 1e3
+        return clock.seconds(0, 1), clock.seconds(1, 2)
 
     warm_start = time.perf_counter()
     for _ in range(args.warmup):
@@ -319,7 +407,7 @@ def time_cell(torch, fn, q, k, v, d_out, mode, args):
         samples.append(f + b)
         fwd.append(f)
         bwd.append(b)
-    peak = max(0, torch.cuda.max_memory_allocated() - base_alloc)
+    peak = max(0, torch.cuda.max_memory_allocated() - base_alloc) if cuda else None
     return samples, fwd, bwd, peak
 
 
@@ -357,6 +445,9 @@ def main():
     ap.add_argument("--cell-seconds", type=float, default=1.0)
     ap.add_argument("--max-cell-seconds", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                    help="cuda: the GPU peers; cpu: the CPU peers in f32; auto: cuda when visible")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     ap.add_argument("--out", required=True, help="results JSON path ('-' for stdout)")
     args = ap.parse_args()
 
@@ -377,8 +468,16 @@ def main():
         import torch
     except ImportError as e:
         raise SystemExit(f"error: PyTorch is required: {e}")
-    if not torch.cuda.is_available():
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: no CUDA device visible to PyTorch")
+    if device == "cpu":
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        if args.precision == ap.get_default("precision"):
+            precisions = ["f32"]
 
     fla_mod, fla_error, fla_version = None, None, None
     try:
@@ -400,16 +499,18 @@ def main():
         if unknown:
             raise SystemExit(f"error: unknown peers {sorted(unknown)}; known: {[p.name for p in peers]}")
         peers = [p for p in peers if p.name in wanted]
+    if device == "cpu":
+        peers = [p for p in peers if p.name in CPU_PEERS]
 
-    props = torch.cuda.get_device_properties(0)
-    copy_bw = measure_copy_bandwidth(torch)
+    props = torch.cuda.get_device_properties(0) if device == "cuda" else None
+    copy_bw = measure_copy_bandwidth(torch, device)
     environment = {
         "producer": "peers.py",
-        "device_name": props.name,
-        "driver_version": kernel_driver_version(),
-        "cuda_version": torch.version.cuda,
+        "device_name": props.name if props else cpu_model(),
+        "driver_version": kernel_driver_version() if props else None,
+        "cuda_version": torch.version.cuda if props else None,
         "nvrtc_version": None,
-        "gpu_memory_bytes": props.total_memory,
+        "gpu_memory_bytes": props.total_memory if props else None,
         "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count() or 1,
         "host_memory_bytes": host_memory(),
@@ -421,6 +522,7 @@ def main():
         "peers": [
             {"name": "python", "version": platform.python_version()},
             {"name": "torch", "version": torch.__version__},
+            {"name": "torch threads", "version": str(torch.get_num_threads())},
             {"name": "fla", "version": fla_version or f"unavailable: {fla_error}"},
         ],
     }
@@ -428,7 +530,7 @@ def main():
     cells = []
     stopped = {}  # series -> (seq, status) after oom / too-slow
     last = {}  # series -> (seq, median)
-    gen = torch.Generator(device="cuda")
+    gen = torch.Generator(device=device)
     for causality in causalities:
         for seq in seqs:
             for prec in precisions:
@@ -439,7 +541,7 @@ def main():
                     for mode in modes:
                         cell = {
                             "backend": f"peer/{peer.name}/{prec}",
-                            "device": "cuda",
+                            "device": device,
                             "precision": prec,
                             "algorithm": peer.algorithm,
                             "form": peer.form,
@@ -483,7 +585,7 @@ def main():
                                 gen.manual_seed(args.seed)
                                 shape_qk = (args.batch, args.heads, seq, args.dk)
                                 shape_v = (args.batch, args.heads, seq, dv)
-                                inputs = [torch.randn(s, device="cuda", dtype=dtype, generator=gen)
+                                inputs = [torch.randn(s, device=device, dtype=dtype, generator=gen)
                                           for s in (shape_qk, shape_qk, shape_v, shape_v)]
                             q, k, v, d_out = inputs
                             if peer.layout == "bnhd":
@@ -494,7 +596,7 @@ def main():
                             fn = peer.make_fn(causality == "causal")
                             samples, fwd, bwd, peak = time_cell(torch, fn, q, k, v, d_out, mode, args)
                         except Exception as e:  # noqa: BLE001 - every failure becomes a cell status
-                            torch.cuda.empty_cache()
+                            empty_cache(torch, device)
                             if is_oom(torch, e):
                                 stopped[series] = (seq, "oom")
                                 cell.update(status="oom", message=f"out of memory: {str(e).splitlines()[0][:300]}")
@@ -524,7 +626,7 @@ def main():
                             forward_median_s=sample_stats(fwd)["median"] if mode != "forward" else None,
                             backward_median_s=sample_stats(bwd)["median"] if mode != "forward" else None,
                             peak_bytes=peak,
-                            peak_bytes_source="torch-allocator",
+                            peak_bytes_source="torch-allocator" if peak is not None else None,
                             free_mem_drop_bytes=None,
                             tokens_per_s=args.batch * seq / med,
                             tflops=flops(peer.algorithm, args.batch, args.heads, seq, args.dk, dv, mode) / med / 1e12,
@@ -533,7 +635,7 @@ def main():
                         )
                         print(f"{cell['backend']} {mode} N={seq}: {med * 1e3:.3f} ms", file=sys.stderr)
                 inputs = None
-                torch.cuda.empty_cache()
+                empty_cache(torch, device)
 
     result = {
         "schema_version": SCHEMA_VERSION,
@@ -557,32 +659,37 @@ def main():
         print(f"results written to {args.out}", file=sys.stderr)
 
 
-def measure_copy_bandwidth(torch, repeats=10):
-    """Device-to-device copy of min(1 GiB, free/4), counted as read + write bytes."""
+def empty_cache(torch, device):
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure_copy_bandwidth(torch, device, repeats=10):
+    """Copy of min(1 GiB, free/4) on the device (256 MiB on the host), read + write bytes."""
     try:
-        free, _ = torch.cuda.mem_get_info()
-        nbytes = min(1 << 30, free // 4)
-        src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        if device == "cuda":
+            free, _ = torch.cuda.mem_get_info()
+            nbytes = min(1 << 30, free // 4)
+        else:
+            nbytes = 256 << 20
+        src = torch.empty(nbytes, dtype=torch.uint8, device=device)
         dst = torch.empty_like(src)
         dst.copy_(src)
-        torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
+        clock = CudaClock(torch) if device == "cuda" else CpuClock()
         samples = []
         for _ in range(repeats):
-            start.record()
+            clock.mark(0)
             dst.copy_(src)
-            end.record()
-            torch.cuda.synchronize()
-            secs = start.elapsed_time(end) / 1e3
+            clock.mark(2)
+            secs = clock.seconds(0, 2)
             if secs > 0:
                 samples.append(2.0 * nbytes / secs / 1e9)
         del src, dst
-        torch.cuda.empty_cache()
+        empty_cache(torch, device)
         st = sample_stats(samples)
         if st is None:
             return None
-        return {"device": "cuda", "bytes": nbytes, "samples_gbps": samples, "median_gbps": st["median"]}
+        return {"device": device, "bytes": nbytes, "samples_gbps": samples, "median_gbps": st["median"]}
     except Exception as e:  # noqa: BLE001
         print(f"warning: copy bandwidth not measured: {e}", file=sys.stderr)
         return None

@@ -31,7 +31,7 @@ pub use decode::{
 pub use error::{AttnError, Unsupported};
 pub use metrics::ErrorMetrics;
 pub use problem::{
-    Causality, FeatureMap, Form, Precision, Problem, Shape, DEFAULT_EPS, DEFAULT_FAVOR_SEED,
+    Causality, FeatureMap, Form, Pass, Precision, Problem, Shape, DEFAULT_EPS, DEFAULT_FAVOR_SEED,
 };
 pub use rng::{favor_projection, SeededRng};
 pub use tensor::{Grads, Inputs, Tensor, TensorRole};

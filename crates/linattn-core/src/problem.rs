@@ -463,12 +463,49 @@ impl Problem {
         let c = self.feature_dim() as f64;
         4.0 * s.bh() as f64 * s.seq as f64 * c * (s.dv as f64 + 1.0)
     }
+    /// Useful flops of one call, for the "% of GEMM rate" of a cell: the products any
+    /// implementation of the algorithm must do, not what a particular form spends (chunk
+    /// masks, recomputation, the normaliser's extra column, feature maps are not counted).
+    /// 2 flops per multiply-add.
+    /// * linear, forward: `4·B·H·N·C·M`, the state `φ(K)ᵀV` and the read-out `φ(Q)S`
+    ///   (C = D for the elementwise maps: the issue's `4·B·H·N·D·M`);
+    /// * softmax, forward: `2·B·H·N²·(D+M)` for `QKᵀ` and `PV`, halved when causal
+    ///   (only j ≤ i is useful);
+    /// * backward: twice the forward (linear: `G Sᵀ`, `φ(Q)ᵀG`, `V Rᵀ`, `φ(K)R`; softmax:
+    ///   `G Vᵀ`, `PᵀG`, `dS K`, `dSᵀQ`), so forward+backward is 3× the forward.
+    pub fn useful_flops(&self, algorithm: crate::Algorithm, pass: Pass) -> f64 {
+        let s = &self.shape;
+        let (bh, n) = (s.bh() as f64, s.seq as f64);
+        let forward = match algorithm {
+            crate::Algorithm::Linear(_) => 4.0 * bh * n * self.feature_dim() as f64 * s.dv as f64,
+            crate::Algorithm::Softmax => {
+                let full = 2.0 * bh * n * n * (s.dk + s.dv) as f64;
+                if self.causality.is_causal() {
+                    full / 2.0
+                } else {
+                    full
+                }
+            }
+        };
+        match pass {
+            Pass::Forward => forward,
+            Pass::ForwardBackward => 3.0 * forward,
+        }
+    }
+
     /// Flops of naive softmax attention forward (halved when causal is not exploited: it is
     /// not; the naive baseline computes the full N×N).
     pub fn softmax_forward_flops(&self) -> f64 {
         let s = &self.shape;
         2.0 * s.bh() as f64 * (s.seq as f64).powi(2) * (s.dk + s.dv) as f64
     }
+}
+
+/// What a timed call runs, for [`Problem::useful_flops`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    Forward,
+    ForwardBackward,
 }
 
 impl fmt::Display for Problem {
@@ -530,5 +567,52 @@ mod tests {
         assert!(!Form::Parallel.supports(Causality::Causal));
         assert!(Form::Cumsum.supports(Causality::Causal));
         assert!(Form::Quadratic.supports(Causality::Causal));
+    }
+}
+
+#[cfg(test)]
+mod useful_flops_tests {
+    use super::*;
+    use crate::Algorithm;
+
+    #[test]
+    fn useful_flops_count_the_products() {
+        let p = Problem::new(
+            Shape::new(1, 8, 16384, 64, 64),
+            Causality::Causal,
+            FeatureMap::EluPlusOne,
+        );
+        let lin = Algorithm::Linear(Form::Chunked);
+        // The figure: 4·B·H·N·D·M = 2.15 GFLOP.
+        assert_eq!(
+            p.useful_flops(lin, Pass::Forward),
+            4.0 * 8.0 * 16384.0 * 64.0 * 64.0
+        );
+        assert_eq!(
+            p.useful_flops(lin, Pass::ForwardBackward),
+            3.0 * p.useful_flops(lin, Pass::Forward)
+        );
+        let favor = Problem::new(
+            p.shape,
+            Causality::Causal,
+            FeatureMap::Favor {
+                features: 96,
+                seed: 1,
+            },
+        );
+        assert_eq!(
+            favor.useful_flops(lin, Pass::Forward),
+            4.0 * 8.0 * 16384.0 * 96.0 * 64.0
+        );
+        let soft_nc = Problem::new(p.shape, Causality::NonCausal, FeatureMap::EluPlusOne);
+        let full = 2.0 * 8.0 * 16384f64.powi(2) * 128.0;
+        assert_eq!(
+            soft_nc.useful_flops(Algorithm::Softmax, Pass::Forward),
+            full
+        );
+        assert_eq!(
+            p.useful_flops(Algorithm::Softmax, Pass::Forward),
+            full / 2.0
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The CPU backends behind [`linattn_core::Backend`]: the f64 reference forms and the fast
 //! f32 path. Stage validates and converts (untimed); run_* time the compute only.
 
+use crate::chunked;
 use crate::fast::{self, GradsF32};
 use crate::oracle::{self, backward_stored::StoredForward};
 use linattn_core::{
@@ -46,6 +47,7 @@ pub(crate) fn all() -> Vec<Box<dyn Backend>> {
             "cpu/causal_recurrent/f32",
             Form::Recurrent,
         )),
+        Box::new(FastBackend::new("cpu/causal_chunked/f32", Form::Chunked)),
     ]
 }
 
@@ -182,18 +184,22 @@ struct StagedF32 {
     d_out: Option<Vec<f32>>,
 }
 
-/// The fast f32 path (see [`crate::fast`]).
+/// The fast f32 paths: recurrent ([`crate::fast`]), chunked and non-causal on GEMMs
+/// ([`crate::chunked`]).
 pub struct FastBackend {
     info: BackendInfo,
+    form: Form,
     staged: Option<StagedF32>,
     output: Option<Vec<f32>>,
     grads: Option<GradsF32>,
 }
 
 impl FastBackend {
-    /// `form`: [`Form::Parallel`] (non-causal) or [`Form::Recurrent`] (causal).
+    /// `form`: [`Form::Parallel`] (non-causal), [`Form::Recurrent`] or [`Form::Chunked`]
+    /// (causal).
     pub fn new(name: &str, form: Form) -> Self {
         FastBackend {
+            form,
             info: BackendInfo {
                 name: name.into(),
                 device: DeviceKind::Cpu,
@@ -251,7 +257,11 @@ impl Backend for FastBackend {
         let st = self.staged.as_ref().ok_or_else(no_stage)?;
         self.grads = None;
         let start = Instant::now();
-        let out = fast::forward(&st.problem, &st.q, &st.k, &st.v)?;
+        let out = match self.form {
+            Form::Chunked => chunked::forward(&st.problem, &st.q, &st.k, &st.v)?,
+            Form::Parallel => chunked::noncausal_forward(&st.problem, &st.q, &st.k, &st.v)?,
+            _ => fast::forward(&st.problem, &st.q, &st.k, &st.v)?,
+        };
         let elapsed = start.elapsed();
         self.output = Some(out);
         Ok(RunStats::host(elapsed))
@@ -267,7 +277,11 @@ impl Backend for FastBackend {
         }
         let start = Instant::now();
         // The memory-efficient backward recomputes the forward's states; O comes out again.
-        let (_, grads) = fast::backward(&st.problem, &st.q, &st.k, &st.v, d_out)?;
+        let (_, grads) = match self.form {
+            Form::Chunked => chunked::backward(&st.problem, &st.q, &st.k, &st.v, d_out)?,
+            Form::Parallel => chunked::noncausal_backward(&st.problem, &st.q, &st.k, &st.v, d_out)?,
+            _ => fast::backward(&st.problem, &st.q, &st.k, &st.v, d_out)?,
+        };
         let elapsed = start.elapsed();
         self.grads = Some(grads);
         Ok(RunStats::host(elapsed))

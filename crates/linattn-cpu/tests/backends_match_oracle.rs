@@ -40,8 +40,8 @@ fn each_backend_matches_the_oracle_through_the_trait() {
                 check("dV", g_ref.dv.data(), g.dv.data());
             }
         }
-        // causal: recurrent, cumsum, quadratic, stored, fast; non-causal: parallel,
-        // quadratic, stored, fast.
-        assert_eq!(ran, if causality.is_causal() { 5 } else { 4 }, "{p}");
+        // causal: recurrent, cumsum, quadratic, stored, fast, chunked; non-causal:
+        // parallel, quadratic, stored, fast.
+        assert_eq!(ran, if causality.is_causal() { 6 } else { 4 }, "{p}");
     }
 }

@@ -28,7 +28,7 @@ fn each_backend(mut check: impl FnMut(&mut dyn Backend, Problem)) {
 }
 
 #[test]
-fn backends_are_the_named_eight() {
+fn backends_are_the_named_nine() {
     let names: Vec<String> = backends().iter().map(|b| b.name().to_string()).collect();
     assert_eq!(
         names,
@@ -41,6 +41,7 @@ fn backends_are_the_named_eight() {
             "cpu-ref/noncausal+storedbwd/f64",
             "cpu/noncausal/f32",
             "cpu/causal_recurrent/f32",
+            "cpu/causal_chunked/f32",
         ]
     );
 }

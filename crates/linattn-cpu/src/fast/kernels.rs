@@ -325,7 +325,11 @@ pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
     p = fmadd::<FMA>(p, r, 0.5);
     p = fmadd::<FMA>(p, r, 1.0);
     p = fmadd::<FMA>(p, r, 1.0);
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // n as an integer straight from t's low mantissa bits (t = 1.5·2²³ + n exactly): a
+    // float-to-int cast would be a saturating, NaN-checked conversion that LLVM
+    // scalarises lane by lane.
+    let n_int = (t.to_bits() as i32).wrapping_sub(SHIFTER.to_bits() as i32);
+    let scale = f32::from_bits((n_int.wrapping_add(127) as u32) << 23);
     p * scale
 }
 
@@ -347,6 +351,24 @@ pub fn elementwise_map<const FMA: bool>(map: linattn_core::FeatureMap, x: &[f32]
         }
         _ => out.copy_from_slice(x),
     }
+}
+
+/// [`elementwise_map`] compiled with avx2 and fma when the CPU has them (callers outside
+/// the head loops of [`super`], which carry no target features of their own).
+pub fn elementwise_map_detected(map: linattn_core::FeatureMap, x: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports avx2 and fma, checked just above.
+        unsafe { elementwise_map_avx2(map, x, out) };
+        return;
+    }
+    elementwise_map::<false>(map, x, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn elementwise_map_avx2(map: linattn_core::FeatureMap, x: &[f32], out: &mut [f32]) {
+    elementwise_map::<true>(map, x, out)
 }
 
 #[cfg(test)]

@@ -31,22 +31,22 @@ pub struct GradsF32 {
 }
 
 /// Everything a head needs, shared by all heads of one call.
-struct Config {
-    n: usize,
-    d: usize,
-    c: usize,
-    m: usize,
-    eps: f64,
-    decay: f32,
-    has_decay: bool,
-    normalised: bool,
+pub(crate) struct Config {
+    pub(crate) n: usize,
+    pub(crate) d: usize,
+    pub(crate) c: usize,
+    pub(crate) m: usize,
+    pub(crate) eps: f64,
+    pub(crate) decay: f32,
+    pub(crate) has_decay: bool,
+    pub(crate) normalised: bool,
     causal: bool,
-    fused: bool,
-    map: PreparedMap<f32>,
+    pub(crate) fused: bool,
+    pub(crate) map: PreparedMap<f32>,
 }
 
 impl Config {
-    fn new(problem: &Problem) -> Self {
+    pub(crate) fn new(problem: &Problem) -> Self {
         let s = problem.shape;
         Config {
             n: s.seq,
@@ -75,7 +75,7 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<(), AttnError> {
 
 /// Validates the problem and the lengths of q, k and v against it; returns the element
 /// counts of q/k and of v.
-fn check_operands(
+pub(crate) fn check_operands(
     problem: &Problem,
     q: &[f32],
     k: &[f32],
@@ -87,6 +87,24 @@ fn check_operands(
     check_len("k", k.len(), qk_len)?;
     check_len("v", v.len(), v_len)?;
     Ok((qk_len, v_len))
+}
+
+/// Validates a backward's operands; returns zeroed O and gradients of their sizes.
+pub(crate) fn backward_buffers(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_out: &[f32],
+) -> Result<(Vec<f32>, GradsF32), AttnError> {
+    let (qk_len, v_len) = check_operands(problem, q, k, v)?;
+    check_len("d_out", d_out.len(), v_len)?;
+    let grads = GradsF32 {
+        dq: vec![0f32; qk_len],
+        dk: vec![0f32; qk_len],
+        dv: vec![0f32; v_len],
+    };
+    Ok((vec![0f32; v_len], grads))
 }
 
 /// O (`[B,H,N,M]`) of linear attention in f32 from q, k (`[B,H,N,D]`) and v.
@@ -118,16 +136,9 @@ pub fn backward(
     v: &[f32],
     d_out: &[f32],
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    let (qk_len, v_len) = check_operands(problem, q, k, v)?;
-    check_len("d_out", d_out.len(), v_len)?;
+    let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
     let cfg = Config::new(problem);
     let (nd, nm) = (cfg.n * cfg.d, cfg.n * cfg.m);
-    let mut out = vec![0f32; v_len];
-    let mut grads = GradsF32 {
-        dq: vec![0f32; qk_len],
-        dk: vec![0f32; qk_len],
-        dv: vec![0f32; v_len],
-    };
     out.par_chunks_mut(nm)
         .zip(grads.dq.par_chunks_mut(nd))
         .zip(grads.dk.par_chunks_mut(nd))

@@ -1,0 +1,63 @@
+//! Median of 5 timings of the CPU f32 forms at B=1 H=8 D=M=64 elu+1, beside the machine's
+//! GEMM rate: how the chunk length (`LINATTN_CPU_CHUNK`) and the non-causal block length
+//! (`LINATTN_CPU_BLOCK`) were chosen.
+//!
+//! `cargo run --release -p linattn-cpu --example chunked_timing -- [N] [backward]`;
+//! `ONLY=<substring>` keeps the rows whose name contains it.
+
+use linattn_core::{Causality, FeatureMap, Inputs, Problem, Shape};
+use std::time::Instant;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(16384);
+    let with_backward = args.get(2).is_some_and(|a| a == "backward");
+    let shape = Shape::new(1, 8, n, 64, 64);
+    let p = Problem::new(shape, Causality::Causal, FeatureMap::EluPlusOne);
+    let pn = Problem::new(shape, Causality::NonCausal, FeatureMap::EluPlusOne);
+    let x = Inputs::random(shape, 7, true)?;
+    let (q, k, v) = (x.q.to_f32(), x.k.to_f32(), x.v.to_f32());
+    let g = x.d_out.as_ref().map(|t| t.to_f32()).unwrap_or_default();
+    let rate = linattn_cpu::gemm::measure_f32_rate();
+    println!(
+        "gemm rate {:.1} GFLOP/s (spread {:.2})",
+        rate.gflops, rate.spread
+    );
+    let only = std::env::var("ONLY").unwrap_or_default();
+    let time = |name: &str, f: &dyn Fn()| {
+        if !name.contains(&only) {
+            return;
+        }
+        f();
+        let mut ms: Vec<f64> = (0..5)
+            .map(|_| {
+                let start = Instant::now();
+                f();
+                start.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        println!("{name:24} median {:8.2} ms  min {:8.2} ms", ms[2], ms[0]);
+    };
+    use linattn_cpu::{chunked, fast};
+    time("recurrent fwd", &|| drop(fast::forward(&p, &q, &k, &v)));
+    time("chunked fwd", &|| drop(chunked::forward(&p, &q, &k, &v)));
+    time("noncausal-loops fwd", &|| {
+        drop(fast::forward(&pn, &q, &k, &v))
+    });
+    time("noncausal-gemm fwd", &|| {
+        drop(chunked::noncausal_forward(&pn, &q, &k, &v))
+    });
+    if with_backward {
+        time("recurrent bwd", &|| {
+            drop(fast::backward(&p, &q, &k, &v, &g))
+        });
+        time("chunked bwd", &|| {
+            drop(chunked::backward(&p, &q, &k, &v, &g))
+        });
+        time("noncausal-gemm bwd", &|| {
+            drop(chunked::noncausal_backward(&pn, &q, &k, &v, &g))
+        });
+    }
+    Ok(())
+}

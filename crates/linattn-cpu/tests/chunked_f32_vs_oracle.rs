@@ -1,0 +1,139 @@
+//! `cpu/causal_chunked/f32` against the f64 oracle: RMS ratio ≤ `Precision::F32.rms_tolerance()`
+//! for O and dQ, dK, dV; every causal map, with and without decay, N below, at and across
+//! chunk boundaries (ragged last chunk), D ≠ M, and heads cut into several groups (the
+//! parallel-over-chunks path with its scans) by running on wider rayon pools; and the
+//! non-causal form on GEMMs for every map.
+
+mod common;
+
+use common::{cases, compare_f32, problem};
+use linattn_core::{AttnError, Causality, FeatureMap, Problem, Shape};
+use linattn_cpu::chunked::{self, CHUNK};
+use proptest::prelude::*;
+
+fn compare(p: &Problem, seed: u64) {
+    compare_f32(p, seed, chunked::forward, chunked::backward);
+}
+
+fn causal_cases() -> Vec<FeatureMap> {
+    cases(16)
+        .into_iter()
+        .filter(|(_, c)| c.is_causal())
+        .map(|(m, _)| m)
+        .collect()
+}
+
+#[test]
+fn every_causal_map_across_chunk_boundaries() {
+    let mut seed = 1;
+    for n in [1, 7, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5] {
+        for map in causal_cases() {
+            for decay in [1.0, 0.95] {
+                seed += 1;
+                compare(
+                    &problem(Shape::new(1, 2, n, 8, 5), Causality::Causal, map, decay),
+                    seed,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn heads_split_into_groups_on_wider_pools() {
+    // B·H = 1 on 3 and 7 threads: 3 and 7 groups per head (5 chunks at N = 4L+9 for 7).
+    let mut seed = 500;
+    for threads in [3, 7] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        for map in causal_cases() {
+            for decay in [1.0, 0.9] {
+                seed += 1;
+                let p = problem(
+                    Shape::new(1, 1, 4 * CHUNK + 9, 12, 20),
+                    Causality::Causal,
+                    map,
+                    decay,
+                );
+                pool.install(|| compare(&p, seed));
+            }
+        }
+    }
+}
+
+#[test]
+fn non_causal_on_gemms_every_map() {
+    let mut seed = 900;
+    for n in [1, 7, CHUNK + 1, 3 * CHUNK + 5] {
+        for (map, causality) in cases(16) {
+            if causality.is_causal() {
+                continue;
+            }
+            for (decay, threads) in [(1.0, 1), (0.95, 3)] {
+                seed += 1;
+                let p = problem(Shape::new(1, 2, n, 8, 5), causality, map, decay);
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| {
+                    compare_f32(
+                        &p,
+                        seed,
+                        chunked::noncausal_forward,
+                        chunked::noncausal_backward,
+                    )
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn non_causal_is_refused_with_a_typed_error() {
+    let p = Problem::new(
+        Shape::new(1, 1, 4, 2, 2),
+        Causality::NonCausal,
+        FeatureMap::EluPlusOne,
+    );
+    let x = vec![0f32; 8];
+    assert!(matches!(
+        chunked::forward(&p, &x, &x, &x),
+        Err(AttnError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        chunked::forward(
+            &problem(
+                Shape::new(1, 1, 4, 2, 2),
+                Causality::Causal,
+                FeatureMap::Relu,
+                1.0
+            ),
+            &x[..7],
+            &x,
+            &x
+        ),
+        Err(AttnError::ShapeMismatch(_))
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Random shapes, maps, decay and ragged N, on a pool of 1–4 threads. D ≥ 2: at D = 1,
+    /// 1+cos has x̂ = ±1, its exact dQ, dK are 0 and f32 rounding is all that is left.
+    #[test]
+    fn random_problems_match_the_oracle(
+        b in 1usize..3, h in 1usize..3, n in 1usize..(3 * CHUNK + 10),
+        d in 2usize..20, m in 1usize..20, map_index in 0usize..6,
+        decay in prop_oneof![Just(1.0), 0.8f64..1.0], threads in 1usize..5, seed in 0u64..1000,
+    ) {
+        let map = common::map_by_index(map_index, 8, seed);
+        prop_assume!(map.supports(Causality::Causal));
+        let p = problem(Shape::new(b, h, n, d, m), Causality::Causal, map, decay);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| compare(&p, seed));
+    }
+}
