@@ -12,8 +12,8 @@
 //! * [`backends`]: all of the above behind [`linattn_core::Backend`].
 
 mod backend;
-pub mod decode;
 pub mod chunked;
+pub mod decode;
 pub mod fast;
 pub mod gemm;
 pub mod maps;
