@@ -72,6 +72,14 @@ sparsity *ARGS: build
 test:
     cargo test --workspace --release
 
+# Fuzz TARGET (npy_reader or grid_file) for SECONDS on nightly; new inputs join fuzz/corpus/TARGET (then `cargo +nightly fuzz cmin -a TARGET -- -use_counters=0`).
+fuzz TARGET SECONDS="600":
+    cargo +nightly fuzz run -a {{TARGET}} fuzz/corpus/{{TARGET}} -- -max_total_time={{SECONDS}} -timeout=10 -rss_limit_mb=2048
+
+# Every fuzz target for 30 s on the committed corpus; exit 1 on a crash (CI runs the same script).
+fuzz-smoke:
+    scripts/fuzz_smoke.sh
+
 # Run exactly what CI runs.
 ci:
     bash .ci/run
