@@ -248,8 +248,31 @@ pub(crate) fn resolve_grid_with(args: &BenchArgs, file: GridFile) -> Result<Grid
             )));
         }
     }
+    // The problems are a cartesian product: a short file can ask for billions of them.
+    let dvs = grid.dv.len().max(1);
+    let problems = [
+        grid.seq.len(),
+        grid.batch.len(),
+        grid.heads.len(),
+        grid.dk.len(),
+        dvs,
+        grid.causality.len(),
+        grid.map.len(),
+    ]
+    .iter()
+    .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+    .filter(|&n| n <= MAX_PROBLEMS);
+    if problems.is_none() {
+        return Err(invalid(format!(
+            "the sweep asks for more than {MAX_PROBLEMS} problems (the product of the list \
+             lengths of n, batch, heads, dk, dv, causality and map); split it into smaller grids"
+        )));
+    }
     Ok(grid)
 }
+
+/// Most problems one sweep may hold (each is then run on every backend and mode).
+const MAX_PROBLEMS: usize = 100_000;
 
 impl Grid {
     pub(crate) fn record(&self) -> GridRecord {
@@ -363,6 +386,26 @@ mod tests {
         assert_eq!(g.seq, vec![256, 512, 1024, 2048]);
         assert_eq!(g.problems().len(), 8);
         assert!(g.problems().iter().all(|p| p.shape.dk == p.shape.dv));
+
+        let huge = dir.path().join("huge.toml");
+        let list = (1..=60)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        std::fs::write(
+            &huge,
+            format!("n = [{list}]\nbatch = [{list}]\nheads = [{list}]\n"),
+        )
+        .unwrap();
+        let err = resolve_grid(&BenchArgs {
+            grid: Some(huge),
+            ..BenchArgs::default()
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("more than 100000 problems"),
+            "{err}"
+        );
 
         for (name, text) in [("empty.toml", "# nothing\n"), ("empty.json", "{ }")] {
             let path = dir.path().join(name);
