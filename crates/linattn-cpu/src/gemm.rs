@@ -106,13 +106,15 @@ pub fn sgemm(alpha: f32, a: MatRef, b: MatRef, beta: f32, c: &mut [f32], ldc: us
 }
 
 /// The machine's fp32 GEMM rate, measured once (see [`measure_f32_rate`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GemmRate {
     /// Median over the samples, GFLOP/s (2n³ flops per product).
     pub gflops: f64,
     /// (max − min)/median of the samples.
     pub spread: f64,
     pub samples: usize,
+    /// Every sample, GFLOP/s, in the order taken.
+    pub samples_gflops: Vec<f64>,
     /// The matrices are `shape × shape`.
     pub shape: usize,
 }
@@ -137,19 +139,21 @@ pub fn measure_f32_rate_with(n: usize, samples: usize) -> GemmRate {
         })
     };
     run(&mut c);
-    let mut rates: Vec<f64> = (0..samples.max(1))
+    let taken: Vec<f64> = (0..samples.max(1))
         .map(|_| {
             let start = Instant::now();
             run(&mut c);
             2.0 * (n as f64).powi(3) / start.elapsed().as_secs_f64() / 1e9
         })
         .collect();
+    let mut rates = taken.clone();
     rates.sort_by(f64::total_cmp);
     let median = rates[rates.len() / 2];
     GemmRate {
         gflops: median,
         spread: (rates[rates.len() - 1] - rates[0]) / median,
         samples: rates.len(),
+        samples_gflops: taken,
         shape: n,
     }
 }

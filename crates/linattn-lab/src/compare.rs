@@ -378,6 +378,7 @@ mod tests {
             environment: probe_environment(None),
             grid: GridRecord::default(),
             copy_bandwidth: Vec::new(),
+            gemm_rate: None,
             cells,
             profiles: Vec::new(),
         }

@@ -7,7 +7,7 @@
 //! time `steps × repeats` single-token steps, prefill on to the next length, and so on. A
 //! linear decoder's timed steps stay in its state (its size and step cost do not depend on the
 //! context); the KV cache drops each timed token again, so every softmax sample attends over
-//! exactly context + 1 tokens. Only the step is timed; inputs are drawn before. Hidden subcommand `linattn decode-bench` for now.
+//! exactly context + 1 tokens. Only the step is timed; inputs are drawn before. Run by `linattn bench --mode decode`.
 
 use crate::display::fmt_bytes;
 use crate::kv_cache::KvCache;
@@ -15,7 +15,7 @@ use crate::report::{log_log_svg, Point, Quantity, Series};
 use crate::stats::SampleStats;
 use linattn_core::{AttnError, Causality, DecodeSpec, Decoder, FeatureMap, Inputs, Problem, Shape};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -23,35 +23,6 @@ use std::time::Instant;
 pub(crate) const SOFTMAX_KV: &str = "cpu/softmax-kv-cache/f32";
 /// Tokens per prefill call while building a context (bounds the f64 input buffers).
 const PREFILL_CHUNK: usize = 1 << 15;
-
-#[derive(clap::Args)]
-pub struct DecodeBenchArgs {
-    /// Comma-separated decoder names (see `linattn decode --help`); the softmax KV-cache
-    /// baseline is always added.
-    #[arg(long, default_value = "cpu/decode/f32")]
-    backends: String,
-    /// Smallest context length, as a power of two.
-    #[arg(long, default_value_t = 8)]
-    min_log2: u32,
-    /// Largest context length, as a power of two.
-    #[arg(long, default_value_t = 20)]
-    max_log2: u32,
-    /// Key/query head dim D.
-    #[arg(long, default_value_t = 64)]
-    d: usize,
-    /// Value head dim M.
-    #[arg(long, default_value_t = 64)]
-    m: usize,
-    /// Timed single-token steps per repeat.
-    #[arg(long, default_value_t = 32)]
-    steps: usize,
-    /// Repeats of the timed steps (samples = steps × repeats).
-    #[arg(long, default_value_t = 5)]
-    repeats: usize,
-    /// Directory for decode.json, decode.md, decode-time.svg, decode-bytes.svg.
-    #[arg(long, value_name = "DIR")]
-    out_dir: PathBuf,
-}
 
 /// One (backend, context) cell.
 #[derive(Debug, Clone, Serialize)]
@@ -78,31 +49,6 @@ struct DecodeReport<'a> {
     repeats: usize,
     host_threads: usize,
     cells: &'a [DecodeCell],
-}
-
-pub fn run_args(args: DecodeBenchArgs) -> Result<ExitCode, AttnError> {
-    if args.min_log2 > args.max_log2 || args.max_log2 > 30 {
-        return Err(AttnError::InvalidArgument(format!(
-            "context lengths 2^{}..2^{}: need min ≤ max ≤ 30",
-            args.min_log2, args.max_log2
-        )));
-    }
-    let contexts: Vec<usize> = (args.min_log2..=args.max_log2)
-        .map(|e| 1usize << e)
-        .collect();
-    let backends: Vec<String> = crate::registry::split_patterns(&args.backends)
-        .into_iter()
-        .map(str::to_string)
-        .collect();
-    run(
-        &backends,
-        &contexts,
-        args.d,
-        args.m,
-        args.steps,
-        args.repeats,
-        &args.out_dir,
-    )
 }
 
 /// Runs the benchmark and writes `decode.json`, `decode.md` and two SVG plots into `out_dir`.

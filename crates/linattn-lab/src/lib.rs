@@ -73,10 +73,6 @@ enum Command {
     /// How concentrated attention rows are (SPEC §7): S(a) by streamed Monte Carlo against
     /// the closed forms, over n and γ; table, JSON, SVG.
     Sparsity(Box<sparsity::SparsityArgs>),
-    /// Decode benchmark (to become `bench --mode decode`): time per token and carried bytes
-    /// against context length, linear decoders next to softmax with a KV cache.
-    #[command(hide = true)]
-    DecodeBench(decode_bench::DecodeBenchArgs),
     /// Count what sim/* kernels execute (instructions, sectors, bank conflicts, occupancy)
     /// and model their time on the simulated part.
     Profile(Box<profile::ProfileArgs>),
@@ -102,7 +98,6 @@ pub fn run_cli() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Kernels(args) => kernels::run(args),
         Command::Profile(args) => profile::run(*args),
-        Command::DecodeBench(args) => decode_bench::run_args(args),
         Command::Sparsity(args) => sparsity::run(*args),
     };
     match result {

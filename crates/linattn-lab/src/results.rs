@@ -24,6 +24,10 @@ pub struct ResultsFile {
     /// Copy bandwidth measured in the same run, one entry per device kind timed.
     #[serde(default)]
     pub copy_bandwidth: Vec<CopyBandwidth>,
+    /// The host's fp32 GEMM rate measured in the same run (runs with CPU backends): the
+    /// compute limit every CPU cell's `pct_of_gemm` reads against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_rate: Option<GemmRateRecord>,
     #[serde(default)]
     pub cells: Vec<Cell>,
     /// `linattn profile`: counters and model per kernel (schema_version ≥ 2).
@@ -109,6 +113,15 @@ pub struct CopyBandwidth {
     pub bytes: u64,
     pub samples_gbps: Vec<f64>,
     pub median_gbps: f64,
+}
+
+/// The fp32 GEMM rate of the host: `samples_gflops` from products of two `shape × shape`
+/// matrices through linattn-cpu's GEMM engine on every core (2·shape³ flops each).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GemmRateRecord {
+    pub shape: usize,
+    pub samples_gflops: Vec<f64>,
+    pub median_gflops: f64,
 }
 
 /// What is timed.
@@ -275,6 +288,10 @@ pub struct Cell {
     pub gbps: Option<f64>,
     #[serde(default)]
     pub pct_of_copy: Option<f64>,
+    /// CPU cells: useful FLOPs of the form (`Problem::useful_flops`) / time / the run's GEMM
+    /// rate, in percent: how close to the machine's compute limit the cell ran.
+    #[serde(default)]
+    pub pct_of_gemm: Option<f64>,
 }
 
 impl Cell {
@@ -323,6 +340,7 @@ impl Cell {
             tflops: None,
             gbps: None,
             pct_of_copy: None,
+            pct_of_gemm: None,
         }
     }
 
@@ -674,6 +692,11 @@ pub(crate) mod tests {
                 samples_gbps: vec![10.0, 11.0],
                 median_gbps: 10.5,
             }],
+            gemm_rate: Some(GemmRateRecord {
+                shape: 1024,
+                samples_gflops: vec![60.0, 61.5, 59.0],
+                median_gflops: 60.0,
+            }),
             cells: vec![sample_cell("cpu/recurrent/f32", 256, 1e-3), oom],
             profiles: Vec::new(),
         }

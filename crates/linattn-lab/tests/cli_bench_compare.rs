@@ -188,6 +188,18 @@ fn bench_writes_a_results_file_that_compare_and_report_read() {
     assert_eq!(v["schema_version"], 2);
     let cells = v["cells"].as_array().unwrap();
     assert!(!cells.is_empty());
+    // The run measured the host's GEMM rate, and every ok CPU cell reads against it.
+    assert!(
+        v["gemm_rate"]["median_gflops"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    for c in cells
+        .iter()
+        .filter(|c| c["status"] == "ok" && c["device"] == "cpu")
+    {
+        assert!(c["pct_of_gemm"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["harness_bytes"].as_u64().unwrap() > 0, "{c}");
+    }
     for c in cells {
         let status = c["status"].as_str().unwrap();
         assert!(

@@ -38,7 +38,9 @@ pub struct BenchArgs {
     /// Feature maps (elu+1, relu, favor:64, ...). Default elu+1.
     #[arg(long, value_name = "LIST")]
     pub(super) map: Option<String>,
-    /// forward, forward+backward, or both. Default both.
+    /// forward, forward+backward, or both. Default both. Or `decode` alone: time per
+    /// generated token against context length (decoders vs softmax with a KV cache); then
+    /// --n is the context lengths (default 2^8..2^20) and --out a directory.
     #[arg(long, value_name = "LIST")]
     pub(super) mode: Option<String>,
     /// Normaliser epsilon. Default 1e-6.

@@ -7,7 +7,7 @@ use crate::results::{Cell, CellShape, CellStatus, Mode, PeakSource};
 use crate::stats::SampleStats;
 use crate::term::panic_message;
 use linattn_core::{
-    Algorithm, AttnError, Backend, DeviceKind, HostMemory, Inputs, Precision, Problem, Shape,
+    Algorithm, AttnError, Backend, DeviceKind, HostMemory, Inputs, Pass, Precision, Problem, Shape,
     Unsupported,
 };
 use std::collections::HashMap;
@@ -173,6 +173,8 @@ pub(super) struct CellContext<'a> {
     pub(super) sampling: &'a Sampling,
     pub(super) max_cell_seconds: f64,
     pub(super) copy_gbps: &'a HashMap<DeviceKind, f64>,
+    /// The run's fp32 GEMM rate (GFLOP/s) when CPU backends are in it.
+    pub(super) gemm_gflops: Option<f64>,
 }
 
 pub(super) fn bench_cell(
@@ -334,6 +336,14 @@ pub(super) fn bench_cell(
         cell.tflops = Some(flops(p, info.algorithm, ctx.mode) / st.median / 1e12);
         cell.gbps = Some(gbps);
         cell.pct_of_copy = ctx.copy_gbps.get(&info.device).map(|c| 100.0 * gbps / c);
+        if info.device == DeviceKind::Cpu {
+            let pass = match ctx.mode {
+                Mode::Forward => Pass::Forward,
+                Mode::ForwardBackward => Pass::ForwardBackward,
+            };
+            let useful_gflops = p.useful_flops(info.algorithm, pass) / st.median / 1e9;
+            cell.pct_of_gemm = ctx.gemm_gflops.map(|rate| 100.0 * useful_gflops / rate);
+        }
     }
     cell
 }

@@ -85,6 +85,77 @@ fn default_out_path(env: &results::Environment) -> PathBuf {
 
 // ---------------------------------------------------------------------------------------
 
+/// `--mode decode`: a sweep of its own (context length instead of N, time per generated
+/// token), so it may not be mixed with forward or forward+backward.
+fn is_decode_mode(args: &BenchArgs) -> Result<bool, AttnError> {
+    let Some(modes) = args.mode.as_deref() else {
+        return Ok(false);
+    };
+    let listed = registry::split_patterns(modes);
+    let decode = listed.iter().any(|m| m.eq_ignore_ascii_case("decode"));
+    if decode && listed.len() > 1 {
+        return Err(invalid(
+            "--mode decode is a sweep of its own (context length, time per generated token); \
+             run it apart from forward/forward+backward"
+                .into(),
+        ));
+    }
+    Ok(decode)
+}
+
+/// The decode sweep: each decoder (default `cpu/decode/f32`) and softmax with a KV cache,
+/// time per generated token and carried bytes at every context length. `--n` (or
+/// `--n-min`/`--n-max`, default 2^8..2^20) gives the contexts, `--dk`/`--dv` one head
+/// shape, `--repeats` the repeats of 32 timed steps; `--out` names the output directory.
+fn run_decode(args: &BenchArgs) -> Result<ExitCode, AttnError> {
+    let contexts = match args.n.as_deref() {
+        Some(list) => parse_size_list(list, "--n")?,
+        None => parse::power_sweep(
+            parse::parse_size(args.n_min.as_deref().unwrap_or("2^8"), "--n-min")?,
+            parse::parse_size(args.n_max.as_deref().unwrap_or("2^20"), "--n-max")?,
+        )?,
+    };
+    let single = |text: Option<&str>, default: usize, what: &str| -> Result<usize, AttnError> {
+        match text {
+            None => Ok(default),
+            Some(t) => match parse_size_list(t, what)?.as_slice() {
+                [one] => Ok(*one),
+                _ => Err(invalid(format!("{what}: --mode decode takes one value"))),
+            },
+        }
+    };
+    let d = single(args.dk.as_deref(), 64, "--dk")?;
+    let m = single(args.dv.as_deref(), d, "--dv")?;
+    let backends: Vec<String> =
+        registry::split_patterns(args.backends.as_deref().unwrap_or("cpu/decode/f32"))
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+    let out_dir = match args.out.as_deref() {
+        Some(p) if p == Path::new("-") => {
+            return Err(invalid(
+                "--mode decode writes a directory (decode.json, decode.md, plots): \
+                 --out - is not supported"
+                    .into(),
+            ))
+        }
+        Some(p) => p.to_path_buf(),
+        None => results::checkout_root()
+            .unwrap_or_default()
+            .join("bench-results/latest/decode"),
+    };
+    results::prepare_output_dir(&out_dir)?;
+    crate::decode_bench::run(
+        &backends,
+        &contexts,
+        d,
+        m,
+        32,
+        args.repeats.unwrap_or(5),
+        &out_dir,
+    )
+}
+
 /// Everything `run` checks before the first cell: the grid, the backends, every problem.
 pub(crate) fn validate(args: &BenchArgs) -> Result<(), AttnError> {
     resolved(args).map(|_| ())
@@ -104,6 +175,9 @@ fn resolved(args: &BenchArgs) -> Result<Resolved, AttnError> {
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
+    if is_decode_mode(&args)? {
+        return run_decode(&args);
+    }
     let (grid, mut backends, problems) = resolved(&args)?;
 
     let uses_gpu = backends.iter().any(|b| b.info().device == DeviceKind::Cuda);
@@ -134,6 +208,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
             Err(e) => eprintln!("warning: GPU copy bandwidth not measured: {e}"),
         }
     }
+    // The compute limit of the CPU cells: fp32 GEMM on every core, once per run.
+    let gemm_rate = uses_cpu.then(probes::cpu_gemm_rate);
     let copy_gbps: HashMap<DeviceKind, f64> = copy_bandwidth
         .iter()
         .map(|c| (c.device, c.median_gbps))
@@ -170,6 +246,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
                     sampling: &sampling,
                     max_cell_seconds: grid.max_cell_seconds,
                     copy_gbps: &copy_gbps,
+                    gemm_gflops: gemm_rate.as_ref().map(|g| g.median_gflops),
                 };
                 cells.push(bench_cell(backend.as_mut(), &ctx, &mut series));
                 progress.inc(1);
@@ -183,6 +260,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
         environment,
         grid: grid.record(),
         copy_bandwidth,
+        gemm_rate,
         cells,
         profiles: Vec::new(),
     };

@@ -1,7 +1,7 @@
 //! What the machine can do, measured once per run: copy bandwidth (host and GPU) and the
 //! GPU's identity.
 
-use crate::results::CopyBandwidth;
+use crate::results::{CopyBandwidth, GemmRateRecord};
 use crate::stats::SampleStats;
 use linattn_core::{AttnError, DeviceKind, HostMemory};
 use std::time::Instant;
@@ -93,4 +93,15 @@ pub(super) fn gpu_copy_bandwidth() -> Result<CopyBandwidth, AttnError> {
         samples_gbps: samples,
         median_gbps: median,
     })
+}
+
+/// The host's fp32 GEMM rate (5 products of 1024² matrices on every core, ≈ 0.2 s on two
+/// cores): the limit the "% GEMM" column reads CPU cells against.
+pub(super) fn cpu_gemm_rate() -> GemmRateRecord {
+    let rate = linattn_cpu::gemm::measure_f32_rate();
+    GemmRateRecord {
+        shape: rate.shape,
+        samples_gflops: rate.samples_gflops,
+        median_gflops: rate.gflops,
+    }
 }

@@ -77,6 +77,7 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
         "TFLOP/s",
         "GB/s",
         "% copy",
+        "% GEMM",
         "status",
     ]);
     let mut slope_table = Builder::default();
@@ -133,6 +134,7 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
                 opt(c.tflops, |t| format!("{t:.3}")),
                 opt(c.gbps, |g| format!("{g:.2}")),
                 opt(c.pct_of_copy, |p| format!("{p:.1}")),
+                opt(c.pct_of_gemm, |p| format!("{p:.1}")),
                 status,
             ]);
         }
@@ -164,6 +166,15 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
              host times of the simulation and say nothing about a GPU; their memory is the \
              exact device bytes the kernels allocate.\n",
         );
+    }
+    if let Some(g) = &file.gemm_rate {
+        out.push_str(&format!(
+            "fp32 GEMM rate ({0}×{0}, every core): median {1:.1} GFLOP/s over {2} samples; \
+             % GEMM = useful FLOPs of the form / time / this rate\n",
+            g.shape,
+            g.median_gflops,
+            g.samples_gflops.len()
+        ));
     }
     if !file.copy_bandwidth.is_empty() {
         for c in &file.copy_bandwidth {

@@ -154,6 +154,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
             environment: sim_environment(&executor),
             grid: Default::default(),
             copy_bandwidth: Vec::new(),
+            gemm_rate: None,
             cells: Vec::new(),
             profiles,
         };

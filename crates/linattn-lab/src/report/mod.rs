@@ -351,6 +351,7 @@ mod tests {
             environment,
             grid: GridRecord::default(),
             copy_bandwidth: Vec::new(),
+            gemm_rate: None,
             cells,
             profiles: Vec::new(),
         }
