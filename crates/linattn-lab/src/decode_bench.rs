@@ -31,6 +31,8 @@ pub(crate) struct DecodeCell {
     pub context: usize,
     /// Per generated token, in microseconds; `None` when the cell did not run.
     pub time_us: Option<SampleStats>,
+    /// Every timed step, microseconds, in the order taken.
+    pub samples_us: Vec<f64>,
     /// Bytes carried from one token to the next: the (S, z) state, or the KV cache.
     pub carried_bytes: Option<u64>,
     /// `ok`, or why the cell did not run (`out of memory: ...`).
@@ -40,6 +42,8 @@ pub(crate) struct DecodeCell {
 #[derive(Debug, Serialize)]
 struct DecodeReport<'a> {
     kind: &'static str,
+    /// Device, commit, build profile, date: what makes the file self-describing.
+    environment: crate::results::Environment,
     batch: usize,
     heads: usize,
     d: usize,
@@ -93,6 +97,7 @@ pub(crate) fn run(
 
     let report = DecodeReport {
         kind: "decode-bench",
+        environment: crate::results::probe_environment(None),
         batch: spec.batch,
         heads: spec.heads,
         d,
@@ -163,6 +168,7 @@ fn bench_linear(
             backend: decoder.name().to_string(),
             context,
             time_us: stats_us(&samples),
+            samples_us: samples,
             carried_bytes: Some(decoder.export_state()?.bytes()),
             status: "ok".into(),
         });
@@ -185,15 +191,16 @@ fn bench_kv_cache(
     let mut cells = Vec::new();
     let mut failed: Option<String> = None;
     for &context in contexts {
-        let cell = |time_us, carried_bytes, status: String| DecodeCell {
+        let cell = |samples_us: Vec<f64>, carried_bytes, status: String| DecodeCell {
             backend: SOFTMAX_KV.into(),
             context,
-            time_us,
+            time_us: stats_us(&samples_us),
+            samples_us,
             carried_bytes,
             status,
         };
         if let Some(reason) = &failed {
-            cells.push(cell(None, None, reason.clone()));
+            cells.push(cell(Vec::new(), None, reason.clone()));
             continue;
         }
         let grown = (|| -> Result<(), AttnError> {
@@ -209,7 +216,7 @@ fn bench_kv_cache(
         if let Err(e @ AttnError::OutOfMemory { .. }) = grown {
             failed = Some(e.to_string());
             caches.iter_mut().for_each(|c| *c = KvCache::new(d, m));
-            cells.push(cell(None, None, e.to_string()));
+            cells.push(cell(Vec::new(), None, e.to_string()));
             continue;
         }
         grown?;
@@ -230,7 +237,7 @@ fn bench_kv_cache(
         // What a step at this context carries: the cache of context + 1 tokens.
         let token_bytes = ((d + m) * 4) as u64;
         let bytes = caches.iter().map(|c| c.bytes() + token_bytes).sum();
-        cells.push(cell(stats_us(&samples), Some(bytes), "ok".into()));
+        cells.push(cell(samples, Some(bytes), "ok".into()));
     }
     Ok(cells)
 }
