@@ -55,7 +55,8 @@ struct DecodeReport<'a> {
     cells: &'a [DecodeCell],
 }
 
-/// Runs the benchmark and writes `decode.json`, `decode.md` and two SVG plots into `out_dir`.
+/// Runs the benchmark and writes `decode.json`, `decode.md` and two SVG plots into `out_dir`
+/// (which the caller has created and checked writable).
 pub(crate) fn run(
     backends: &[String],
     contexts: &[usize],
@@ -80,8 +81,6 @@ pub(crate) fn run(
         decoder.supports(&spec)?;
         decoders.push(decoder);
     }
-    std::fs::create_dir_all(out_dir)
-        .map_err(|e| AttnError::Io(format!("cannot create {}: {e}", out_dir.display())))?;
 
     let mut cells = Vec::new();
     for decoder in &mut decoders {

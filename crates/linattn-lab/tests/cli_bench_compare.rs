@@ -361,3 +361,44 @@ fn options_that_do_not_apply_are_errors_or_na() {
         "{cell}"
     );
 }
+
+#[test]
+fn bench_mode_decode_writes_its_sweep_and_refuses_mixing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("decode");
+    let out = linattn(&[
+        "bench",
+        "--mode",
+        "decode",
+        "--n",
+        "2^6,2^7",
+        "--dk",
+        "8",
+        "--repeats",
+        "1",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("decode.json")).unwrap())
+            .unwrap();
+    assert!(v["environment"]["commit"].is_string(), "{v}");
+    let cells = v["cells"].as_array().unwrap();
+    // cpu/decode/f32 and the softmax KV-cache baseline at both context lengths.
+    assert_eq!(cells.len(), 4, "{v}");
+    assert!(cells.iter().all(|c| c["status"] == "ok"), "{v}");
+    assert!(cells
+        .iter()
+        .all(|c| !c["samples_us"].as_array().unwrap().is_empty()));
+    for plot in ["decode-time.svg", "decode-bytes.svg", "decode.md"] {
+        assert!(out_dir.join(plot).is_file(), "{plot}");
+    }
+    let mixed = linattn(&["bench", "--mode", "decode,forward", "--out", "-"]);
+    assert_eq!(mixed.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&mixed.stderr).contains("a sweep of its own"));
+}

@@ -1,9 +1,7 @@
 //! The sweep: defaults, a TOML/JSON grid file and the flags combined into one parsed grid.
 
 use super::args::BenchArgs;
-use super::parse::{
-    dedup_sorted, invalid, parse_list, parse_size, parse_size_list, parse_unique, power_sweep,
-};
+use super::parse::{dedup_sorted, invalid, parse_list, parse_size_list, parse_unique, seq_lengths};
 use crate::registry;
 use crate::results::{GridRecord, Mode};
 use linattn_core::{AttnError, Causality, FeatureMap, Precision, Problem, Shape, DEFAULT_EPS};
@@ -176,13 +174,12 @@ pub(crate) fn resolve_grid_with(args: &BenchArgs, file: GridFile) -> Result<Grid
         .n_max
         .clone()
         .or_else(|| file.n_max.as_ref().map(NumberOrPower::to_text));
-    let seq = match explicit_n {
-        Some(list) => parse_size_list(&list, "--n")?,
-        None => power_sweep(
-            parse_size(n_min.as_deref().unwrap_or("2^10"), "--n-min")?,
-            parse_size(n_max.as_deref().unwrap_or("2^16"), "--n-max")?,
-        )?,
-    };
+    let seq = seq_lengths(
+        explicit_n.as_deref(),
+        n_min.as_deref(),
+        n_max.as_deref(),
+        ("2^10", "2^16"),
+    )?;
     let list_or = |text: Option<String>, default: &str, what: &str| {
         parse_size_list(text.as_deref().unwrap_or(default), what)
     };

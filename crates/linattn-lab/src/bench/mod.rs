@@ -108,13 +108,12 @@ fn is_decode_mode(args: &BenchArgs) -> Result<bool, AttnError> {
 /// `--n-min`/`--n-max`, default 2^8..2^20) gives the contexts, `--dk`/`--dv` one head
 /// shape, `--repeats` the repeats of 32 timed steps; `--out` names the output directory.
 fn run_decode(args: &BenchArgs) -> Result<ExitCode, AttnError> {
-    let contexts = match args.n.as_deref() {
-        Some(list) => parse_size_list(list, "--n")?,
-        None => parse::power_sweep(
-            parse::parse_size(args.n_min.as_deref().unwrap_or("2^8"), "--n-min")?,
-            parse::parse_size(args.n_max.as_deref().unwrap_or("2^20"), "--n-max")?,
-        )?,
-    };
+    let contexts = parse::seq_lengths(
+        args.n.as_deref(),
+        args.n_min.as_deref(),
+        args.n_max.as_deref(),
+        ("2^8", "2^20"),
+    )?;
     let single = |text: Option<&str>, default: usize, what: &str| -> Result<usize, AttnError> {
         match text {
             None => Ok(default),

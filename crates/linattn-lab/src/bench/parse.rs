@@ -87,6 +87,23 @@ pub(super) fn parse_unique<T: std::str::FromStr<Err = AttnError> + PartialEq>(
     Ok(unique)
 }
 
+/// The sequence lengths of a sweep: the `--n` list when given, else the powers of two from
+/// `--n-min` to `--n-max` (each defaulting to its `defaults` entry).
+pub(super) fn seq_lengths(
+    n: Option<&str>,
+    n_min: Option<&str>,
+    n_max: Option<&str>,
+    defaults: (&str, &str),
+) -> Result<Vec<usize>, AttnError> {
+    match n {
+        Some(list) => parse_size_list(list, "--n"),
+        None => power_sweep(
+            parse_size(n_min.unwrap_or(defaults.0), "--n-min")?,
+            parse_size(n_max.unwrap_or(defaults.1), "--n-max")?,
+        ),
+    }
+}
+
 /// Powers of two from `min` to `max` inclusive.
 pub(super) fn power_sweep(min: usize, max: usize) -> Result<Vec<usize>, AttnError> {
     for (name, v) in [("--n-min", min), ("--n-max", max)] {
