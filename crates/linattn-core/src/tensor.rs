@@ -172,17 +172,22 @@ pub struct Grads {
 }
 
 impl Inputs {
+    /// Host bytes of q, k, v (and d_out with `with_grad`) of `shape` in f64.
+    pub fn f64_bytes(shape: Shape, with_grad: bool) -> Result<u64, AttnError> {
+        let per_row = (2 * shape.dk + if with_grad { 2 } else { 1 } * shape.dv) as u64;
+        (shape.bh() as u64)
+            .checked_mul(shape.seq as u64)
+            .and_then(|r| r.checked_mul(per_row * 8))
+            .ok_or_else(|| AttnError::SizeOverflow(format!("inputs of {shape}")))
+    }
+
     /// Seeded inputs: every backend, on every run and machine, sees the same numbers for the
     /// same `(shape, seed)`. Entries are N(0, 1)·`scale`; d_out is drawn too when `with_grad`.
     /// Refuses, with a typed out-of-memory error, inputs that would not fit in available host
     /// memory (an allocation failure would abort the process).
     pub fn random(shape: Shape, seed: u64, with_grad: bool) -> Result<Self, AttnError> {
         shape.validate()?;
-        let per_row = (2 * shape.dk + if with_grad { 2 } else { 1 } * shape.dv) as u64;
-        let bytes = (shape.bh() as u64)
-            .checked_mul(shape.seq as u64)
-            .and_then(|r| r.checked_mul(per_row * 8))
-            .ok_or_else(|| AttnError::SizeOverflow(format!("inputs of {shape}")))?;
+        let bytes = Self::f64_bytes(shape, with_grad)?;
         crate::alloc::HostMemory::ensure_available(bytes, "f64 host inputs")?;
         let mut rng = SeededRng::new(seed);
         let mut draw = |dims: [usize; 4]| -> Result<Tensor, AttnError> {

@@ -286,7 +286,7 @@ pub(super) fn bench_cell(
         Err(e) => return fail_stopping_on_oom(series, cell, e, format!("inputs: {e}")),
     };
 
-    cell.harness_bytes = Some(inputs_bytes(inputs));
+    cell.harness_bytes = Inputs::f64_bytes(p.shape, inputs.d_out.is_some()).ok();
     if info.device != DeviceKind::Cuda {
         // Host backends and the simulator's device memory live in host memory: refuse a cell
         // that cannot fit before staging, not by an abort halfway through it.
@@ -346,17 +346,6 @@ pub(super) fn bench_cell(
         }
     }
     cell
-}
-
-/// Bytes of the harness's f64 inputs.
-fn inputs_bytes(inputs: &Inputs) -> u64 {
-    let tensors = [
-        Some(&inputs.q),
-        Some(&inputs.k),
-        Some(&inputs.v),
-        inputs.d_out.as_ref(),
-    ];
-    tensors.iter().flatten().map(|t| 8 * t.len() as u64).sum()
 }
 
 /// The least a backend holds for one cell: q, k, v (and dO) staged, O (and dQ, dK, dV)
