@@ -1,5 +1,6 @@
 use crate::error::{AttnError, Unsupported};
 use crate::problem::{Form, Precision, Problem};
+use crate::seeded::SeededInputs;
 use crate::tensor::{Grads, Inputs, Tensor};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -103,6 +104,15 @@ pub trait Backend: Send {
     /// Validates and stages inputs in the backend's own storage (precision conversion,
     /// device upload). Any earlier staged data is dropped.
     fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError>;
+
+    /// Stages the seeded inputs `source` describes. The default makes them in f64 and calls
+    /// [`Backend::stage`] (the f64 copy lives only while staging); a backend that stores
+    /// another precision overrides it to fill its own storage directly, so the harness never
+    /// holds an f64 copy at large N. Either way the values are those of
+    /// [`SeededInputs::materialize`] rounded to the backend's precision.
+    fn stage_seeded(&mut self, problem: &Problem, source: &SeededInputs) -> Result<(), AttnError> {
+        self.stage(problem, &source.materialize()?)
+    }
 
     /// Computes O from the staged inputs.
     fn run_forward(&mut self) -> Result<RunStats, AttnError>;

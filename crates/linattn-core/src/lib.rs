@@ -3,7 +3,8 @@
 //! * [`Shape`], [`Problem`]: what is computed (B, H, N, D, M; causality; feature map; ε; decay).
 //! * [`Tensor`], [`Inputs`], [`Grads`]: host tensors `[B, H, N, D]`, row-major, f64.
 //! * [`AttnError`], [`Unsupported`]: typed errors; nothing in linattn panics on bad input.
-//! * [`Inputs::random`]: seeded inputs, identical on every run and for every backend.
+//! * [`Inputs::random`], [`SeededInputs`]: seeded inputs, identical on every run and for every
+//!   backend; a backend can make them head by head in its own precision.
 //! * [`ErrorMetrics`]: max-abs, max-rel and RMS-ratio error against a reference.
 //! * [`Backend`]: the one trait every implementation (CPU, softmax, CUDA) provides; the
 //!   harness knows nothing else.
@@ -18,6 +19,7 @@ mod error;
 mod metrics;
 mod problem;
 mod rng;
+mod seeded;
 mod tensor;
 
 pub use alloc::{CountingAllocator, HostMemory};
@@ -34,4 +36,5 @@ pub use problem::{
     Causality, FeatureMap, Form, Pass, Precision, Problem, Shape, DEFAULT_EPS, DEFAULT_FAVOR_SEED,
 };
 pub use rng::{favor_projection, SeededRng};
+pub use seeded::SeededInputs;
 pub use tensor::{Grads, Inputs, Tensor, TensorRole};

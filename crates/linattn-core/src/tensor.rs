@@ -1,6 +1,6 @@
 use crate::error::AttnError;
 use crate::problem::{checked_len, Problem, Shape};
-use crate::rng::SeededRng;
+use crate::seeded::SeededInputs;
 use serde::{Deserialize, Serialize};
 
 /// A host tensor `[B, H, N, D]`, row-major and contiguous, in f64: the common currency
@@ -182,28 +182,13 @@ impl Inputs {
     }
 
     /// Seeded inputs: every backend, on every run and machine, sees the same numbers for the
-    /// same `(shape, seed)`. Entries are N(0, 1)·`scale`; d_out is drawn too when `with_grad`.
-    /// Refuses, with a typed out-of-memory error, inputs that would not fit in available host
-    /// memory (an allocation failure would abort the process).
+    /// same `(shape, seed)`. Entries are N(0, 1); d_out is drawn too when `with_grad`. Each
+    /// (operand, head) has its own stream ([`SeededInputs`]), so a backend can make the same
+    /// values in its own precision without this f64 copy. Refuses, with a typed out-of-memory
+    /// error, inputs that would not fit in available host memory (an allocation failure
+    /// would abort the process).
     pub fn random(shape: Shape, seed: u64, with_grad: bool) -> Result<Self, AttnError> {
-        shape.validate()?;
-        let bytes = Self::f64_bytes(shape, with_grad)?;
-        crate::alloc::HostMemory::ensure_available(bytes, "f64 host inputs")?;
-        let mut rng = SeededRng::new(seed);
-        let mut draw = |dims: [usize; 4]| -> Result<Tensor, AttnError> {
-            let len = checked_len(&dims)?;
-            let data = (0..len).map(|_| rng.normal()).collect();
-            Tensor::from_vec(dims, data)
-        };
-        let q = draw(shape.qk_dims())?;
-        let k = draw(shape.qk_dims())?;
-        let v = draw(shape.v_dims())?;
-        let d_out = if with_grad {
-            Some(draw(shape.v_dims())?)
-        } else {
-            None
-        };
-        Ok(Inputs { q, k, v, d_out })
+        SeededInputs::new(shape, seed, with_grad)?.materialize()
     }
 
     /// Shape implied by q and v, after checking q, k, v (and d_out) agree and are non-empty.

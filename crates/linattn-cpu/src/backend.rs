@@ -6,7 +6,7 @@ use crate::fast::{self, GradsF32};
 use crate::oracle::{self, backward_stored::StoredForward};
 use linattn_core::{
     check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind, Form,
-    Grads, Inputs, Precision, Problem, RunStats, Tensor, TensorRole, Unsupported,
+    Grads, Inputs, Precision, Problem, RunStats, SeededInputs, Tensor, TensorRole, Unsupported,
 };
 use std::time::Instant;
 
@@ -253,9 +253,37 @@ impl Backend for FastBackend {
         Ok(())
     }
 
+    /// Fills the f32 buffers straight from the seeded streams, every core, no f64 copy.
+    fn stage_seeded(&mut self, problem: &Problem, source: &SeededInputs) -> Result<(), AttnError> {
+        self.release();
+        check_linear_form(&self.info, problem)?;
+        if source.shape() != problem.shape {
+            return Err(AttnError::ShapeMismatch(format!(
+                "inputs are {}, problem is {}",
+                source.shape(),
+                problem.shape
+            )));
+        }
+        linattn_core::HostMemory::ensure_available(source.bytes(4), "f32 inputs")?;
+        let make = |role| source.make(role, |x| x as f32);
+        self.staged = Some(StagedF32 {
+            problem: *problem,
+            q: make(TensorRole::Q)?,
+            k: make(TensorRole::K)?,
+            v: make(TensorRole::V)?,
+            d_out: source
+                .with_grad()
+                .then(|| make(TensorRole::DOut))
+                .transpose()?,
+        });
+        Ok(())
+    }
+
     fn run_forward(&mut self) -> Result<RunStats, AttnError> {
         let st = self.staged.as_ref().ok_or_else(no_stage)?;
+        // The previous results go first: at large N they are gigabytes the new ones replace.
         self.grads = None;
+        self.output = None;
         let start = Instant::now();
         let out = match self.form {
             Form::Chunked => chunked::forward(&st.problem, &st.q, &st.k, &st.v)?,
@@ -275,6 +303,7 @@ impl Backend for FastBackend {
         if self.output.is_none() {
             return Err(no_forward());
         }
+        self.grads = None;
         let start = Instant::now();
         // The memory-efficient backward recomputes the forward's states; O comes out again.
         let (_, grads) = match self.form {

@@ -4,7 +4,7 @@
 mod common;
 
 use common::cases;
-use linattn_core::{ErrorMetrics, Inputs, Problem, Shape};
+use linattn_core::{ErrorMetrics, Inputs, Problem, SeededInputs, Shape};
 use linattn_cpu::{backends, oracle};
 
 #[test]
@@ -43,5 +43,36 @@ fn each_backend_matches_the_oracle_through_the_trait() {
         // causal: recurrent, cumsum, quadratic, stored, fast, chunked; non-causal:
         // parallel, quadratic, stored, fast.
         assert_eq!(ran, if causality.is_causal() { 6 } else { 4 }, "{p}");
+    }
+}
+
+/// The harness stages seeded inputs with `stage_seeded` (f32 backends make them in f32, no
+/// f64 copy); each backend must compute exactly what it computes from `stage` of the same
+/// values.
+#[test]
+fn seeded_staging_equals_staging_the_same_values() {
+    let shape = Shape::new(1, 3, 37, 5, 7);
+    for (map, causality) in cases(4) {
+        let p = Problem::new(shape, causality, map);
+        let source = SeededInputs::new(shape, 11, true).unwrap();
+        let x = source.materialize().unwrap();
+        for mut b in backends() {
+            if b.supports(&p).is_err() {
+                continue;
+            }
+            b.stage(&p, &x).unwrap();
+            b.run_forward().unwrap();
+            b.run_backward().ok();
+            let (o, g) = (b.output().unwrap(), b.grads().ok());
+            b.stage_seeded(&p, &source).unwrap();
+            b.run_forward().unwrap();
+            b.run_backward().ok();
+            assert_eq!(o, b.output().unwrap(), "{} O for {p}", b.name());
+            assert_eq!(g, b.grads().ok(), "{} grads for {p}", b.name());
+        }
+        let wrong = SeededInputs::new(Shape::new(1, 3, 36, 5, 7), 11, false).unwrap();
+        for mut b in backends().into_iter().filter(|b| b.supports(&p).is_ok()) {
+            assert!(b.stage_seeded(&p, &wrong).is_err(), "{}", b.name());
+        }
     }
 }

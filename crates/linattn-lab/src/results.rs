@@ -276,8 +276,13 @@ pub struct Cell {
     /// peak_bytes; pools and other processes make it approximate).
     #[serde(default)]
     pub free_mem_drop_bytes: Option<u64>,
-    /// Host bytes the harness itself held for the cell: the f64 inputs of the shape, shared
-    /// by every backend and not part of `peak_bytes` (which is the backend's own).
+    /// Host bytes the backend kept after staging the cell's inputs (measured by the
+    /// counting allocator; a CPU backend's inputs in its precision).
+    #[serde(default)]
+    pub staged_bytes: Option<u64>,
+    /// Host bytes made only to stage the inputs and freed after it (measured): an f64 copy
+    /// when the backend stages from f64, about 0 when it makes its inputs in its own
+    /// precision. Not part of `peak_bytes` or `staged_bytes`.
     #[serde(default)]
     pub harness_bytes: Option<u64>,
     #[serde(default)]
@@ -335,6 +340,7 @@ impl Cell {
             peak_bytes: None,
             peak_bytes_source: None,
             free_mem_drop_bytes: None,
+            staged_bytes: None,
             harness_bytes: None,
             tokens_per_s: None,
             tflops: None,

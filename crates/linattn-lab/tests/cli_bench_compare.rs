@@ -198,7 +198,8 @@ fn bench_writes_a_results_file_that_compare_and_report_read() {
         .filter(|c| c["status"] == "ok" && c["device"] == "cpu")
     {
         assert!(c["pct_of_gemm"].as_f64().unwrap() > 0.0, "{c}");
-        assert!(c["harness_bytes"].as_u64().unwrap() > 0, "{c}");
+        assert!(c["staged_bytes"].as_u64().unwrap() > 0, "{c}");
+        assert!(c["harness_bytes"].is_u64(), "{c}");
     }
     for c in cells {
         let status = c["status"].as_str().unwrap();
@@ -401,4 +402,68 @@ fn bench_mode_decode_writes_its_sweep_and_refuses_mixing() {
     let mixed = linattn(&["bench", "--mode", "decode,forward", "--out", "-"]);
     assert_eq!(mixed.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&mixed.stderr).contains("a sweep of its own"));
+}
+
+/// Issue 11: the f32 CPU backends make their inputs in f32 (no f64 copy held by the
+/// harness), and the memory columns say so; a backend staging from f64 shows that copy.
+#[test]
+fn bench_stages_inputs_in_the_backend_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("bench.json");
+    let (n, d) = (4096u64, 8u64);
+    let out = linattn(&[
+        "bench",
+        "--n",
+        "4096",
+        "--heads",
+        "1",
+        "--dk",
+        "8",
+        "--mode",
+        "forward",
+        "--backends",
+        "cpu/causal_recurrent/f32,cpu-ref/causal_recurrent/f64",
+        "--warmup",
+        "0",
+        "--repeats",
+        "1",
+        "--no-progress",
+        "--out",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    let cell = |name: &str| {
+        v["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["backend"] == name)
+            .unwrap_or_else(|| panic!("no {name} cell in {v}"))
+            .clone()
+    };
+    let operands = 3 * n * d; // q, k, v of B = H = 1, D = M = 8
+    let f32_cell = cell("cpu/causal_recurrent/f32");
+    assert_eq!(f32_cell["status"], "ok", "{f32_cell}");
+    assert_eq!(f32_cell["staged_bytes"].as_u64(), Some(4 * operands));
+    // A few formatted messages and rayon's bookkeeping, never an f64 copy (8·operands).
+    assert!(
+        f32_cell["harness_bytes"].as_u64().unwrap() < 64 * 1024,
+        "{f32_cell}"
+    );
+    // The f64 reference keeps the f64 inputs it was given a copy of.
+    let ref_cell = cell("cpu-ref/causal_recurrent/f64");
+    assert_eq!(ref_cell["status"], "ok", "{ref_cell}");
+    assert!(
+        ref_cell["staged_bytes"].as_u64().unwrap() >= 8 * operands,
+        "{ref_cell}"
+    );
+    assert!(
+        ref_cell["harness_bytes"].as_u64().unwrap() >= 8 * operands,
+        "{ref_cell}"
+    );
 }

@@ -7,8 +7,8 @@ use crate::results::{Cell, CellShape, CellStatus, Mode, PeakSource};
 use crate::stats::SampleStats;
 use crate::term::panic_message;
 use linattn_core::{
-    Algorithm, AttnError, Backend, DeviceKind, HostMemory, Inputs, Pass, Precision, Problem, Shape,
-    Unsupported,
+    Algorithm, AttnError, Backend, DeviceKind, HostMemory, Pass, Precision, Problem, SeededInputs,
+    Shape, Unsupported,
 };
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -65,6 +65,11 @@ pub(super) struct Measured {
     pub(super) peak_bytes: Option<u64>,
     pub(super) peak_source: PeakSource,
     pub(super) free_drop: Option<u64>,
+    /// Host bytes the backend kept after staging (its inputs, on a CPU backend).
+    pub(super) staged_bytes: Option<u64>,
+    /// Host bytes made only to stage and freed after it (an f64 copy of the inputs when the
+    /// backend stages through [`Backend::stage`]).
+    pub(super) harness_bytes: Option<u64>,
 }
 
 /// One timed run (forward, plus backward in forward+backward mode) and its memory.
@@ -100,11 +105,15 @@ pub(super) fn run_once(backend: &mut dyn Backend, mode: Mode) -> Result<OneRun, 
 pub(super) fn measure(
     backend: &mut dyn Backend,
     problem: &Problem,
-    inputs: &Inputs,
+    inputs: &SeededInputs,
     mode: Mode,
     sampling: &Sampling,
 ) -> Result<Measured, AttnError> {
-    backend.stage(problem, inputs)?;
+    let before_staging = HostMemory::start();
+    backend.stage_seeded(problem, inputs)?;
+    let staged = HostMemory::live().saturating_sub(before_staging);
+    let staging_rise = HostMemory::peak_above(before_staging);
+    let metered = HostMemory::is_metered();
     let on_gpu = backend.info().device == DeviceKind::Cuda;
     let free_before = if on_gpu { gpu::memory_info() } else { None };
     let mut min_free = free_before.map(|(free, _)| free);
@@ -128,6 +137,8 @@ pub(super) fn measure(
             PeakSource::CountingAllocator
         },
         free_drop: None,
+        staged_bytes: metered.then_some(staged as u64),
+        harness_bytes: metered.then_some(staging_rise.saturating_sub(staged) as u64),
     };
     let budget = Duration::from_secs_f64(sampling.cell_seconds);
     let started = Instant::now();
@@ -167,8 +178,8 @@ pub(super) fn measure(
 
 pub(super) struct CellContext<'a> {
     pub(super) problem: &'a Problem,
-    /// `Err` when the inputs of this shape could not be made (host memory).
-    pub(super) inputs: &'a Result<Inputs, AttnError>,
+    /// The run's seed: each backend makes the cell's inputs from it in its own precision.
+    pub(super) seed: u64,
     pub(super) mode: Mode,
     pub(super) sampling: &'a Sampling,
     pub(super) max_cell_seconds: f64,
@@ -281,12 +292,11 @@ pub(super) fn bench_cell(
         }
         None => {}
     }
-    let inputs = match ctx.inputs {
+    let with_grad = ctx.mode == Mode::ForwardBackward;
+    let inputs = match SeededInputs::new(p.shape, ctx.seed, with_grad) {
         Ok(i) => i,
-        Err(e) => return fail_stopping_on_oom(series, cell, e, format!("inputs: {e}")),
+        Err(e) => return fail(cell, classify(&e), format!("inputs: {e}")),
     };
-
-    cell.harness_bytes = Inputs::f64_bytes(p.shape, inputs.d_out.is_some()).ok();
     if info.device != DeviceKind::Cuda {
         // Host backends and the simulator's device memory live in host memory: refuse a cell
         // that cannot fit before staging, not by an abort halfway through it.
@@ -299,7 +309,7 @@ pub(super) fn bench_cell(
         }
     }
     let result = guarded(&info.name, || {
-        measure(backend, p, inputs, ctx.mode, ctx.sampling)
+        measure(backend, p, &inputs, ctx.mode, ctx.sampling)
     });
     backend.release();
     let m = match result {
@@ -330,6 +340,8 @@ pub(super) fn bench_cell(
     cell.peak_bytes = m.peak_bytes;
     cell.peak_bytes_source = m.peak_bytes.map(|_| m.peak_source);
     cell.free_mem_drop_bytes = m.free_drop;
+    cell.staged_bytes = m.staged_bytes;
+    cell.harness_bytes = m.harness_bytes;
     if st.median > 0.0 {
         let gbps = minimal_bytes(&p.shape, info.precision, ctx.mode) / st.median / 1e9;
         cell.tokens_per_s = Some((p.shape.batch * p.shape.seq) as f64 / st.median);

@@ -25,11 +25,11 @@ pub(crate) use parse::parse_size_list;
 pub(crate) use render::series_slopes;
 
 use crate::registry;
-use crate::results::{self, GpuEnvironment, Mode, ResultsFile, SCHEMA_VERSION};
+use crate::results::{self, GpuEnvironment, ResultsFile, SCHEMA_VERSION};
 use crate::term::progress_bar;
 use cell::{bench_cell, CellContext, Sampling, SeriesState};
 use grid::{resolve_grid, Grid};
-use linattn_core::{AttnError, Backend, DeviceKind, Inputs, Precision, Problem};
+use linattn_core::{AttnError, Backend, DeviceKind, Precision, Problem};
 use parse::invalid;
 use probes::{cpu_copy_bandwidth, gpu, gpu_copy_bandwidth};
 use render::render_tables;
@@ -224,12 +224,9 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
     let total = (problems.len() * backends.len() * grid.mode.len()) as u64;
     let progress = progress_bar(total, args.no_progress);
 
-    let with_grad = grid.mode.contains(&Mode::ForwardBackward);
     let mut series: HashMap<String, SeriesState> = HashMap::new();
     let mut cells = Vec::new();
     for problem in &problems {
-        // One set of inputs per shape, shared by every backend (identical bytes for all).
-        let inputs = make_inputs(problem, grid.seed, with_grad);
         for backend in backends.iter_mut() {
             for &mode in &grid.mode {
                 progress.set_message(format!(
@@ -240,7 +237,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
                 ));
                 let ctx = CellContext {
                     problem,
-                    inputs: &inputs,
+                    seed: grid.seed,
                     mode,
                     sampling: &sampling,
                     max_cell_seconds: grid.max_cell_seconds,
@@ -288,8 +285,4 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
         return Ok(crate::exit_unavailable(&reason));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn make_inputs(problem: &Problem, seed: u64, with_grad: bool) -> Result<Inputs, AttnError> {
-    Inputs::random(problem.shape, seed, with_grad)
 }

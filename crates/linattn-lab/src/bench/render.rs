@@ -71,6 +71,7 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
         "N",
         "median",
         "±",
+        "staged",
         "peak mem",
         "harness mem",
         "tok/s",
@@ -128,6 +129,7 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
                 opt(c.rel_stdev.filter(|_| c.status == CellStatus::Ok), |r| {
                     format!("{:.1}%", 100.0 * r)
                 }),
+                c.staged_bytes.map_or_else(|| "-".into(), fmt_bytes),
                 c.peak_bytes.map_or_else(|| "-".into(), fmt_bytes),
                 c.harness_bytes.map_or_else(|| "-".into(), fmt_bytes),
                 opt(c.tokens_per_s, |t| format!("{t:.3e}")),
@@ -151,8 +153,9 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
     }
     let mut out = cells_table.build().with(Style::sharp()).to_string();
     out.push_str(
-        "\npeak mem: what the backend held beyond its inputs (host: counting allocator; \
-         device: exact). harness mem: the f64 inputs the harness holds for the shape, on top.\n",
+        "\nstaged: host bytes the backend kept after staging its inputs. peak mem: what it \
+         held beyond them during a run (host: counting allocator; device: exact). harness \
+         mem: host bytes made only to stage (an f64 copy when the backend stages from f64).\n",
     );
     out.push('\n');
     out.push_str(&slope_table.build().with(Style::sharp()).to_string());
