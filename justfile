@@ -69,6 +69,10 @@ test:
 fuzz TARGET SECONDS="600":
     cargo +nightly fuzz run -a {{TARGET}} fuzz/corpus/{{TARGET}} -- -max_total_time={{SECONDS}} -timeout=10 -rss_limit_mb=2048
 
+# The stable mutation fuzzer of `cargo test` (tests/fuzz_mutation.rs) with ITERS inputs per target and another SEED.
+fuzz-stable ITERS="2000000" SEED="1":
+    LINATTN_FUZZ_ITERS={{ITERS}} LINATTN_FUZZ_SEED={{SEED}} cargo test --release -p linattn-lab --test fuzz_mutation
+
 # Every fuzz target for 30 s on the committed corpus; exit 1 on a crash (CI replays the corpus on stable instead: the sanitizer build takes ~30 min cold).
 fuzz-smoke:
     scripts/fuzz_smoke.sh

@@ -1,8 +1,9 @@
 //! Replays the committed fuzz corpora (`fuzz/corpus/<target>/`) through the same entry
 //! points the libFuzzer targets call, on the stable toolchain: every input the fuzzer kept
 //! (including each crash it once found, now fixed) must still parse or be refused without a
-//! panic. This is CI's fuzz step: a real fuzz build compiles the whole dependency tree with
-//! sanitizers (about 30 minutes cold on 2 cores), so new fuzzing is `just fuzz` /
+//! panic. With `fuzz_mutation.rs` (a seeded mutation run over these corpora) this is CI's
+//! fuzz step: a real fuzz build compiles the whole dependency tree with sanitizers (about
+//! 30 minutes cold on 2 cores), so coverage-guided fuzzing is `just fuzz` /
 //! `just fuzz-smoke`, run by hand.
 
 use std::path::{Path, PathBuf};
