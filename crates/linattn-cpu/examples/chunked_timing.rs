@@ -3,7 +3,7 @@
 //! (`LINATTN_CPU_BLOCK`) were chosen.
 //!
 //! `cargo run --release -p linattn-cpu --example chunked_timing -- [N] [backward]`;
-//! `ONLY=<substring>` keeps the rows whose name contains it.
+//! `ONLY=<substring>` keeps the rows whose name contains it; `REPS=<k>` takes k samples (5).
 
 use linattn_core::{Causality, FeatureMap, Inputs, Problem, Shape};
 use std::time::Instant;
@@ -24,12 +24,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rate.gflops, rate.spread
     );
     let only = std::env::var("ONLY").unwrap_or_default();
+    // More samples (e.g. under `perf record`, so the input generation is a small share).
+    let reps: usize = std::env::var("REPS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|&r| r > 0)
+        .unwrap_or(5);
     let time = |name: &str, f: &dyn Fn()| {
         if !name.contains(&only) {
             return;
         }
         f();
-        let mut ms: Vec<f64> = (0..5)
+        let mut ms: Vec<f64> = (0..reps)
             .map(|_| {
                 let start = Instant::now();
                 f();
@@ -37,16 +43,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect();
         ms.sort_by(f64::total_cmp);
-        println!("{name:24} median {:8.2} ms  min {:8.2} ms", ms[2], ms[0]);
+        println!(
+            "{name:24} median {:8.2} ms  min {:8.2} ms",
+            ms[reps / 2],
+            ms[0]
+        );
     };
     use linattn_cpu::{chunked, fast};
-    time("recurrent fwd", &|| drop(fast::forward(&p, &q, &k, &v)));
-    time("chunked fwd", &|| drop(chunked::forward(&p, &q, &k, &v)));
+    // One output buffer reused across runs, as `FastBackend` does.
+    let out = std::cell::RefCell::new(vec![0f32; q.len() / 64 * 64]);
+    let o = || out.borrow_mut();
+    time("recurrent fwd", &|| {
+        fast::forward_into(&p, &q, &k, &v, &mut o()).unwrap()
+    });
+    time("chunked fwd", &|| {
+        chunked::forward_into(&p, &q, &k, &v, &mut o()).unwrap()
+    });
     time("noncausal-loops fwd", &|| {
-        drop(fast::forward(&pn, &q, &k, &v))
+        fast::forward_into(&pn, &q, &k, &v, &mut o()).unwrap()
     });
     time("noncausal-gemm fwd", &|| {
-        drop(chunked::noncausal_forward(&pn, &q, &k, &v))
+        chunked::noncausal_forward_into(&pn, &q, &k, &v, &mut o()).unwrap()
     });
     if with_backward {
         time("recurrent bwd", &|| {

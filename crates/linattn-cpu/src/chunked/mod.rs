@@ -13,9 +13,12 @@
 mod chunk;
 mod noncausal;
 
-pub use noncausal::{backward as noncausal_backward, forward as noncausal_forward};
+pub use noncausal::{
+    backward as noncausal_backward, forward as noncausal_forward,
+    forward_into as noncausal_forward_into,
+};
 
-use crate::fast::{backward_buffers, check_operands, kernels, Config, GradsF32};
+use crate::fast::{backward_buffers, check_len, check_operands, kernels, Config, GradsF32};
 use crate::maps::{Featurised, Operand};
 use chunk::{Ctx, ForwardGrads, Head, ReverseGrads, Scratch, Span};
 use linattn_core::{AttnError, Problem};
@@ -189,13 +192,28 @@ impl<'a> Shared<'a> {
 
 /// O (`[B,H,N,M]`) of causal linear attention in f32 by the chunkwise form.
 pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
+    let (_, v_len) = check_operands(problem, q, k, v)?;
+    let mut out = vec![0f32; v_len];
+    forward_into(problem, q, k, v, &mut out)?;
+    Ok(out)
+}
+
+/// [`forward`] into `out` (`[B,H,N,M]`, every element overwritten): a caller that runs
+/// again reuses its buffer instead of faulting in fresh pages each time.
+pub fn forward_into(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+) -> Result<(), AttnError> {
     require_causality(problem, true)?;
     let (_, v_len) = check_operands(problem, q, k, v)?;
+    check_len("out", out.len(), v_len)?;
     let cfg = Config::new(problem);
     let sh = Shared::new(&cfg, problem.shape.bh(), chunk_len(), q, k, v);
     let mut starts = sh.forward_starts();
-    let mut out = vec![0f32; v_len];
-    let tasks = split(&mut out, &sh.plan, cfg.m);
+    let tasks = split(out, &sh.plan, cfg.m);
     let len = sh.state_len();
     tasks
         .into_par_iter()
@@ -212,7 +230,7 @@ pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec
                 }
             },
         );
-    Ok(out)
+    Ok(())
 }
 
 /// The chunked form is causal and the GEMM non-causal form is not: refuse the other.

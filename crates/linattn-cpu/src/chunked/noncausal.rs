@@ -10,7 +10,7 @@
 
 use super::chunk::{self, fill_gaug, fill_vaug, rm, scaled, Ctx, ForwardGrads, Scratch, Span};
 use super::{dphi_rows, require_causality, split, split_ref, split_staged, Shared, TaskBufs};
-use crate::fast::{backward_buffers, check_operands, Config, GradsF32};
+use crate::fast::{backward_buffers, check_len, check_operands, Config, GradsF32};
 use crate::gemm::{sgemm, MatRef};
 use linattn_core::{AttnError, Problem};
 use rayon::prelude::*;
@@ -60,7 +60,7 @@ fn head_states(sh: &Shared) -> Vec<f32> {
         |ws, (i, s)| {
             let head = sh.head(i / plan.groups);
             for sp in plan.spans(i % plan.groups, ctx.l) {
-                let (_, kf) = chunk::features(ctx, &head, sp, &mut ws.qf, &mut ws.kf);
+                let kf = chunk::key_features(ctx, &head, sp, &mut ws.kf);
                 fill_vaug(ctx, &head, sp, &mut ws.vaug);
                 let kw = scaled(ctx, kf, sp.len, c, |t| sp.len - 1 - t, &mut ws.scaled);
                 let v = rm(&ws.vaug[..sp.len * mp], sp.len, mp);
@@ -86,14 +86,28 @@ fn readout(ctx: &Ctx, qf: &[f32], len: usize, s: &[f32], oaug: &mut [f32]) {
 
 /// O (`[B,H,N,M]`) of non-causal linear attention in f32 on GEMMs.
 pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
+    let (_, v_len) = check_operands(problem, q, k, v)?;
+    let mut out = vec![0f32; v_len];
+    forward_into(problem, q, k, v, &mut out)?;
+    Ok(out)
+}
+
+/// [`forward`] into `out` (`[B,H,N,M]`, every element overwritten).
+pub fn forward_into(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+) -> Result<(), AttnError> {
     require_causality(problem, false)?;
     let (_, v_len) = check_operands(problem, q, k, v)?;
+    check_len("out", out.len(), v_len)?;
     let cfg = Config::new(problem);
     let sh = Shared::new(&cfg, problem.shape.bh(), block_len(), q, k, v);
     let states = head_states(&sh);
     let (ctx, plan, m) = (&sh.ctx, sh.plan, sh.ctx.cfg.m);
-    let mut out = vec![0f32; v_len];
-    split(&mut out, &plan, m)
+    split(out, &plan, m)
         .into_par_iter()
         .enumerate()
         .for_each_init(
@@ -104,7 +118,7 @@ pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec
                 let s = &states[h * sh.state_len()..(h + 1) * sh.state_len()];
                 let base = (i % plan.groups) * plan.group_len;
                 for sp in plan.spans(i % plan.groups, ctx.l) {
-                    let (qf, _) = chunk::features(ctx, &head, sp, &mut ws.qf, &mut ws.kf);
+                    let qf = chunk::query_features(ctx, &head, sp, &mut ws.qf);
                     readout(ctx, qf, sp.len, s, &mut ws.oaug);
                     let rows = (sp.t0 - base) * m..(sp.t0 - base + sp.len) * m;
                     let oaug = &ws.oaug[..sp.len * ctx.mp];
@@ -112,7 +126,7 @@ pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec
                 }
             },
         );
-    Ok(out)
+    Ok(())
 }
 
 /// O and the gradients (SPEC §4 with full sums) from q, k, v and `d_out`.
@@ -162,7 +176,7 @@ pub fn backward(
                 for sp in plan.spans(i % plan.groups, ctx.l) {
                     let r0 = sp.t0 - base;
                     let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
-                    let (qf, _) = chunk::features(ctx, &head, sp, &mut ws.qf, &mut ws.kf);
+                    let qf = chunk::query_features(ctx, &head, sp, &mut ws.qf);
                     readout(ctx, qf, sp.len, s, &mut ws.oaug);
                     let mut fg = ForwardGrads {
                         o: &mut o[rm_.clone()],
@@ -202,7 +216,7 @@ pub fn backward(
                 for sp in plan.spans(i % plan.groups, ctx.l) {
                     let r0 = sp.t0 - base;
                     let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
-                    let (_, kf) = chunk::features(ctx, &head, sp, &mut ws.qf, &mut ws.kf);
+                    let kf = chunk::key_features(ctx, &head, sp, &mut ws.kf);
                     fill_vaug(ctx, &head, sp, &mut ws.vaug);
                     let w = tail_weight(ctx, sp);
                     let dkf = dphi_rows(&mut dkf_head, own, rc);

@@ -64,7 +64,7 @@ impl Config {
     }
 }
 
-fn check_len(what: &str, got: usize, want: usize) -> Result<(), AttnError> {
+pub(crate) fn check_len(what: &str, got: usize, want: usize) -> Result<(), AttnError> {
     if got != want {
         return Err(AttnError::ShapeMismatch(format!(
             "{what} holds {got} elements, the problem needs {want}"
@@ -110,9 +110,24 @@ pub(crate) fn backward_buffers(
 /// O (`[B,H,N,M]`) of linear attention in f32 from q, k (`[B,H,N,D]`) and v.
 pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
     let (_, v_len) = check_operands(problem, q, k, v)?;
+    let mut out = vec![0f32; v_len];
+    forward_into(problem, q, k, v, &mut out)?;
+    Ok(out)
+}
+
+/// [`forward`] into `out` (`[B,H,N,M]`, every element overwritten): a caller that runs
+/// again reuses its buffer instead of faulting in fresh pages each time.
+pub fn forward_into(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+) -> Result<(), AttnError> {
+    let (_, v_len) = check_operands(problem, q, k, v)?;
+    check_len("out", out.len(), v_len)?;
     let cfg = Config::new(problem);
     let (nd, nm) = (cfg.n * cfg.d, cfg.n * cfg.m);
-    let mut out = vec![0f32; v_len];
     out.par_chunks_mut(nm).enumerate().for_each(|(bh, o)| {
         let span = bh * nd..(bh + 1) * nd;
         run_head(
@@ -125,7 +140,7 @@ pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec
             },
         );
     });
-    Ok(out)
+    Ok(())
 }
 
 /// O and the gradients (memory-efficient backward) from q, k, v and `d_out = ∂L/∂O`.
