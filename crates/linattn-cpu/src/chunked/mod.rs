@@ -289,11 +289,7 @@ pub fn backward(
             .enumerate()
             .for_each_init(
                 || TaskBufs::new(&sh.ctx),
-                |TaskBufs {
-                     ws,
-                     dphi: dqf_buf,
-                     phi,
-                 },
+                |TaskBufs { ws, dphi: dqf_buf },
                  (i, ((((((o, g), gn), gdp), dq), dqf_head), s))| {
                     let (head, grp) = (sh.head(i / plan.groups), i % plan.groups);
                     let base = grp * plan.group_len;
@@ -311,7 +307,7 @@ pub fn backward(
                         };
                         chunk::backward_forward(&sh.ctx, &head, sp, s, fg, ws);
                         if cfg.fused {
-                            fused_vjp(&cfg, head.q, sp, r0, &dqf_buf[..sp.len * c], phi, dq);
+                            fused_vjp(&cfg, head.q, sp, r0, &dqf_buf[..sp.len * c], dq);
                         }
                     }
                 },
@@ -334,12 +330,7 @@ pub fn backward(
             .enumerate()
             .for_each_init(
                 || TaskBufs::new(&sh.ctx),
-                |TaskBufs {
-                     ws,
-                     dphi: dkf_buf,
-                     phi,
-                 },
-                 (i, ((((dv, gdp), dk), dkf_head), r))| {
+                |TaskBufs { ws, dphi: dkf_buf }, (i, ((((dv, gdp), dk), dkf_head), r))| {
                     let (head, grp) = (sh.head(i / plan.groups), i % plan.groups);
                     let base = grp * plan.group_len;
                     let mut dkf_head = dkf_head;
@@ -354,7 +345,7 @@ pub fn backward(
                         };
                         chunk::backward_reverse(&sh.ctx, &head, sp, r, rg, ws);
                         if cfg.fused {
-                            fused_vjp(&cfg, head.k, sp, r0, &dkf_buf[..sp.len * c], phi, dk);
+                            fused_vjp(&cfg, head.k, sp, r0, &dkf_buf[..sp.len * c], dk);
                         }
                     }
                 },
@@ -395,11 +386,10 @@ fn staged_vjp(sh: &Shared, dqf_all: &[f32], dkf_all: &[f32], grads: &mut GradsF3
         });
 }
 
-/// Per-task buffers of the backward passes: a chunk's ∂φ rows (fused maps) and φ rows.
+/// Per-task buffers of the backward passes: a chunk's ∂φ rows (fused maps).
 struct TaskBufs {
     ws: Scratch,
     dphi: Vec<f32>,
-    phi: Vec<f32>,
 }
 
 impl TaskBufs {
@@ -408,7 +398,6 @@ impl TaskBufs {
         TaskBufs {
             ws: Scratch::new(ctx),
             dphi: vec![0f32; rows],
-            phi: vec![0f32; rows],
         }
     }
 }
@@ -426,25 +415,12 @@ fn dphi_rows<'a>(
 }
 
 /// ∂x rows of a chunk from ∂φ(x) rows (fused elementwise maps); `r0`: the chunk's first row
-/// within the task's slice `dx`.
-/// `phi`: scratch of the chunk's size; φ is recomputed rather than kept from the chunk step.
-fn fused_vjp(
-    cfg: &Config,
-    x: &[f32],
-    sp: Span,
-    r0: usize,
-    dphi: &[f32],
-    phi: &mut [f32],
-    dx: &mut [f32],
-) {
+/// within the task's slice `dx`. φ' comes from x in the same pass (no φ kept or recomputed).
+fn fused_vjp(cfg: &Config, x: &[f32], sp: Span, r0: usize, dphi: &[f32], dx: &mut [f32]) {
     let d = cfg.d;
-    let xs = &x[sp.t0 * d..(sp.t0 + sp.len) * d];
-    let phi = &mut phi[..sp.len * d];
-    kernels::elementwise_map_detected(cfg.map.map(), xs, phi);
-    kernels::elementwise_vjp(
+    kernels::elementwise_vjp_of_x_detected(
         cfg.map.map(),
-        xs,
-        phi,
+        &x[sp.t0 * d..(sp.t0 + sp.len) * d],
         dphi,
         &mut dx[r0 * d..(r0 + sp.len) * d],
     );

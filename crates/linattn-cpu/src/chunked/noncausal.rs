@@ -167,8 +167,7 @@ pub fn backward(
         .enumerate()
         .for_each_init(
             || TaskBufs::new(ctx),
-            |TaskBufs { ws, dphi: own, phi },
-             (i, ((((((o, g), gn), gdp), dq), mut dqf_all), r))| {
+            |TaskBufs { ws, dphi: own }, (i, ((((((o, g), gn), gdp), dq), mut dqf_all), r))| {
                 let h = i / plan.groups;
                 let head = sh.head(h);
                 let s = &states[h * len..(h + 1) * len];
@@ -192,7 +191,7 @@ pub fn backward(
                     sgemm(1.0, gaug, s_t, 0.0, &mut fg.dqf[..sp.len * c], c);
                     sgemm(1.0, rm(qf, sp.len, c).t(), gaug, 1.0, r, mp);
                     if ctx.cfg.fused {
-                        super::fused_vjp(ctx.cfg, head.q, sp, r0, &own[..sp.len * c], phi, dq);
+                        super::fused_vjp(ctx.cfg, head.q, sp, r0, &own[..sp.len * c], dq);
                     }
                 }
             },
@@ -208,7 +207,7 @@ pub fn backward(
         .enumerate()
         .for_each_init(
             || TaskBufs::new(ctx),
-            |TaskBufs { ws, dphi: own, phi }, (i, ((dv, dk), mut dkf_head))| {
+            |TaskBufs { ws, dphi: own }, (i, ((dv, dk), mut dkf_head))| {
                 let h = i / plan.groups;
                 let head = sh.head(h);
                 let r = &r_heads[h * len..(h + 1) * len];
@@ -234,7 +233,7 @@ pub fn backward(
                     let r_v = MatRef::row_major(r, c, m, mp);
                     sgemm(w, rm(kw, sp.len, c), r_v, 0.0, &mut dv[rm_], m);
                     if ctx.cfg.fused {
-                        super::fused_vjp(ctx.cfg, head.k, sp, r0, &own[..sp.len * c], phi, dk);
+                        super::fused_vjp(ctx.cfg, head.k, sp, r0, &own[..sp.len * c], dk);
                     }
                 }
             },

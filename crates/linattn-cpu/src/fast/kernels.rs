@@ -244,6 +244,59 @@ pub fn elementwise_vjp(
     }
 }
 
+/// [`elementwise_vjp`] with φ' computed from x in the same pass (elu+1: `eˣ` for x ≤ 0),
+/// for callers that do not keep φ.
+#[inline(always)]
+fn elementwise_vjp_of_x<const FMA: bool>(
+    map: linattn_core::FeatureMap,
+    x: &[f32],
+    g: &[f32],
+    gx: &mut [f32],
+) {
+    use linattn_core::FeatureMap;
+    match map {
+        FeatureMap::EluPlusOne => {
+            for ((o, &xv), &gv) in gx.iter_mut().zip(x).zip(g) {
+                let e = exp_f32::<FMA>(xv.min(0.0));
+                *o = if xv > 0.0 { gv } else { gv * e };
+            }
+        }
+        FeatureMap::Relu => {
+            for ((o, &xv), &gv) in gx.iter_mut().zip(x).zip(g) {
+                *o = if xv > 0.0 { gv } else { 0.0 };
+            }
+        }
+        _ => gx.copy_from_slice(g),
+    }
+}
+
+/// [`elementwise_vjp_of_x`] compiled with avx2 and fma when the CPU has them.
+pub fn elementwise_vjp_of_x_detected(
+    map: linattn_core::FeatureMap,
+    x: &[f32],
+    g: &[f32],
+    gx: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports avx2 and fma, checked just above.
+        unsafe { elementwise_vjp_of_x_avx2(map, x, g, gx) };
+        return;
+    }
+    elementwise_vjp_of_x::<false>(map, x, g, gx)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn elementwise_vjp_of_x_avx2(
+    map: linattn_core::FeatureMap,
+    x: &[f32],
+    g: &[f32],
+    gx: &mut [f32],
+) {
+    elementwise_vjp_of_x::<true>(map, x, g, gx)
+}
+
 /// `R ← R + q gnᵀ`, `r ← r + q gd` (the non-causal full sum).
 #[inline(always)]
 pub fn accumulate_r<const FMA: bool>(
@@ -389,6 +442,25 @@ mod tests {
         assert!(worst < 2.5e-7, "worst relative error {worst:e}");
         assert_eq!(exp_f32::<false>(0.0), 1.0);
         assert!(exp_f32::<false>(-1000.0) < 2e-38);
+    }
+
+    #[test]
+    fn vjp_from_x_equals_vjp_from_the_mapped_values() {
+        use linattn_core::FeatureMap;
+        let x: Vec<f32> = (0..203).map(|i| (i as f32 * 0.731).sin() * 4.0).collect();
+        let g: Vec<f32> = (0..203).map(|i| (i as f32 * 0.19).cos()).collect();
+        for map in [
+            FeatureMap::EluPlusOne,
+            FeatureMap::Relu,
+            FeatureMap::Identity,
+        ] {
+            let mut phi = vec![0f32; x.len()];
+            elementwise_map_detected(map, &x, &mut phi);
+            let (mut want, mut got) = (vec![0f32; x.len()], vec![f32::NAN; x.len()]);
+            elementwise_vjp(map, &x, &phi, &g, &mut want);
+            elementwise_vjp_of_x_detected(map, &x, &g, &mut got);
+            assert_eq!(got, want, "{map:?}");
+        }
     }
 
     #[test]
