@@ -11,6 +11,8 @@ static TROUGH: AtomicUsize = AtomicUsize::new(0);
 /// Largest rise of live bytes above an earlier trough since the measurement started: the
 /// memory a run built up, even when it first freed results of the previous run.
 static RISE: AtomicUsize = AtomicUsize::new(0);
+/// Highest live bytes since the measurement started.
+static PEAK_LIVE: AtomicUsize = AtomicUsize::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// The system allocator plus two counters (relaxed atomics: a few ns per allocation).
@@ -52,6 +54,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
 fn note_alloc(size: usize) {
     INSTALLED.store(true, Ordering::Relaxed);
     let live = LIVE.fetch_add(size, Ordering::Relaxed) + size;
+    PEAK_LIVE.fetch_max(live, Ordering::Relaxed);
     RISE.fetch_max(
         live.saturating_sub(TROUGH.load(Ordering::Relaxed)),
         Ordering::Relaxed,
@@ -79,8 +82,15 @@ impl HostMemory {
     pub fn start() -> usize {
         let live = LIVE.load(Ordering::Relaxed);
         TROUGH.store(live, Ordering::Relaxed);
+        PEAK_LIVE.store(live, Ordering::Relaxed);
         RISE.store(0, Ordering::Relaxed);
         live
+    }
+    /// Highest live bytes since [`HostMemory::start`]. Minus the live bytes of a reference
+    /// point (say, right after staging) it counts everything held above that point, buffers
+    /// a backend reuses from run to run included (a rise would not see them).
+    pub fn peak_live() -> usize {
+        PEAK_LIVE.load(Ordering::Relaxed)
     }
     /// Peak extra bytes since [`HostMemory::start`]: the largest rise of live bytes above
     /// the lowest point before it. At least the peak above `baseline`, and unlike it not
@@ -149,5 +159,6 @@ mod tests {
         note_dealloc(300);
         assert_eq!(HostMemory::live(), 700);
         assert_eq!(HostMemory::peak_above(base), 800);
+        assert_eq!(HostMemory::peak_live(), 1000);
     }
 }

@@ -192,6 +192,10 @@ pub struct FastBackend {
     staged: Option<StagedF32>,
     output: Option<Vec<f32>>,
     grads: Option<GradsF32>,
+    /// Whether `grads` belong to the last forward (a forward makes them stale).
+    grads_current: bool,
+    /// The backward's own O (it recomputes the forward), kept for the next run's reuse.
+    recomputed_out: Vec<f32>,
 }
 
 impl FastBackend {
@@ -210,6 +214,8 @@ impl FastBackend {
             staged: None,
             output: None,
             grads: None,
+            grads_current: false,
+            recomputed_out: Vec::new(),
         }
     }
 }
@@ -281,9 +287,9 @@ impl Backend for FastBackend {
 
     fn run_forward(&mut self) -> Result<RunStats, AttnError> {
         let st = self.staged.as_ref().ok_or_else(no_stage)?;
-        // The previous gradients go first (at large N, gigabytes); the previous output's
-        // buffer is reused, so repeated runs do not fault in fresh pages.
-        self.grads = None;
+        // The previous output's buffer is reused, so repeated runs do not fault in fresh
+        // pages; the gradients' buffers stay for the next backward but no longer count.
+        self.grads_current = false;
         let mut out = self.output.take().unwrap_or_default();
         let want = st.problem.shape.v_len()?;
         if out.len() != want {
@@ -309,16 +315,34 @@ impl Backend for FastBackend {
         if self.output.is_none() {
             return Err(no_forward());
         }
-        self.grads = None;
+        // The previous run's gradient buffers and recomputed O are reused (every element is
+        // overwritten), so repeated runs do not fault in fresh pages.
+        let s = st.problem.shape;
+        let (qk_len, v_len) = (s.qk_len()?, s.v_len()?);
+        let mut grads = match self.grads.take() {
+            Some(g) if g.dq.len() == qk_len && g.dv.len() == v_len => g,
+            _ => GradsF32 {
+                dq: vec![0f32; qk_len],
+                dk: vec![0f32; qk_len],
+                dv: vec![0f32; v_len],
+            },
+        };
+        let mut o = std::mem::take(&mut self.recomputed_out);
+        o.resize(v_len, 0.0);
+        let (p, q, k, v) = (&st.problem, &st.q[..], &st.k[..], &st.v[..]);
         let start = Instant::now();
         // The memory-efficient backward recomputes the forward's states; O comes out again.
-        let (_, grads) = match self.form {
-            Form::Chunked => chunked::backward(&st.problem, &st.q, &st.k, &st.v, d_out)?,
-            Form::Parallel => chunked::noncausal_backward(&st.problem, &st.q, &st.k, &st.v, d_out)?,
-            _ => fast::backward(&st.problem, &st.q, &st.k, &st.v, d_out)?,
-        };
+        match self.form {
+            Form::Chunked => chunked::backward_into(p, q, k, v, d_out, &mut o, &mut grads)?,
+            Form::Parallel => {
+                chunked::noncausal_backward_into(p, q, k, v, d_out, &mut o, &mut grads)?
+            }
+            _ => fast::backward_into(p, q, k, v, d_out, &mut o, &mut grads)?,
+        }
         let elapsed = start.elapsed();
         self.grads = Some(grads);
+        self.grads_current = true;
+        self.recomputed_out = o;
         Ok(RunStats::host(elapsed))
     }
 
@@ -330,7 +354,11 @@ impl Backend for FastBackend {
 
     fn grads(&mut self) -> Result<Grads, AttnError> {
         let st = self.staged.as_ref().ok_or_else(no_stage)?;
-        let g = self.grads.as_ref().ok_or_else(no_grads)?;
+        let g = self
+            .grads
+            .as_ref()
+            .filter(|_| self.grads_current)
+            .ok_or_else(no_grads)?;
         let s = st.problem.shape;
         Ok(Grads {
             dq: Tensor::from_slice(s.qk_dims(), &g.dq)?,
@@ -343,5 +371,7 @@ impl Backend for FastBackend {
         self.staged = None;
         self.output = None;
         self.grads = None;
+        self.grads_current = false;
+        self.recomputed_out = Vec::new();
     }
 }

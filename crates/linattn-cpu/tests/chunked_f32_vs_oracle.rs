@@ -173,3 +173,69 @@ fn forward_into_overwrites_a_reused_buffer() {
         ));
     }
 }
+
+/// `backward_into` overwrites O and every gradient, whatever the buffers held (NaN here),
+/// for fused and staged maps, with and without decay, and refuses a buffer of the wrong
+/// length.
+#[test]
+fn backward_into_overwrites_reused_buffers() {
+    use linattn_cpu::fast::GradsF32;
+    type Into = fn(
+        &Problem,
+        &[f32],
+        &[f32],
+        &[f32],
+        &[f32],
+        &mut [f32],
+        &mut GradsF32,
+    ) -> Result<(), AttnError>;
+    type Alloc =
+        fn(&Problem, &[f32], &[f32], &[f32], &[f32]) -> Result<(Vec<f32>, GradsF32), AttnError>;
+    let shape = Shape::new(1, 3, 2 * CHUNK + 3, 5, 7);
+    let x = linattn_core::Inputs::random(shape, 9, true).unwrap();
+    let (q, k, v) = (x.q.to_f32(), x.k.to_f32(), x.v.to_f32());
+    let g = x.d_out.as_ref().unwrap().to_f32();
+    let forms: [(Causality, Alloc, Into); 3] = [
+        (Causality::Causal, chunked::backward, chunked::backward_into),
+        (
+            Causality::NonCausal,
+            chunked::noncausal_backward,
+            chunked::noncausal_backward_into,
+        ),
+        (
+            Causality::Causal,
+            linattn_cpu::fast::backward,
+            linattn_cpu::fast::backward_into,
+        ),
+    ];
+    let nan = |n: usize| vec![f32::NAN; n];
+    for (causality, alloc, into) in forms {
+        for map in [
+            FeatureMap::EluPlusOne,
+            FeatureMap::Relu,
+            FeatureMap::Softmax,
+            FeatureMap::Identity,
+        ] {
+            for decay in [1.0, 0.9] {
+                let p = Problem::new(shape, causality, map).with_decay(decay);
+                let (o_want, g_want) = alloc(&p, &q, &k, &v, &g).unwrap();
+                let mut o = nan(o_want.len());
+                let mut grads = GradsF32 {
+                    dq: nan(q.len()),
+                    dk: nan(k.len()),
+                    dv: nan(v.len()),
+                };
+                into(&p, &q, &k, &v, &g, &mut o, &mut grads).unwrap();
+                assert_eq!(o, o_want, "O {p}");
+                assert_eq!(grads.dq, g_want.dq, "dQ {p}");
+                assert_eq!(grads.dk, g_want.dk, "dK {p}");
+                assert_eq!(grads.dv, g_want.dv, "dV {p}");
+                grads.dv.pop();
+                assert!(matches!(
+                    into(&p, &q, &k, &v, &g, &mut o, &mut grads),
+                    Err(AttnError::ShapeMismatch(_))
+                ));
+            }
+        }
+    }
+}

@@ -14,11 +14,13 @@ mod chunk;
 mod noncausal;
 
 pub use noncausal::{
-    backward as noncausal_backward, forward as noncausal_forward,
-    forward_into as noncausal_forward_into,
+    backward as noncausal_backward, backward_into as noncausal_backward_into,
+    forward as noncausal_forward, forward_into as noncausal_forward_into,
 };
 
-use crate::fast::{backward_buffers, check_len, check_operands, kernels, Config, GradsF32};
+use crate::fast::{
+    backward_buffers, check_backward_buffers, check_len, check_operands, kernels, Config, GradsF32,
+};
 use crate::maps::{Featurised, Operand};
 use chunk::{Ctx, ForwardGrads, Head, ReverseGrads, Scratch, Span};
 use linattn_core::{AttnError, Problem};
@@ -256,8 +258,24 @@ pub fn backward(
     v: &[f32],
     d_out: &[f32],
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    require_causality(problem, true)?;
     let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
+    backward_into(problem, q, k, v, d_out, &mut out, &mut grads)?;
+    Ok((out, grads))
+}
+
+/// [`backward`] into `out` and `grads` (every element overwritten): a caller that runs
+/// again reuses its buffers instead of faulting in fresh pages each time.
+pub fn backward_into(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_out: &[f32],
+    out: &mut [f32],
+    grads: &mut GradsF32,
+) -> Result<(), AttnError> {
+    require_causality(problem, true)?;
+    check_backward_buffers(problem, q, k, v, d_out, out, grads)?;
     let cfg = Config::new(problem);
     let bh = problem.shape.bh();
     let sh = Shared::new(&cfg, bh, chunk_len(), q, k, v);
@@ -273,7 +291,7 @@ pub fn backward(
     // Forward direction: O, gn (into dv), gd, ∂φ(Q) → ∂Q.
     let mut starts = sh.forward_starts();
     {
-        let o_t = split(&mut out, &plan, m);
+        let o_t = split(out, &plan, m);
         let g_t = split_ref(d_out, &plan, m);
         let gn_t = split(&mut grads.dv, &plan, m);
         let gd_t = split(&mut gd, &plan, 1);
@@ -353,8 +371,8 @@ pub fn backward(
     }
     drop(r_starts);
 
-    staged_vjp(&sh, &dqf_all, &dkf_all, &mut grads);
-    Ok((out, grads))
+    staged_vjp(&sh, &dqf_all, &dkf_all, grads);
+    Ok(())
 }
 
 /// ∂Q, ∂K from the whole-head ∂φ(Q), ∂φ(K) of staged maps (nothing for fused maps, whose

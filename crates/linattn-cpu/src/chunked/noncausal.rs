@@ -10,7 +10,9 @@
 
 use super::chunk::{self, fill_gaug, fill_vaug, rm, scaled, Ctx, ForwardGrads, Scratch, Span};
 use super::{dphi_rows, require_causality, split, split_ref, split_staged, Shared, TaskBufs};
-use crate::fast::{backward_buffers, check_len, check_operands, Config, GradsF32};
+use crate::fast::{
+    backward_buffers, check_backward_buffers, check_len, check_operands, Config, GradsF32,
+};
 use crate::gemm::{sgemm, MatRef};
 use linattn_core::{AttnError, Problem};
 use rayon::prelude::*;
@@ -137,8 +139,24 @@ pub fn backward(
     v: &[f32],
     d_out: &[f32],
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    require_causality(problem, false)?;
     let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
+    backward_into(problem, q, k, v, d_out, &mut out, &mut grads)?;
+    Ok((out, grads))
+}
+
+/// [`backward`] into `out` and `grads` (every element overwritten): a caller that runs
+/// again reuses its buffers instead of faulting in fresh pages each time.
+pub fn backward_into(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_out: &[f32],
+    out: &mut [f32],
+    grads: &mut GradsF32,
+) -> Result<(), AttnError> {
+    require_causality(problem, false)?;
+    check_backward_buffers(problem, q, k, v, d_out, out, grads)?;
     let cfg = Config::new(problem);
     let sh = Shared::new(&cfg, problem.shape.bh(), block_len(), q, k, v);
     let (ctx, plan) = (&sh.ctx, sh.plan);
@@ -156,7 +174,7 @@ pub fn backward(
 
     // O, gn (parked in ∂V), gd, ∂φ(Q) = G⁺S⁺ᵀ → ∂Q, and each task's share of R⁺.
     let mut r_parts = vec![0f32; plan.bh * plan.groups * len];
-    split(&mut out, &plan, m)
+    split(out, &plan, m)
         .into_par_iter()
         .zip(split_ref(d_out, &plan, m))
         .zip(split(&mut grads.dv, &plan, m))
@@ -238,6 +256,6 @@ pub fn backward(
                 }
             },
         );
-    super::staged_vjp(&sh, &dphi, &dkf_all, &mut grads);
-    Ok((out, grads))
+    super::staged_vjp(&sh, &dphi, &dkf_all, grads);
+    Ok(())
 }

@@ -89,6 +89,24 @@ pub(crate) fn check_operands(
     Ok((qk_len, v_len))
 }
 
+/// Validates a backward's operands and the buffers it writes O and the gradients into.
+pub(crate) fn check_backward_buffers(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_out: &[f32],
+    out: &[f32],
+    grads: &GradsF32,
+) -> Result<(), AttnError> {
+    let (qk_len, v_len) = check_operands(problem, q, k, v)?;
+    check_len("d_out", d_out.len(), v_len)?;
+    check_len("out", out.len(), v_len)?;
+    check_len("dq", grads.dq.len(), qk_len)?;
+    check_len("dk", grads.dk.len(), qk_len)?;
+    check_len("dv", grads.dv.len(), v_len)
+}
+
 /// Validates a backward's operands; returns zeroed O and gradients of their sizes.
 pub(crate) fn backward_buffers(
     problem: &Problem,
@@ -152,6 +170,22 @@ pub fn backward(
     d_out: &[f32],
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
     let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
+    backward_into(problem, q, k, v, d_out, &mut out, &mut grads)?;
+    Ok((out, grads))
+}
+
+/// [`backward`] into `out` and `grads` (every element overwritten): a caller that runs
+/// again reuses its buffers instead of faulting in fresh pages each time.
+pub fn backward_into(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_out: &[f32],
+    out: &mut [f32],
+    grads: &mut GradsF32,
+) -> Result<(), AttnError> {
+    check_backward_buffers(problem, q, k, v, d_out, out, grads)?;
     let cfg = Config::new(problem);
     let (nd, nm) = (cfg.n * cfg.d, cfg.n * cfg.m);
     out.par_chunks_mut(nm)
@@ -178,7 +212,7 @@ pub fn backward(
                 },
             );
         });
-    Ok((out, grads))
+    Ok(())
 }
 
 /// One head's inputs.

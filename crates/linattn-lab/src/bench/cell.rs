@@ -79,14 +79,20 @@ pub(super) struct OneRun {
     pub(super) peak_bytes: Option<u64>,
 }
 
-pub(super) fn run_once(backend: &mut dyn Backend, mode: Mode) -> Result<OneRun, AttnError> {
-    let host_baseline = HostMemory::start();
+/// `staged_live`: host bytes live right after staging; a CPU run's peak is everything held
+/// above it (outputs and gradients, reused from the previous run or not, and workspace).
+pub(super) fn run_once(
+    backend: &mut dyn Backend,
+    mode: Mode,
+    staged_live: usize,
+) -> Result<OneRun, AttnError> {
+    HostMemory::start();
     let fwd = backend.run_forward()?;
     let bwd = match mode {
         Mode::Forward => None,
         Mode::ForwardBackward => Some(backend.run_backward()?),
     };
-    let host_peak = HostMemory::peak_above(host_baseline) as u64;
+    let host_peak = HostMemory::peak_live().saturating_sub(staged_live) as u64;
     let device_peak = match (fwd.device_bytes, bwd.and_then(|b| b.device_bytes)) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
@@ -111,7 +117,8 @@ pub(super) fn measure(
 ) -> Result<Measured, AttnError> {
     let before_staging = HostMemory::start();
     backend.stage_seeded(problem, inputs)?;
-    let staged = HostMemory::live().saturating_sub(before_staging);
+    let staged_live = HostMemory::live();
+    let staged = staged_live.saturating_sub(before_staging);
     let staging_rise = HostMemory::peak_above(before_staging);
     let metered = HostMemory::is_metered();
     let on_gpu = backend.info().device == DeviceKind::Cuda;
@@ -121,7 +128,7 @@ pub(super) fn measure(
     // whose warm-up already took the whole sampling budget needs no more of it.
     let warmup_started = Instant::now();
     for _ in 0..sampling.warmup {
-        run_once(backend, mode)?;
+        run_once(backend, mode, staged_live)?;
         if warmup_started.elapsed().as_secs_f64() >= sampling.cell_seconds {
             break;
         }
@@ -156,7 +163,7 @@ pub(super) fn measure(
         if sampling.flush {
             backend.flush_cache()?;
         }
-        let run = run_once(backend, mode)?;
+        let run = run_once(backend, mode, staged_live)?;
         m.samples.push(run.forward_s + run.backward_s);
         m.forward.push(run.forward_s);
         m.backward.push(run.backward_s);
