@@ -287,7 +287,8 @@ def build_peers(torch, fla_mod, fla_error):
         from fla.ops.linear_attn.naive import naive_chunk_linear_attn
 
         def run(q, k, v):
-            # fla's naive reference takes [B, H, N, D] and normalises like linattn.
+            # fla's naive reference (fla >= 0.2) takes [B, N, H, D] (the peer's layout, so the
+            # harness transposes outside the timing) and normalises like linattn.
             o = naive_chunk_linear_attn(phi(q), phi(k), v, scale=1.0, normalize=True)
             return o[0] if isinstance(o, tuple) else o
         return run
@@ -308,7 +309,8 @@ def build_peers(torch, fla_mod, fla_error):
     peers.append(Peer("torch-linear-chunk", "linear", "chunked", ["causal"], make_chunk, None,
                       "plain PyTorch causal chunk form, L=64, fp32, elu+1"))
     peers.append(Peer("fla-naive-chunk", "linear", "chunked", ["causal"], fla_naive, fla_naive_reason,
-                      "fla naive_chunk_linear_attn, normalize=True, scale=1, elu+1 applied before"))
+                      "fla naive_chunk_linear_attn, normalize=True, scale=1, elu+1 applied before",
+                      layout="bnhd"))
     peers.append(Peer("torch-linear-einsum", "linear", "parallel", ["non-causal"], make_einsum,
                       None, "plain PyTorch, fp32 accumulation, elu+1"))
     return peers

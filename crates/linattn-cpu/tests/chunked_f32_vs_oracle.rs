@@ -142,7 +142,7 @@ proptest! {
 /// element, whatever the buffer held, and refuse a buffer of the wrong length.
 #[test]
 fn forward_into_overwrites_a_reused_buffer() {
-    type Into = fn(&Problem, &[f32], &[f32], &[f32], &mut [f32]) -> Result<(), AttnError>;
+    use linattn_cpu::fast::ForwardInto as Into;
     type Alloc = fn(&Problem, &[f32], &[f32], &[f32]) -> Result<Vec<f32>, AttnError>;
     let shape = Shape::new(1, 3, 2 * CHUNK + 3, 5, 7);
     let x = linattn_core::Inputs::random(shape, 5, false).unwrap();
@@ -179,16 +179,7 @@ fn forward_into_overwrites_a_reused_buffer() {
 /// length.
 #[test]
 fn backward_into_overwrites_reused_buffers() {
-    use linattn_cpu::fast::GradsF32;
-    type Into = fn(
-        &Problem,
-        &[f32],
-        &[f32],
-        &[f32],
-        &[f32],
-        &mut [f32],
-        &mut GradsF32,
-    ) -> Result<(), AttnError>;
+    use linattn_cpu::fast::{BackwardInto as Into, GradsF32};
     type Alloc =
         fn(&Problem, &[f32], &[f32], &[f32], &[f32]) -> Result<(Vec<f32>, GradsF32), AttnError>;
     let shape = Shape::new(1, 3, 2 * CHUNK + 3, 5, 7);

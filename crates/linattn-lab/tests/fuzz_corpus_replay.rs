@@ -6,23 +6,12 @@
 //! 30 minutes cold on 2 cores), so coverage-guided fuzzing is `just fuzz` /
 //! `just fuzz-smoke`, run by hand.
 
-use std::path::{Path, PathBuf};
+mod fuzz_common;
 
-fn corpus(target: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    files
-}
+use fuzz_common::corpus_files;
 
 fn replay(target: &str, entry: fn(&[u8])) {
-    let files = corpus(target);
+    let files = corpus_files(target);
     assert!(
         files.len() > 10,
         "{target}: corpus has {} files",

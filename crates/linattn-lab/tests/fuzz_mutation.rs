@@ -5,20 +5,17 @@
 //! Every input that panics is written to `target/fuzz-failures/<target>/` for `just fuzz`.
 //! `LINATTN_FUZZ_ITERS` scales the run (default: a few seconds), `LINATTN_FUZZ_SEED` moves it.
 
+mod fuzz_common;
+
+use fuzz_common::corpus_files;
 use linattn_core::SeededRng;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    files.iter().map(|p| std::fs::read(p).unwrap()).collect()
+    corpus_files(target)
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect()
 }
 
 const INTERESTING_BYTES: &[u8] = b"\0\x01\x7f\x80\xff{}[](),:'\"\n\t =-+.eE0123456789^";

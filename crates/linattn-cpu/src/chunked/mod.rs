@@ -18,9 +18,7 @@ pub use noncausal::{
     forward as noncausal_forward, forward_into as noncausal_forward_into,
 };
 
-use crate::fast::{
-    backward_buffers, check_backward_buffers, check_len, check_operands, kernels, Config, GradsF32,
-};
+use crate::fast::{check_backward_buffers, check_len, check_operands, kernels, Config, GradsF32};
 use crate::maps::{Featurised, Operand};
 use chunk::{Ctx, ForwardGrads, Head, ReverseGrads, Scratch, Span};
 use linattn_core::{AttnError, Problem};
@@ -194,10 +192,7 @@ impl<'a> Shared<'a> {
 
 /// O (`[B,H,N,M]`) of causal linear attention in f32 by the chunkwise form.
 pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
-    let (_, v_len) = check_operands(problem, q, k, v)?;
-    let mut out = vec![0f32; v_len];
-    forward_into(problem, q, k, v, &mut out)?;
-    Ok(out)
+    crate::fast::forward_allocating(forward_into, problem, q, k, v)
 }
 
 /// [`forward`] into `out` (`[B,H,N,M]`, every element overwritten): a caller that runs
@@ -258,9 +253,7 @@ pub fn backward(
     v: &[f32],
     d_out: &[f32],
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
-    backward_into(problem, q, k, v, d_out, &mut out, &mut grads)?;
-    Ok((out, grads))
+    crate::fast::backward_allocating(backward_into, problem, q, k, v, d_out)
 }
 
 /// [`backward`] into `out` and `grads` (every element overwritten): a caller that runs

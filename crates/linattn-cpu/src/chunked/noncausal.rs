@@ -10,9 +10,7 @@
 
 use super::chunk::{self, fill_gaug, fill_vaug, rm, scaled, Ctx, ForwardGrads, Scratch, Span};
 use super::{dphi_rows, require_causality, split, split_ref, split_staged, Shared, TaskBufs};
-use crate::fast::{
-    backward_buffers, check_backward_buffers, check_len, check_operands, Config, GradsF32,
-};
+use crate::fast::{check_backward_buffers, check_len, check_operands, Config, GradsF32};
 use crate::gemm::{sgemm, MatRef};
 use linattn_core::{AttnError, Problem};
 use rayon::prelude::*;
@@ -88,10 +86,7 @@ fn readout(ctx: &Ctx, qf: &[f32], len: usize, s: &[f32], oaug: &mut [f32]) {
 
 /// O (`[B,H,N,M]`) of non-causal linear attention in f32 on GEMMs.
 pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
-    let (_, v_len) = check_operands(problem, q, k, v)?;
-    let mut out = vec![0f32; v_len];
-    forward_into(problem, q, k, v, &mut out)?;
-    Ok(out)
+    crate::fast::forward_allocating(forward_into, problem, q, k, v)
 }
 
 /// [`forward`] into `out` (`[B,H,N,M]`, every element overwritten).
@@ -139,9 +134,7 @@ pub fn backward(
     v: &[f32],
     d_out: &[f32],
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
-    backward_into(problem, q, k, v, d_out, &mut out, &mut grads)?;
-    Ok((out, grads))
+    crate::fast::backward_allocating(backward_into, problem, q, k, v, d_out)
 }
 
 /// [`backward`] into `out` and `grads` (every element overwritten): a caller that runs

@@ -89,6 +89,48 @@ pub(crate) fn check_operands(
     Ok((qk_len, v_len))
 }
 
+/// Every form's `forward_into`: O of (problem, q, k, v) written into the last argument.
+pub type ForwardInto = fn(&Problem, &[f32], &[f32], &[f32], &mut [f32]) -> Result<(), AttnError>;
+
+/// Every form's `backward_into`: O and the gradients of (problem, q, k, v, d_out).
+pub type BackwardInto = fn(
+    &Problem,
+    &[f32],
+    &[f32],
+    &[f32],
+    &[f32],
+    &mut [f32],
+    &mut GradsF32,
+) -> Result<(), AttnError>;
+
+/// A form's `forward_into` on a fresh output buffer.
+pub(crate) fn forward_allocating(
+    into: ForwardInto,
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+) -> Result<Vec<f32>, AttnError> {
+    let (_, v_len) = check_operands(problem, q, k, v)?;
+    let mut out = vec![0f32; v_len];
+    into(problem, q, k, v, &mut out)?;
+    Ok(out)
+}
+
+/// A form's `backward_into` on fresh buffers.
+pub(crate) fn backward_allocating(
+    into: BackwardInto,
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_out: &[f32],
+) -> Result<(Vec<f32>, GradsF32), AttnError> {
+    let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
+    into(problem, q, k, v, d_out, &mut out, &mut grads)?;
+    Ok((out, grads))
+}
+
 /// Validates a backward's operands and the buffers it writes O and the gradients into.
 pub(crate) fn check_backward_buffers(
     problem: &Problem,
@@ -127,10 +169,7 @@ pub(crate) fn backward_buffers(
 
 /// O (`[B,H,N,M]`) of linear attention in f32 from q, k (`[B,H,N,D]`) and v.
 pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
-    let (_, v_len) = check_operands(problem, q, k, v)?;
-    let mut out = vec![0f32; v_len];
-    forward_into(problem, q, k, v, &mut out)?;
-    Ok(out)
+    forward_allocating(forward_into, problem, q, k, v)
 }
 
 /// [`forward`] into `out` (`[B,H,N,M]`, every element overwritten): a caller that runs
@@ -169,9 +208,7 @@ pub fn backward(
     v: &[f32],
     d_out: &[f32],
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
-    backward_into(problem, q, k, v, d_out, &mut out, &mut grads)?;
-    Ok((out, grads))
+    backward_allocating(backward_into, problem, q, k, v, d_out)
 }
 
 /// [`backward`] into `out` and `grads` (every element overwritten): a caller that runs
