@@ -431,10 +431,11 @@ def minimal_bytes(b, h, n, d, m, elem, mode):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", help="sequence lengths, comma-separated (numbers or 2^k)")
+    # Shape defaults are `linattn bench`'s, so `just table` puts like beside like.
     ap.add_argument("--n-min", default="2^10")
-    ap.add_argument("--n-max", default="2^20")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--n-max", default="2^16")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dk", type=int, default=64)
     ap.add_argument("--dv", type=int, default=None)
     ap.add_argument("--precision", default="f16,bf16")
