@@ -66,14 +66,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         chunked::noncausal_forward_into(&pn, &q, &k, &v, &mut o()).unwrap()
     });
     if with_backward {
+        // Gradient buffers reused too, as `FastBackend` does.
+        let grads = std::cell::RefCell::new(fast::GradsF32::zeros(q.len(), v.len()));
+        let gr = || grads.borrow_mut();
         time("recurrent bwd", &|| {
-            drop(fast::backward(&p, &q, &k, &v, &g))
+            fast::backward_into(&p, &q, &k, &v, &g, &mut o(), &mut gr()).unwrap()
         });
         time("chunked bwd", &|| {
-            drop(chunked::backward(&p, &q, &k, &v, &g))
+            chunked::backward_into(&p, &q, &k, &v, &g, &mut o(), &mut gr()).unwrap()
         });
         time("noncausal-gemm bwd", &|| {
-            drop(chunked::noncausal_backward(&pn, &q, &k, &v, &g))
+            chunked::noncausal_backward_into(&pn, &q, &k, &v, &g, &mut o(), &mut gr()).unwrap()
         });
     }
     Ok(())

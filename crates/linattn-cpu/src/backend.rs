@@ -321,11 +321,7 @@ impl Backend for FastBackend {
         let (qk_len, v_len) = (s.qk_len()?, s.v_len()?);
         let mut grads = match self.grads.take() {
             Some(g) if g.dq.len() == qk_len && g.dv.len() == v_len => g,
-            _ => GradsF32 {
-                dq: vec![0f32; qk_len],
-                dk: vec![0f32; qk_len],
-                dv: vec![0f32; v_len],
-            },
+            _ => GradsF32::zeros(qk_len, v_len),
         };
         let mut o = std::mem::take(&mut self.recomputed_out);
         o.resize(v_len, 0.0);

@@ -1,15 +1,21 @@
 //! One chunk of L tokens of one head, every product a GEMM (SPEC §3 chunkwise, §4, §6).
 //!
-//! The normaliser rides along as an extra value column: `V⁺ = [V, 1]` (M' = M+1 columns
-//! when the map is normalised), so `S⁺ = φ(K)ᵀV⁺` carries z in its last column, `φ(Q)S⁺`
-//! gives numerator and denominator at once, and in the backward `G⁺ = [gn, gd]` turns
-//! `S gn + z gd` into one product. Within a chunk (local t, s; λ^0..λ^L in `pow`):
-//! * forward: `O⁺ = (A ⊙ D)V⁺ + diag(λ^{t+1})φ(Q)S⁺`, `A = φ(Q)φ(K)ᵀ`, `D_ts = λ^{t−s}[s≤t]`;
-//!   `S⁺ ← λ^L S⁺ + (diag(λ^{L−1−s})φ(K))ᵀV⁺`;
-//! * backward, forward direction: `∂φ(Q) = (P ⊙ D)φ(K) + diag(λ^{t+1})G⁺S⁺ᵀ`, `P = G⁺V⁺ᵀ`;
-//! * backward, reverse direction, R⁺ the state of the tokens after the chunk:
-//!   `∂φ(K) = (P ⊙ D)ᵀφ(Q) + diag(λ^{L−s})V⁺R⁺ᵀ`, `∂V = (A ⊙ D)ᵀgn + diag(λ^{L−s})φ(K)R`,
-//!   `R⁺ ← λ^L R⁺ + (diag(λ^t)φ(Q))ᵀG⁺`.
+//! A state is stored `C × M'` row-major with the normaliser z in column M (M' = M+1 when
+//! normalised), so the scans across groups move one block. Every GEMM runs on the M value
+//! columns only: a 65th column would cost the engine a whole masked 8-wide panel (12.5%
+//! more kernel work plus an edge copy) and a copy of V with a column of ones. z, the
+//! denominators and their gradients are vector updates beside the GEMMs. Within a chunk
+//! (local t, s; λ^0..λ^L in `pow`; gn = G/den, gd = −(G·O)/den, both 0-free when not
+//! normalised):
+//! * forward: `O = ((A ⊙ D)V + diag(λ^{t+1})φ(Q)S) / den`, `A = φ(Q)φ(K)ᵀ`,
+//!   `D_ts = λ^{t−s}[s≤t]`, `den_t = Σ_s (A ⊙ D)_ts + λ^{t+1}φ(Q)_t·z + ε`;
+//!   `S ← λ^L S + (diag(λ^{L−1−s})φ(K))ᵀV`, `z ← λ^L z + Σ_s λ^{L−1−s}φ(K)_s`;
+//! * backward, forward direction: `∂φ(Q) = (P ⊙ D)φ(K) + diag(λ^{t+1})(gn Sᵀ + gd zᵀ)`,
+//!   `P = gn Vᵀ + gd 1ᵀ`;
+//! * backward, reverse direction, (R, r) the state of the tokens after the chunk:
+//!   `∂φ(K) = (P ⊙ D)ᵀφ(Q) + diag(λ^{L−s})(V Rᵀ + 1 rᵀ)`,
+//!   `∂V = (A ⊙ D)ᵀgn + diag(λ^{L−s})φ(K)R`,
+//!   `R ← λ^L R + (diag(λ^t)φ(Q))ᵀgn`, `r ← λ^L r + Σ_t λ^t gd_t φ(Q)_t`.
 
 use crate::fast::{kernels, Config};
 use crate::gemm::{sgemm, MatRef};
@@ -20,7 +26,7 @@ pub(super) struct Ctx<'a> {
     pub cfg: &'a Config,
     /// Chunk length L.
     pub l: usize,
-    /// Value columns with the normaliser's column of ones: M+1 when normalised, else M.
+    /// A state's row length: M+1 when normalised (z in the last column), else M.
     pub mp: usize,
     /// λ^0 ..= λ^L.
     pub pow: Vec<f32>,
@@ -58,31 +64,44 @@ impl Head<'_> {
     }
 }
 
+/// Buffers of [`scaled`] and [`absorb`].
+pub(super) struct Temps {
+    /// Row-scaled copies (L × max(C, M)).
+    pub scaled: Vec<f32>,
+    /// A C-vector of column sums.
+    colsum: Vec<f32>,
+}
+
 /// Per-task buffers, O(L·(C+M) + L²).
 pub(super) struct Scratch {
     pub qf: Vec<f32>,
     pub kf: Vec<f32>,
-    pub vaug: Vec<f32>,
-    pub gaug: Vec<f32>,
-    pub oaug: Vec<f32>,
+    /// gn rows of the reverse pass (their home, ∂V's buffer, is overwritten by ∂V).
+    g: Vec<f32>,
+    /// The chunk's denominators.
+    pub den: Vec<f32>,
+    /// The normaliser column of the state in use, contiguous.
+    pub z: Vec<f32>,
     a: Vec<f32>,
     p: Vec<f32>,
-    /// Row-scaled copies (L × max(C, M')).
-    pub scaled: Vec<f32>,
+    pub tmp: Temps,
 }
 
 impl Scratch {
     pub fn new(ctx: &Ctx) -> Self {
-        let (l, c, mp) = (ctx.l, ctx.cfg.c, ctx.mp);
+        let (l, c, m) = (ctx.l, ctx.cfg.c, ctx.cfg.m);
         Scratch {
             qf: vec![0.0; l * c],
             kf: vec![0.0; l * c],
-            vaug: vec![0.0; l * mp],
-            gaug: vec![0.0; l * mp],
-            oaug: vec![0.0; l * mp],
+            g: vec![0.0; l * m],
+            den: vec![0.0; l],
+            z: vec![0.0; c],
             a: vec![0.0; l * l],
             p: vec![0.0; l * l],
-            scaled: vec![0.0; l * c.max(mp)],
+            tmp: Temps {
+                scaled: vec![0.0; l * c.max(m)],
+                colsum: vec![0.0; c],
+            },
         }
     }
 }
@@ -96,6 +115,26 @@ pub(super) struct Span {
 
 pub(super) fn rm(data: &[f32], rows: usize, cols: usize) -> MatRef<'_> {
     MatRef::row_major(data, rows, cols, cols)
+}
+
+/// V rows of the chunk, a view into the head (no copy).
+pub(super) fn values<'s>(ctx: &Ctx, head: &Head<'s>, sp: Span) -> MatRef<'s> {
+    let m = ctx.cfg.m;
+    rm(&head.v[sp.t0 * m..(sp.t0 + sp.len) * m], sp.len, m)
+}
+
+/// The value columns of a state: `C × M` inside its `C × M'` rows.
+pub(super) fn state_values<'s>(ctx: &Ctx, s: &'s [f32]) -> MatRef<'s> {
+    MatRef::row_major(s, ctx.cfg.c, ctx.cfg.m, ctx.mp)
+}
+
+/// The normaliser column of a state into `z` (C), when normalised.
+pub(super) fn state_norm(ctx: &Ctx, s: &[f32], z: &mut [f32]) {
+    if ctx.cfg.normalised {
+        for (zc, row) in z.iter_mut().zip(s.chunks_exact(ctx.mp)) {
+            *zc = row[ctx.cfg.m];
+        }
+    }
 }
 
 /// φ rows of the chunk of one operand `x` (head.q or head.k): a view into its staged
@@ -138,7 +177,7 @@ pub(super) fn key_features<'s>(
 }
 
 /// φ(Q), φ(K) rows of the chunk.
-pub(super) fn features<'s>(
+fn features<'s>(
     ctx: &Ctx,
     head: &Head<'s>,
     sp: Span,
@@ -152,47 +191,24 @@ pub(super) fn features<'s>(
 }
 
 /// φ(K) rows of the chunk: staged, or the fused ones [`features`] left in `computed`.
-pub(super) fn staged_keys<'s>(
-    head: &Head<'s>,
-    sp: Span,
-    c: usize,
-    computed: &'s [f32],
-) -> &'s [f32] {
+fn staged_keys<'s>(head: &Head<'s>, sp: Span, c: usize, computed: &'s [f32]) -> &'s [f32] {
     match head.staged {
         Some(f) => &f.k[sp.t0 * c..(sp.t0 + sp.len) * c],
         None => &computed[..sp.len * c],
     }
 }
 
-/// `V⁺` rows: V with a column of ones when normalised.
-pub(super) fn fill_vaug(ctx: &Ctx, head: &Head, sp: Span, vaug: &mut [f32]) {
-    let (m, mp) = (ctx.cfg.m, ctx.mp);
-    for (t, row) in vaug.chunks_exact_mut(mp).take(sp.len).enumerate() {
-        let i = sp.t0 + t;
-        row[..m].copy_from_slice(&head.v[i * m..(i + 1) * m]);
-        if mp > m {
-            row[m] = 1.0;
-        }
-    }
-}
-
-/// `G⁺` rows from gn (parked in `gn`, `len × M`) and gd.
-pub(super) fn fill_gaug(ctx: &Ctx, gn: &[f32], gd: &[f32], len: usize, gaug: &mut [f32]) {
-    let (m, mp) = (ctx.cfg.m, ctx.mp);
-    for (t, row) in gaug.chunks_exact_mut(mp).take(len).enumerate() {
-        row[..m].copy_from_slice(&gn[t * m..(t + 1) * m]);
-        if mp > m {
-            row[m] = gd[t];
-        }
-    }
-}
-
-/// `out = X Yᵀ ⊙ D` (`len × len`): the causal mask with the decay inside the chunk.
-fn masked_scores(ctx: &Ctx, x: &[f32], y: &[f32], cols: usize, len: usize, out: &mut [f32]) {
+/// `out = (X Yᵀ + add 1ᵀ) ⊙ D` (`len × len`): the causal mask with the decay inside the
+/// chunk; `add` (one per row) is the normaliser's share of P.
+fn masked_scores(ctx: &Ctx, x: MatRef, y: MatRef, add: Option<&[f32]>, out: &mut [f32]) {
+    let len = x.rows();
     let out = &mut out[..len * len];
-    sgemm(1.0, rm(x, len, cols), rm(y, len, cols).t(), 0.0, out, len);
+    sgemm(1.0, x, y.t(), 0.0, out, len);
     for (t, row) in out.chunks_exact_mut(len).enumerate() {
         row[t + 1..].fill(0.0);
+        if let Some(add) = add {
+            row[..=t].iter_mut().for_each(|x| *x += add[t]);
+        }
         if ctx.cfg.has_decay {
             for (s, x) in row[..t].iter_mut().enumerate() {
                 *x *= ctx.pow[t - s];
@@ -225,70 +241,111 @@ pub(super) fn scaled<'b>(
     out
 }
 
-/// `state ← λ^len state + (diag(λ^{exp(t)}) X)ᵀ Y` for X `len × C`, Y `len × M'`.
-fn absorb(
+/// Rows `t` of `rows` (`len × C`) times `λ^{exp(t)}`, in place (nothing without decay).
+pub(super) fn scale_rows(ctx: &Ctx, rows: &mut [f32], c: usize, exp: impl Fn(usize) -> usize) {
+    if ctx.cfg.has_decay {
+        for (t, row) in rows.chunks_exact_mut(c).enumerate() {
+            let w = ctx.pow[exp(t)];
+            row.iter_mut().for_each(|x| *x *= w);
+        }
+    }
+}
+
+/// Row t of `rows` (`len × C`) plus `coef_t · z` (`coef` 1 when `None`): the normaliser
+/// column's share of a product with a state (nothing when not normalised).
+pub(super) fn add_norm_share(ctx: &Ctx, rows: &mut [f32], coef: Option<&[f32]>, z: &[f32]) {
+    if !ctx.cfg.normalised {
+        return;
+    }
+    let c = ctx.cfg.c;
+    for (t, row) in rows.chunks_exact_mut(c).enumerate() {
+        let w = coef.map_or(1.0, |g| g[t]);
+        row.iter_mut().zip(z).for_each(|(x, &zc)| *x += w * zc);
+    }
+}
+
+/// A chunk's rows entering a state: the value rows and the normaliser column's entries
+/// (ones when `None`).
+#[derive(Clone, Copy)]
+pub(super) struct Entering<'a> {
+    pub values: MatRef<'a>,
+    pub norm: Option<&'a [f32]>,
+}
+
+/// `state ← carry·state + (diag(λ^{exp(t)}) X)ᵀ [Y, y]` for X `len × C` and the entering
+/// rows `[Y, y]`; the y column only when normalised.
+pub(super) fn absorb(
     ctx: &Ctx,
     x: &[f32],
-    y: &[f32],
-    len: usize,
     exp: impl Fn(usize) -> usize,
-    buf: &mut [f32],
+    rows: Entering,
+    carry: f32,
+    tmp: &mut Temps,
     state: &mut [f32],
 ) {
-    let (c, mp) = (ctx.cfg.c, ctx.mp);
-    let xs = scaled(ctx, x, len, c, exp, buf);
-    sgemm(
-        1.0,
-        rm(xs, len, c).t(),
-        rm(&y[..len * mp], len, mp),
-        ctx.pow[len],
-        state,
-        mp,
-    );
+    let (c, m, mp, len) = (ctx.cfg.c, ctx.cfg.m, ctx.mp, rows.values.rows());
+    let xs = scaled(ctx, x, len, c, exp, &mut tmp.scaled);
+    sgemm(1.0, rm(xs, len, c).t(), rows.values, carry, state, mp);
+    if !ctx.cfg.normalised {
+        return;
+    }
+    let sum = &mut tmp.colsum[..c];
+    sum.fill(0.0);
+    for (t, row) in xs.chunks_exact(c).enumerate() {
+        let w = rows.norm.map_or(1.0, |y| y[t]);
+        sum.iter_mut().zip(row).for_each(|(a, &x)| *a += w * x);
+    }
+    for (row, &a) in state.chunks_exact_mut(mp).zip(sum.iter()) {
+        row[m] = carry * row[m] + a;
+    }
 }
 
-/// `O⁺` of the chunk into `ws.oaug` from the state S⁺ before it; leaves φ (fused maps), V⁺
-/// and A ⊙ D in `ws`.
-fn chunk_outputs(ctx: &Ctx, head: &Head, sp: Span, s: &[f32], ws: &mut Scratch) {
-    let (c, mp, len) = (ctx.cfg.c, ctx.mp, sp.len);
-    let (qf, kf) = features(ctx, head, sp, &mut ws.qf, &mut ws.kf);
-    fill_vaug(ctx, head, sp, &mut ws.vaug);
-    masked_scores(ctx, qf, kf, c, len, &mut ws.a);
-    let oaug = &mut ws.oaug[..len * mp];
-    sgemm(
-        1.0,
-        rm(&ws.a, len, len),
-        rm(&ws.vaug, len, mp),
-        0.0,
-        oaug,
-        mp,
-    );
-    let qdec = scaled(ctx, qf, len, c, |t| t + 1, &mut ws.scaled);
-    sgemm(1.0, rm(qdec, len, c), rm(s, c, mp), 1.0, oaug, mp);
-}
-
-/// O rows from `O⁺`; the denominators into `den` when asked.
-pub(super) fn write_outputs(
+/// `den_t = intra_t + φ(Q)'_t·z + ε_t` from the (row-scaled) φ(Q) rows `qf` and the
+/// state's `z`, when normalised; `intra`: the masked scores (`len × len`) whose row sums
+/// join in.
+pub(super) fn denominators(
     ctx: &Ctx,
     head: &Head,
     sp: Span,
-    oaug: &[f32],
-    o: &mut [f32],
-    mut den: Option<&mut [f32]>,
+    qf: &[f32],
+    intra: Option<&[f32]>,
+    z: &[f32],
+    den: &mut [f32],
 ) {
-    let (m, mp) = (ctx.cfg.m, ctx.mp);
-    for (t, (orow, arow)) in o.chunks_exact_mut(m).zip(oaug.chunks_exact(mp)).enumerate() {
-        let d = if ctx.cfg.normalised {
-            arow[m] + head.eps(ctx.cfg, sp.t0 + t)
-        } else {
-            1.0
-        };
-        let inv = 1.0 / d;
-        orow.iter_mut().zip(arow).for_each(|(x, &y)| *x = y * inv);
-        if let Some(den) = den.as_deref_mut() {
-            den[t] = d;
+    if !ctx.cfg.normalised {
+        return;
+    }
+    let (c, len) = (ctx.cfg.c, sp.len);
+    for (t, (d, q)) in den[..len].iter_mut().zip(qf.chunks_exact(c)).enumerate() {
+        let own = intra.map_or(0.0, |a| kernels::sum(&a[t * len..=t * len + t]));
+        *d = own + kernels::dot::<false>(q, &z[..c]) + head.eps(ctx.cfg, sp.t0 + t);
+    }
+}
+
+/// O rows divided by their denominators (nothing when not normalised).
+pub(super) fn normalise_rows(ctx: &Ctx, o: &mut [f32], den: &[f32]) {
+    if ctx.cfg.normalised {
+        for (row, &d) in o.chunks_exact_mut(ctx.cfg.m).zip(den) {
+            let inv = 1.0 / d;
+            row.iter_mut().for_each(|x| *x *= inv);
         }
     }
+}
+
+/// O rows before normalisation into `o` (`len × M`) and, when normalised, the state's z
+/// into `ws.z` and the denominators into `ws.den`, from the state S before the chunk;
+/// leaves φ (fused maps) and A ⊙ D in `ws`.
+fn chunk_outputs(ctx: &Ctx, head: &Head, sp: Span, s: &[f32], o: &mut [f32], ws: &mut Scratch) {
+    let (c, m, len) = (ctx.cfg.c, ctx.cfg.m, sp.len);
+    let (qf, kf) = features(ctx, head, sp, &mut ws.qf, &mut ws.kf);
+    let a = &mut ws.a[..len * len];
+    masked_scores(ctx, rm(qf, len, c), rm(kf, len, c), None, a);
+    let o = &mut o[..len * m];
+    sgemm(1.0, rm(a, len, len), values(ctx, head, sp), 0.0, o, m);
+    let qdec = scaled(ctx, qf, len, c, |t| t + 1, &mut ws.tmp.scaled);
+    sgemm(1.0, rm(qdec, len, c), state_values(ctx, s), 1.0, o, m);
+    state_norm(ctx, s, &mut ws.z);
+    denominators(ctx, head, sp, qdec, Some(&*a), &ws.z, &mut ws.den);
 }
 
 /// Forward of one chunk: O rows (`len × M`) and the state moved past the chunk.
@@ -300,28 +357,31 @@ pub(super) fn forward(
     o: &mut [f32],
     ws: &mut Scratch,
 ) {
-    chunk_outputs(ctx, head, sp, s, ws);
-    write_outputs(ctx, head, sp, &ws.oaug[..sp.len * ctx.mp], o, None);
+    chunk_outputs(ctx, head, sp, s, o, ws);
+    normalise_rows(ctx, &mut o[..sp.len * ctx.cfg.m], &ws.den);
     advance_state(ctx, head, sp, s, ws);
 }
 
-/// `S⁺ ← λ^len S⁺ + (diag(λ^{len−1−s})φ(K))ᵀV⁺` with φ(K), V⁺ already in `ws` (or staged).
+/// `S ← λ^len S + (diag(λ^{len−1−s})φ(K))ᵀV` (and z) with φ(K) in `ws` or staged.
 fn advance_state(ctx: &Ctx, head: &Head, sp: Span, s: &mut [f32], ws: &mut Scratch) {
-    let c = ctx.cfg.c;
+    let (c, len) = (ctx.cfg.c, sp.len);
     let kf = staged_keys(head, sp, c, &ws.kf);
-    let len = sp.len;
-    absorb(ctx, kf, &ws.vaug, len, |t| len - 1 - t, &mut ws.scaled, s);
+    let rows = Entering {
+        values: values(ctx, head, sp),
+        norm: None,
+    };
+    absorb(ctx, kf, |t| len - 1 - t, rows, ctx.pow[len], &mut ws.tmp, s);
 }
 
-/// The state only (a group's share of S⁺ for the scan across groups).
+/// The state only (a group's share of S for the scan across groups).
 pub(super) fn state_only(ctx: &Ctx, head: &Head, sp: Span, s: &mut [f32], ws: &mut Scratch) {
     key_features(ctx, head, sp, &mut ws.kf);
-    fill_vaug(ctx, head, sp, &mut ws.vaug);
     advance_state(ctx, head, sp, s, ws);
 }
 
 /// What the backward's forward direction writes for one chunk.
 pub(super) struct ForwardGrads<'o> {
+    /// O rows before normalisation in, O rows out.
     pub o: &'o mut [f32],
     /// `G` rows in, `gn = G/den` rows out (parked in ∂V's buffer until the reverse pass).
     pub g: &'o [f32],
@@ -331,32 +391,33 @@ pub(super) struct ForwardGrads<'o> {
     pub dqf: &'o mut [f32],
 }
 
-/// O rows from `O⁺`, then `gn = G/den` and `gd = −(G·O)/den` (0 when not normalised).
-pub(super) fn output_gradients(
-    ctx: &Ctx,
-    head: &Head,
-    sp: Span,
-    oaug: &[f32],
-    out: &mut ForwardGrads,
-) {
-    let (m, len) = (ctx.cfg.m, sp.len);
-    // The denominators pass through gd, each read just before its gd overwrites it.
-    write_outputs(ctx, head, sp, oaug, out.o, Some(&mut out.gd[..len]));
+/// O rows normalised by `den`, then `gn = G/den` and `gd = −(G·O)/den` (G and 0 when not
+/// normalised).
+pub(super) fn output_gradients(ctx: &Ctx, len: usize, den: &[f32], out: &mut ForwardGrads) {
+    let m = ctx.cfg.m;
+    let (o, g) = (&mut out.o[..len * m], &out.g[..len * m]);
+    if !ctx.cfg.normalised {
+        out.gn[..len * m].copy_from_slice(g);
+        out.gd[..len].fill(0.0);
+        return;
+    }
+    normalise_rows(ctx, o, den);
     for t in 0..len {
-        let (orow, grow) = (&out.o[t * m..(t + 1) * m], &out.g[t * m..(t + 1) * m]);
-        let inv = 1.0 / out.gd[t];
+        let (orow, grow) = (&o[t * m..(t + 1) * m], &g[t * m..(t + 1) * m]);
+        let inv = 1.0 / den[t];
         for (x, &g) in out.gn[t * m..(t + 1) * m].iter_mut().zip(grow) {
             *x = g * inv;
         }
-        out.gd[t] = if ctx.cfg.normalised {
-            -kernels::dot::<false>(grow, orow) * inv
-        } else {
-            0.0
-        };
+        out.gd[t] = -kernels::dot::<false>(grow, orow) * inv;
     }
 }
 
-/// Backward, forward direction: O, gn, gd and ∂φ(Q) of a chunk; advances S⁺.
+/// `gd` rows when they matter (normalised maps).
+pub(super) fn norm_grads<'g>(ctx: &Ctx, gd: &'g [f32]) -> Option<&'g [f32]> {
+    ctx.cfg.normalised.then_some(gd)
+}
+
+/// Backward, forward direction: O, gn, gd and ∂φ(Q) of a chunk; advances S.
 pub(super) fn backward_forward(
     ctx: &Ctx,
     head: &Head,
@@ -365,21 +426,17 @@ pub(super) fn backward_forward(
     mut out: ForwardGrads,
     ws: &mut Scratch,
 ) {
-    let (c, mp, len) = (ctx.cfg.c, ctx.mp, sp.len);
-    chunk_outputs(ctx, head, sp, s, ws);
-    output_gradients(ctx, head, sp, &ws.oaug[..len * mp], &mut out);
-    fill_gaug(ctx, out.gn, out.gd, len, &mut ws.gaug);
-    let gaug = rm(&ws.gaug[..len * mp], len, mp);
-    // ∂φ(Q) = diag(λ^{t+1}) G⁺S⁺ᵀ + (P ⊙ D)φ(K).
+    let (c, m, len) = (ctx.cfg.c, ctx.cfg.m, sp.len);
+    chunk_outputs(ctx, head, sp, s, out.o, ws);
+    output_gradients(ctx, len, &ws.den, &mut out);
+    let gn = rm(&out.gn[..len * m], len, m);
+    let gd = norm_grads(ctx, &out.gd[..len]);
+    // ∂φ(Q) = diag(λ^{t+1})(gn Sᵀ + gd zᵀ) + (P ⊙ D)φ(K); ws.z holds the z before the chunk.
     let dqf = &mut out.dqf[..len * c];
-    sgemm(1.0, gaug, MatRef::row_major(s, c, mp, mp).t(), 0.0, dqf, c);
-    if ctx.cfg.has_decay {
-        for (t, row) in dqf.chunks_exact_mut(c).enumerate() {
-            let w = ctx.pow[t + 1];
-            row.iter_mut().for_each(|x| *x *= w);
-        }
-    }
-    masked_scores(ctx, &ws.gaug, &ws.vaug, mp, len, &mut ws.p);
+    sgemm(1.0, gn, state_values(ctx, s).t(), 0.0, dqf, c);
+    add_norm_share(ctx, dqf, gd, &ws.z);
+    scale_rows(ctx, dqf, c, |t| t + 1);
+    masked_scores(ctx, gn, values(ctx, head, sp), gd, &mut ws.p);
     let kf = staged_keys(head, sp, c, &ws.kf);
     sgemm(1.0, rm(&ws.p, len, len), rm(kf, len, c), 1.0, dqf, c);
     advance_state(ctx, head, sp, s, ws);
@@ -394,8 +451,8 @@ pub(super) struct ReverseGrads<'o> {
     pub dkf: &'o mut [f32],
 }
 
-/// Backward, reverse direction: ∂φ(K), ∂V of a chunk from R⁺ of the tokens after it;
-/// moves R⁺ to the chunk's first token.
+/// Backward, reverse direction: ∂φ(K), ∂V of a chunk from the state (R, r) of the tokens
+/// after it; moves the state to the chunk's first token.
 pub(super) fn backward_reverse(
     ctx: &Ctx,
     head: &Head,
@@ -404,35 +461,35 @@ pub(super) fn backward_reverse(
     out: ReverseGrads,
     ws: &mut Scratch,
 ) {
-    let (c, m, mp, len) = (ctx.cfg.c, ctx.cfg.m, ctx.mp, sp.len);
+    let (c, m, len) = (ctx.cfg.c, ctx.cfg.m, sp.len);
     let (qf, kf) = features(ctx, head, sp, &mut ws.qf, &mut ws.kf);
-    fill_vaug(ctx, head, sp, &mut ws.vaug);
-    fill_gaug(ctx, out.dv, out.gd, len, &mut ws.gaug);
-    masked_scores(ctx, qf, kf, c, len, &mut ws.a);
-    masked_scores(ctx, &ws.gaug, &ws.vaug, mp, len, &mut ws.p);
-    let r_view = MatRef::row_major(r, c, mp, mp);
-    // ∂φ(K) = diag(λ^{L−s})V⁺R⁺ᵀ + (P ⊙ D)ᵀφ(Q).
+    ws.g[..len * m].copy_from_slice(&out.dv[..len * m]);
+    let gn = rm(&ws.g[..len * m], len, m);
+    let gd = norm_grads(ctx, &out.gd[..len]);
+    let v = values(ctx, head, sp);
+    masked_scores(ctx, rm(qf, len, c), rm(kf, len, c), None, &mut ws.a);
+    masked_scores(ctx, gn, v, gd, &mut ws.p);
+    // ∂φ(K) = diag(λ^{L−s})(V Rᵀ + 1 rᵀ) + (P ⊙ D)ᵀφ(Q).
     let dkf = &mut out.dkf[..len * c];
-    let vdec = scaled(ctx, &ws.vaug, len, mp, |t| len - t, &mut ws.scaled);
-    sgemm(1.0, rm(vdec, len, mp), r_view.t(), 0.0, dkf, c);
+    sgemm(1.0, v, state_values(ctx, r).t(), 0.0, dkf, c);
+    state_norm(ctx, r, &mut ws.z);
+    add_norm_share(ctx, dkf, None, &ws.z);
+    scale_rows(ctx, dkf, c, |t| len - t);
     sgemm(1.0, rm(&ws.p, len, len).t(), rm(qf, len, c), 1.0, dkf, c);
     // ∂V = diag(λ^{L−s})φ(K)R + (A ⊙ D)ᵀgn.
     let dv = &mut out.dv[..len * m];
-    let kdec = scaled(ctx, kf, len, c, |t| len - t, &mut ws.scaled);
-    sgemm(
-        1.0,
-        rm(kdec, len, c),
-        MatRef::row_major(r, c, m, mp),
-        0.0,
-        dv,
-        m,
-    );
-    let gn = MatRef::row_major(&ws.gaug, len, m, mp);
+    let kdec = scaled(ctx, kf, len, c, |t| len - t, &mut ws.tmp.scaled);
+    sgemm(1.0, rm(kdec, len, c), state_values(ctx, r), 0.0, dv, m);
     sgemm(1.0, rm(&ws.a, len, len).t(), gn, 1.0, dv, m);
-    absorb(ctx, qf, &ws.gaug, len, |t| t, &mut ws.scaled, r);
+    let rows = Entering {
+        values: gn,
+        norm: gd,
+    };
+    absorb(ctx, qf, |t| t, rows, ctx.pow[len], &mut ws.tmp, r);
 }
 
-/// R⁺ only (a group's share for the reverse scan across groups).
+/// (R, r) only (a group's share for the reverse scan across groups), from gn rows `gn`
+/// (`len × M`) and `gd`.
 pub(super) fn reverse_state_only(
     ctx: &Ctx,
     head: &Head,
@@ -442,8 +499,11 @@ pub(super) fn reverse_state_only(
     gd: &[f32],
     ws: &mut Scratch,
 ) {
-    let len = sp.len;
+    let (m, len) = (ctx.cfg.m, sp.len);
     let qf = query_features(ctx, head, sp, &mut ws.qf);
-    fill_gaug(ctx, gn, gd, len, &mut ws.gaug);
-    absorb(ctx, qf, &ws.gaug, len, |t| t, &mut ws.scaled, r);
+    let rows = Entering {
+        values: rm(&gn[..len * m], len, m),
+        norm: norm_grads(ctx, &gd[..len]),
+    };
+    absorb(ctx, qf, |t| t, rows, ctx.pow[len], &mut ws.tmp, r);
 }

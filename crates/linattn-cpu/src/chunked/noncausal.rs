@@ -1,17 +1,25 @@
 //! `cpu/noncausal/f32` on GEMMs (SPEC §2 non-causal, §4 with full sums, §6 weights
-//! `w_j = λ^{N−1−j}`), over the same tasks and chunk machinery as the causal form.
+//! `w_j = λ^{N−1−j}`), over the same tasks and chunk machinery as the causal form, with
+//! the normaliser beside the value columns as there ([`super::chunk`]).
 //!
-//! * forward: `S⁺ = (diag(w)φ(K))ᵀV⁺` reduced per task then per head, `O⁺ = φ(Q)S⁺`;
-//! * backward: `∂φ(Q) = G⁺S⁺ᵀ`, `R⁺ = φ(Q)ᵀG⁺` (reduced the same way),
-//!   `∂φ(K) = diag(w)V⁺R⁺ᵀ`, `∂V = diag(w)φ(K)R`.
+//! * forward: `S = (diag(w)φ(K))ᵀV`, `z = φ(K)ᵀw` reduced per task then per head,
+//!   `O = φ(Q)S / (φ(Q)z + ε)`;
+//! * backward: `∂φ(Q) = gn Sᵀ + gd zᵀ`, `R = φ(Q)ᵀgn`, `r = φ(Q)ᵀgd` (reduced the same way),
+//!   `∂φ(K) = diag(w)(V Rᵀ + 1 rᵀ)`, `∂V = diag(w)φ(K)R`.
 //!
-//! Within a chunk at `t0` of length `len`, `w_{t0+t} = λ^{N−t0−len}·λ^{len−1−t}`: the
-//! chunk's row scaling uses `λ^{len−1−t}` and the scalar goes into the GEMM's α.
+//! A task's share of S runs the causal recurrence over its chunks (weights `λ^{e−1−j}`
+//! for its last token e−1), and the reduction scales it by `λ^{N−e}`. Within a chunk at
+//! `t0` of length `len`, `w_{t0+t} = λ^{N−t0−len}·λ^{len−1−t}`: the backward's row scaling
+//! uses `λ^{len−1−t}` and the scalar goes into the GEMM's α.
 
-use super::chunk::{self, fill_gaug, fill_vaug, rm, scaled, Ctx, ForwardGrads, Scratch, Span};
+use super::chunk::{
+    self, add_norm_share, denominators, norm_grads, normalise_rows, output_gradients, rm,
+    scale_rows, scaled, state_norm, state_values, values, Ctx, Entering, ForwardGrads, Scratch,
+    Span,
+};
 use super::{dphi_rows, require_causality, split, split_ref, split_staged, Shared, TaskBufs};
 use crate::fast::{check_backward_buffers, check_len, check_operands, Config, GradsF32};
-use crate::gemm::{sgemm, MatRef};
+use crate::gemm::sgemm;
 use linattn_core::{AttnError, Problem};
 use rayon::prelude::*;
 
@@ -35,53 +43,49 @@ fn tail_weight(ctx: &Ctx, sp: Span) -> f32 {
     (ctx.cfg.decay as f64).powi(after as i32) as f32
 }
 
-/// Sums one C×M' contribution per task into one per head.
-fn reduce_heads(sh: &Shared, parts: Vec<f32>) -> Vec<f32> {
-    let len = sh.state_len();
+/// Sums the tasks' C×M' shares into one per head, group g's scaled by `λ^{N−e_g}` (e_g:
+/// the end of its tokens) when `weighted`.
+fn reduce_heads(sh: &Shared, parts: Vec<f32>, weighted: bool) -> Vec<f32> {
+    let (len, plan, cfg) = (sh.state_len(), sh.plan, sh.ctx.cfg);
     parts
-        .chunks(sh.plan.groups * len)
+        .chunks(plan.groups * len)
         .flat_map(|head| {
             let mut total = vec![0f32; len];
-            for part in head.chunks(len) {
-                total.iter_mut().zip(part).for_each(|(t, &p)| *t += p);
+            for (g, part) in head.chunks(len).enumerate() {
+                let after = plan.n - g * plan.group_len - plan.group_tokens(g);
+                let w = if weighted && cfg.has_decay {
+                    (cfg.decay as f64).powi(after as i32) as f32
+                } else {
+                    1.0
+                };
+                total.iter_mut().zip(part).for_each(|(t, &p)| *t += w * p);
             }
             total
         })
         .collect()
 }
 
-/// `S⁺` of every head (`B·H × C × M'`).
+/// `S` and z of every head (`B·H × C × M'`).
 fn head_states(sh: &Shared) -> Vec<f32> {
     let (ctx, plan, len) = (&sh.ctx, sh.plan, sh.state_len());
-    let (c, mp) = (ctx.cfg.c, ctx.mp);
     let mut parts = vec![0f32; plan.bh * plan.groups * len];
     parts.par_chunks_mut(len).enumerate().for_each_init(
         || Scratch::new(ctx),
         |ws, (i, s)| {
             let head = sh.head(i / plan.groups);
             for sp in plan.spans(i % plan.groups, ctx.l) {
-                let kf = chunk::key_features(ctx, &head, sp, &mut ws.kf);
-                fill_vaug(ctx, &head, sp, &mut ws.vaug);
-                let kw = scaled(ctx, kf, sp.len, c, |t| sp.len - 1 - t, &mut ws.scaled);
-                let v = rm(&ws.vaug[..sp.len * mp], sp.len, mp);
-                sgemm(tail_weight(ctx, sp), rm(kw, sp.len, c).t(), v, 1.0, s, mp);
+                chunk::state_only(ctx, &head, sp, s, ws);
             }
         },
     );
-    reduce_heads(sh, parts)
+    reduce_heads(sh, parts, true)
 }
 
-/// `O⁺ = φ(Q)S⁺` of a chunk into `oaug`.
-fn readout(ctx: &Ctx, qf: &[f32], len: usize, s: &[f32], oaug: &mut [f32]) {
-    let (c, mp) = (ctx.cfg.c, ctx.mp);
-    sgemm(
-        1.0,
-        rm(qf, len, c),
-        rm(s, c, mp),
-        0.0,
-        &mut oaug[..len * mp],
-        mp,
-    );
+/// The normaliser column of a head's state, contiguous (zeros when not normalised).
+fn norm_of(ctx: &Ctx, s: &[f32]) -> Vec<f32> {
+    let mut z = vec![0f32; ctx.cfg.c];
+    state_norm(ctx, s, &mut z);
+    z
 }
 
 /// O (`[B,H,N,M]`) of non-causal linear attention in f32 on GEMMs.
@@ -103,7 +107,7 @@ pub fn forward_into(
     let cfg = Config::new(problem);
     let sh = Shared::new(&cfg, problem.shape.bh(), block_len(), q, k, v);
     let states = head_states(&sh);
-    let (ctx, plan, m) = (&sh.ctx, sh.plan, sh.ctx.cfg.m);
+    let (ctx, plan, c, m) = (&sh.ctx, sh.plan, cfg.c, cfg.m);
     split(out, &plan, m)
         .into_par_iter()
         .enumerate()
@@ -113,13 +117,14 @@ pub fn forward_into(
                 let h = i / plan.groups;
                 let head = sh.head(h);
                 let s = &states[h * sh.state_len()..(h + 1) * sh.state_len()];
+                let z = norm_of(ctx, s);
                 let base = (i % plan.groups) * plan.group_len;
                 for sp in plan.spans(i % plan.groups, ctx.l) {
+                    let o = &mut o[(sp.t0 - base) * m..(sp.t0 - base + sp.len) * m];
                     let qf = chunk::query_features(ctx, &head, sp, &mut ws.qf);
-                    readout(ctx, qf, sp.len, s, &mut ws.oaug);
-                    let rows = (sp.t0 - base) * m..(sp.t0 - base + sp.len) * m;
-                    let oaug = &ws.oaug[..sp.len * ctx.mp];
-                    chunk::write_outputs(ctx, &head, sp, oaug, &mut o[rows], None);
+                    sgemm(1.0, rm(qf, sp.len, c), state_values(ctx, s), 0.0, o, m);
+                    denominators(ctx, &head, sp, qf, None, &z, &mut ws.den);
+                    normalise_rows(ctx, o, &ws.den);
                 }
             },
         );
@@ -153,19 +158,12 @@ pub fn backward_into(
     let cfg = Config::new(problem);
     let sh = Shared::new(&cfg, problem.shape.bh(), block_len(), q, k, v);
     let (ctx, plan) = (&sh.ctx, sh.plan);
-    let (c, d, m, mp, len) = (ctx.cfg.c, ctx.cfg.d, ctx.cfg.m, ctx.mp, sh.state_len());
+    let (c, d, m, len) = (cfg.c, cfg.d, cfg.m, sh.state_len());
     let states = head_states(&sh);
     let mut gd = vec![0f32; plan.bh * plan.n];
-    let mut dphi = vec![
-        0f32;
-        if ctx.cfg.fused {
-            0
-        } else {
-            plan.bh * plan.n * c
-        }
-    ];
+    let mut dphi = vec![0f32; if cfg.fused { 0 } else { plan.bh * plan.n * c }];
 
-    // O, gn (parked in ∂V), gd, ∂φ(Q) = G⁺S⁺ᵀ → ∂Q, and each task's share of R⁺.
+    // O, gn (parked in ∂V), gd, ∂φ(Q) = gn Sᵀ + gd zᵀ → ∂Q, and each task's share of (R, r).
     let mut r_parts = vec![0f32; plan.bh * plan.groups * len];
     split(out, &plan, m)
         .into_par_iter()
@@ -182,34 +180,42 @@ pub fn backward_into(
                 let h = i / plan.groups;
                 let head = sh.head(h);
                 let s = &states[h * len..(h + 1) * len];
+                let z = norm_of(ctx, s);
                 let base = (i % plan.groups) * plan.group_len;
                 for sp in plan.spans(i % plan.groups, ctx.l) {
                     let r0 = sp.t0 - base;
                     let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
                     let qf = chunk::query_features(ctx, &head, sp, &mut ws.qf);
-                    readout(ctx, qf, sp.len, s, &mut ws.oaug);
+                    let o = &mut o[rm_.clone()];
+                    sgemm(1.0, rm(qf, sp.len, c), state_values(ctx, s), 0.0, o, m);
+                    denominators(ctx, &head, sp, qf, None, &z, &mut ws.den);
                     let mut fg = ForwardGrads {
-                        o: &mut o[rm_.clone()],
+                        o,
                         g: &g[rm_.clone()],
                         gn: &mut gn[rm_],
                         gd: &mut gdp[r0..r0 + sp.len],
                         dqf: dphi_rows(&mut dqf_all, own, rc),
                     };
-                    chunk::output_gradients(ctx, &head, sp, &ws.oaug[..sp.len * mp], &mut fg);
-                    fill_gaug(ctx, fg.gn, fg.gd, sp.len, &mut ws.gaug);
-                    let gaug = rm(&ws.gaug[..sp.len * mp], sp.len, mp);
-                    let s_t = MatRef::row_major(s, c, mp, mp).t();
-                    sgemm(1.0, gaug, s_t, 0.0, &mut fg.dqf[..sp.len * c], c);
-                    sgemm(1.0, rm(qf, sp.len, c).t(), gaug, 1.0, r, mp);
-                    if ctx.cfg.fused {
-                        super::fused_vjp(ctx.cfg, head.q, sp, r0, &own[..sp.len * c], dq);
+                    output_gradients(ctx, sp.len, &ws.den, &mut fg);
+                    let gn = rm(fg.gn, sp.len, m);
+                    let gd = norm_grads(ctx, fg.gd);
+                    let dqf = &mut fg.dqf[..sp.len * c];
+                    sgemm(1.0, gn, state_values(ctx, s).t(), 0.0, dqf, c);
+                    add_norm_share(ctx, dqf, gd, &z);
+                    let rows = Entering {
+                        values: gn,
+                        norm: gd,
+                    };
+                    chunk::absorb(ctx, qf, |_| 0, rows, 1.0, &mut ws.tmp, r);
+                    if cfg.fused {
+                        super::fused_vjp(&cfg, head.q, sp, r0, &own[..sp.len * c], dq);
                     }
                 }
             },
         );
-    let r_heads = reduce_heads(&sh, r_parts);
+    let r_heads = reduce_heads(&sh, r_parts, false);
 
-    // ∂φ(K) = diag(w)V⁺R⁺ᵀ → ∂K, ∂V = diag(w)φ(K)R (over the parked gn).
+    // ∂φ(K) = diag(w)(V Rᵀ + 1 rᵀ) → ∂K, ∂V = diag(w)φ(K)R (over the parked gn).
     let mut dkf_all = vec![0f32; dphi.len()];
     split(&mut grads.dv, &plan, m)
         .into_par_iter()
@@ -222,29 +228,38 @@ pub fn backward_into(
                 let h = i / plan.groups;
                 let head = sh.head(h);
                 let r = &r_heads[h * len..(h + 1) * len];
+                let rz = norm_of(ctx, r);
                 let base = (i % plan.groups) * plan.group_len;
                 for sp in plan.spans(i % plan.groups, ctx.l) {
                     let r0 = sp.t0 - base;
                     let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
-                    let kf = chunk::key_features(ctx, &head, sp, &mut ws.kf);
-                    fill_vaug(ctx, &head, sp, &mut ws.vaug);
                     let w = tail_weight(ctx, sp);
-                    let dkf = dphi_rows(&mut dkf_head, own, rc);
-                    let vw = scaled(
-                        ctx,
-                        &ws.vaug,
-                        sp.len,
-                        mp,
-                        |t| sp.len - 1 - t,
-                        &mut ws.scaled,
+                    let dkf = &mut dphi_rows(&mut dkf_head, own, rc)[..sp.len * c];
+                    sgemm(
+                        1.0,
+                        values(ctx, &head, sp),
+                        state_values(ctx, r).t(),
+                        0.0,
+                        dkf,
+                        c,
                     );
-                    let r_t = MatRef::row_major(r, c, mp, mp).t();
-                    sgemm(w, rm(vw, sp.len, mp), r_t, 0.0, dkf, c);
-                    let kw = scaled(ctx, kf, sp.len, c, |t| sp.len - 1 - t, &mut ws.scaled);
-                    let r_v = MatRef::row_major(r, c, m, mp);
-                    sgemm(w, rm(kw, sp.len, c), r_v, 0.0, &mut dv[rm_], m);
-                    if ctx.cfg.fused {
-                        super::fused_vjp(ctx.cfg, head.k, sp, r0, &own[..sp.len * c], dk);
+                    add_norm_share(ctx, dkf, None, &rz);
+                    scale_rows(ctx, dkf, c, |t| sp.len - 1 - t);
+                    if cfg.has_decay {
+                        dkf.iter_mut().for_each(|x| *x *= w);
+                    }
+                    let kf = chunk::key_features(ctx, &head, sp, &mut ws.kf);
+                    let kw = scaled(ctx, kf, sp.len, c, |t| sp.len - 1 - t, &mut ws.tmp.scaled);
+                    sgemm(
+                        w,
+                        rm(kw, sp.len, c),
+                        state_values(ctx, r),
+                        0.0,
+                        &mut dv[rm_],
+                        m,
+                    );
+                    if cfg.fused {
+                        super::fused_vjp(&cfg, head.k, sp, r0, &own[..sp.len * c], dk);
                     }
                 }
             },

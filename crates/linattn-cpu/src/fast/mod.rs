@@ -30,6 +30,17 @@ pub struct GradsF32 {
     pub dv: Vec<f32>,
 }
 
+impl GradsF32 {
+    /// Zeroed gradients for operands of `qk_len` (q, k) and `v_len` (v) elements.
+    pub fn zeros(qk_len: usize, v_len: usize) -> Self {
+        GradsF32 {
+            dq: vec![0f32; qk_len],
+            dk: vec![0f32; qk_len],
+            dv: vec![0f32; v_len],
+        }
+    }
+}
+
 /// Everything a head needs, shared by all heads of one call.
 pub(crate) struct Config {
     pub(crate) n: usize,
@@ -159,12 +170,7 @@ pub(crate) fn backward_buffers(
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
     let (qk_len, v_len) = check_operands(problem, q, k, v)?;
     check_len("d_out", d_out.len(), v_len)?;
-    let grads = GradsF32 {
-        dq: vec![0f32; qk_len],
-        dk: vec![0f32; qk_len],
-        dv: vec![0f32; v_len],
-    };
-    Ok((vec![0f32; v_len], grads))
+    Ok((vec![0f32; v_len], GradsF32::zeros(qk_len, v_len)))
 }
 
 /// O (`[B,H,N,M]`) of linear attention in f32 from q, k (`[B,H,N,D]`) and v.
