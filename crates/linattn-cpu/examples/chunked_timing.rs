@@ -3,7 +3,8 @@
 //! (`LINATTN_CPU_BLOCK`) were chosen.
 //!
 //! `cargo run --release -p linattn-cpu --example chunked_timing -- [N] [backward]`;
-//! `ONLY=<substring>` keeps the rows whose name contains it; `REPS=<k>` takes k samples (5).
+//! `ONLY=<substring>` keeps the rows whose name contains it; `REPS=<k>` takes k samples (5);
+//! `DIM=<d>` sets D = M = d.
 
 use linattn_core::{Causality, FeatureMap, Inputs, Problem, Shape};
 use std::time::Instant;
@@ -12,7 +13,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(16384);
     let with_backward = args.get(2).is_some_and(|a| a == "backward");
-    let shape = Shape::new(1, 8, n, 64, 64);
+    // `DIM=<d>`: D = M = d (64).
+    let dim: usize = std::env::var("DIM")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|&r| r > 0)
+        .unwrap_or(64);
+    let shape = Shape::new(1, 8, n, dim, dim);
     let p = Problem::new(shape, Causality::Causal, FeatureMap::EluPlusOne);
     let pn = Problem::new(shape, Causality::NonCausal, FeatureMap::EluPlusOne);
     let x = Inputs::random(shape, 7, true)?;
@@ -51,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     use linattn_cpu::{chunked, fast};
     // One output buffer reused across runs, as `FastBackend` does.
-    let out = std::cell::RefCell::new(vec![0f32; q.len() / 64 * 64]);
+    let out = std::cell::RefCell::new(vec![0f32; v.len()]);
     let o = || out.borrow_mut();
     time("recurrent fwd", &|| {
         fast::forward_into(&p, &q, &k, &v, &mut o()).unwrap()

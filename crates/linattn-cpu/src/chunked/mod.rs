@@ -24,10 +24,12 @@ use chunk::{Ctx, ForwardGrads, Head, ReverseGrads, Scratch, Span};
 use linattn_core::{AttnError, Problem};
 use rayon::prelude::*;
 
-/// Chunk length, from one run of `examples/chunked_timing.rs` (backward) at B=1 H=8
-/// N=16 384 D=M=64 elu+1 on the shared 2-core machine (forward / forward+backward medians):
-/// L=32 176 / 711 ms, L=64 179 / 832 ms, L=128 222 / 978 ms. Shorter chunks shrink the
-/// masked L×L products (half of which is zeros); the per-chunk C×M' products do not change.
+/// Chunk length, from interleaved runs of `examples/chunked_timing.rs` (forward and
+/// backward) at B=1 H=8 N=16 384 elu+1 on the shared 2-core machine
+/// (bench-results/cpu-sweep/chunk-length.txt): at D=M=64 L=32 and L=24 tie and lead
+/// L=16, 48 and 64; at D=M=32 and 128 L=32 leads L=64, so one length serves every D and M
+/// measured. Shorter chunks shrink the masked L×L products (half of which is zeros); longer
+/// ones amortise the packing of the C×M state over more rows.
 pub const CHUNK: usize = 32;
 
 /// `LINATTN_CPU_CHUNK` overrides [`CHUNK`] (for the chunk-size measurements only).
