@@ -11,10 +11,10 @@
 //!   `D_ts = λ^{t−s}[s≤t]`, `den_t = Σ_s (A ⊙ D)_ts + λ^{t+1}φ(Q)_t·z + ε`;
 //!   `S ← λ^L S + (diag(λ^{L−1−s})φ(K))ᵀV`, `z ← λ^L z + Σ_s λ^{L−1−s}φ(K)_s`;
 //! * backward, forward direction: `∂φ(Q) = (P ⊙ D)φ(K) + diag(λ^{t+1})(gn Sᵀ + gd zᵀ)`,
-//!   `P = gn Vᵀ + gd 1ᵀ`;
+//!   `P = gn Vᵀ + gd 1ᵀ`, and the chunk's own share of ∂φ(K), `(P ⊙ D)ᵀφ(Q)` (P is at
+//!   hand here; the reverse direction would have to recompute it);
 //! * backward, reverse direction, (R, r) the state of the tokens after the chunk:
-//!   `∂φ(K) = (P ⊙ D)ᵀφ(Q) + diag(λ^{L−s})(V Rᵀ + 1 rᵀ)`,
-//!   `∂V = (A ⊙ D)ᵀgn + diag(λ^{L−s})φ(K)R`,
+//!   `∂φ(K) += diag(λ^{L−s})(V Rᵀ + 1 rᵀ)`, `∂V = (A ⊙ D)ᵀgn + diag(λ^{L−s})φ(K)R`,
 //!   `R ← λ^L R + (diag(λ^t)φ(Q))ᵀgn`, `r ← λ^L r + Σ_t λ^t gd_t φ(Q)_t`.
 
 use crate::fast::{kernels, Config};
@@ -198,6 +198,14 @@ fn staged_keys<'s>(head: &Head<'s>, sp: Span, c: usize, computed: &'s [f32]) -> 
     }
 }
 
+/// φ(Q) rows of the chunk: staged, or the fused ones [`features`] left in `computed`.
+fn staged_queries<'s>(head: &Head<'s>, sp: Span, c: usize, computed: &'s [f32]) -> &'s [f32] {
+    match head.staged {
+        Some(f) => &f.q[sp.t0 * c..(sp.t0 + sp.len) * c],
+        None => &computed[..sp.len * c],
+    }
+}
+
 /// `out = (X Yᵀ + add 1ᵀ) ⊙ D` (`len × len`): the causal mask with the decay inside the
 /// chunk; `add` (one per row) is the normaliser's share of P.
 fn masked_scores(ctx: &Ctx, x: MatRef, y: MatRef, add: Option<&[f32]>, out: &mut [f32]) {
@@ -251,15 +259,15 @@ pub(super) fn scale_rows(ctx: &Ctx, rows: &mut [f32], c: usize, exp: impl Fn(usi
     }
 }
 
-/// Row t of `rows` (`len × C`) plus `coef_t · z` (`coef` 1 when `None`): the normaliser
-/// column's share of a product with a state (nothing when not normalised).
-pub(super) fn add_norm_share(ctx: &Ctx, rows: &mut [f32], coef: Option<&[f32]>, z: &[f32]) {
+/// Row t of `rows` (`len × C`) plus `coef(t) · z`: the normaliser column's share of a
+/// product with a state (nothing when not normalised).
+pub(super) fn add_norm_share(ctx: &Ctx, rows: &mut [f32], coef: impl Fn(usize) -> f32, z: &[f32]) {
     if !ctx.cfg.normalised {
         return;
     }
     let c = ctx.cfg.c;
     for (t, row) in rows.chunks_exact_mut(c).enumerate() {
-        let w = coef.map_or(1.0, |g| g[t]);
+        let w = coef(t);
         row.iter_mut().zip(z).for_each(|(x, &zc)| *x += w * zc);
     }
 }
@@ -417,13 +425,15 @@ pub(super) fn norm_grads<'g>(ctx: &Ctx, gd: &'g [f32]) -> Option<&'g [f32]> {
     ctx.cfg.normalised.then_some(gd)
 }
 
-/// Backward, forward direction: O, gn, gd and ∂φ(Q) of a chunk; advances S.
+/// Backward, forward direction: O, gn, gd and ∂φ(Q) of a chunk, and the chunk's own
+/// share of ∂φ(K) into `dkf_own` (`len × C`); advances S.
 pub(super) fn backward_forward(
     ctx: &Ctx,
     head: &Head,
     sp: Span,
     s: &mut [f32],
     mut out: ForwardGrads,
+    dkf_own: &mut [f32],
     ws: &mut Scratch,
 ) {
     let (c, m, len) = (ctx.cfg.c, ctx.cfg.m, sp.len);
@@ -434,11 +444,16 @@ pub(super) fn backward_forward(
     // ∂φ(Q) = diag(λ^{t+1})(gn Sᵀ + gd zᵀ) + (P ⊙ D)φ(K); ws.z holds the z before the chunk.
     let dqf = &mut out.dqf[..len * c];
     sgemm(1.0, gn, state_values(ctx, s).t(), 0.0, dqf, c);
-    add_norm_share(ctx, dqf, gd, &ws.z);
+    add_norm_share(ctx, dqf, |t| out.gd[t], &ws.z);
     scale_rows(ctx, dqf, c, |t| t + 1);
     masked_scores(ctx, gn, values(ctx, head, sp), gd, &mut ws.p);
-    let kf = staged_keys(head, sp, c, &ws.kf);
-    sgemm(1.0, rm(&ws.p, len, len), rm(kf, len, c), 1.0, dqf, c);
+    let (kf, qf) = (
+        staged_keys(head, sp, c, &ws.kf),
+        staged_queries(head, sp, c, &ws.qf),
+    );
+    let p = rm(&ws.p, len, len);
+    sgemm(1.0, p, rm(kf, len, c), 1.0, dqf, c);
+    sgemm(1.0, p.t(), rm(qf, len, c), 0.0, &mut dkf_own[..len * c], c);
     advance_state(ctx, head, sp, s, ws);
 }
 
@@ -447,7 +462,8 @@ pub(super) struct ReverseGrads<'o> {
     /// gn rows in (parked by [`backward_forward`]), ∂V rows out.
     pub dv: &'o mut [f32],
     pub gd: &'o [f32],
-    /// `∂L/∂φ(K)` rows, `len × C`.
+    /// `∂L/∂φ(K)` rows, `len × C`: the chunk's own share in (from [`backward_forward`]),
+    /// the whole out.
     pub dkf: &'o mut [f32],
 }
 
@@ -466,16 +482,14 @@ pub(super) fn backward_reverse(
     ws.g[..len * m].copy_from_slice(&out.dv[..len * m]);
     let gn = rm(&ws.g[..len * m], len, m);
     let gd = norm_grads(ctx, &out.gd[..len]);
-    let v = values(ctx, head, sp);
     masked_scores(ctx, rm(qf, len, c), rm(kf, len, c), None, &mut ws.a);
-    masked_scores(ctx, gn, v, gd, &mut ws.p);
-    // ∂φ(K) = diag(λ^{L−s})(V Rᵀ + 1 rᵀ) + (P ⊙ D)ᵀφ(Q).
+    // ∂φ(K) += diag(λ^{L−s})(V Rᵀ + 1 rᵀ).
     let dkf = &mut out.dkf[..len * c];
-    sgemm(1.0, v, state_values(ctx, r).t(), 0.0, dkf, c);
+    let v = &head.v[sp.t0 * m..(sp.t0 + sp.len) * m];
+    let vdec = scaled(ctx, v, len, m, |t| len - t, &mut ws.tmp.scaled);
+    sgemm(1.0, rm(vdec, len, m), state_values(ctx, r).t(), 1.0, dkf, c);
     state_norm(ctx, r, &mut ws.z);
-    add_norm_share(ctx, dkf, None, &ws.z);
-    scale_rows(ctx, dkf, c, |t| len - t);
-    sgemm(1.0, rm(&ws.p, len, len).t(), rm(qf, len, c), 1.0, dkf, c);
+    add_norm_share(ctx, dkf, |t| ctx.pow[len - t], &ws.z);
     // ∂V = diag(λ^{L−s})φ(K)R + (A ⊙ D)ᵀgn.
     let dv = &mut out.dv[..len * m];
     let kdec = scaled(ctx, kf, len, c, |t| len - t, &mut ws.tmp.scaled);

@@ -282,6 +282,22 @@ pub fn backward_into(
     let staged_rows = if cfg.fused { 0 } else { bh * cfg.n * c };
     let mut dqf_all = vec![0f32; staged_rows];
     let mut dkf_all = vec![0f32; staged_rows];
+    // ∂φ(K) rows, the chunks' own shares from the forward direction, completed in the
+    // reverse one: in the whole-head buffer for staged maps, in ∂K's buffer for fused ones
+    // (elementwise, so C = D), whose chain then runs chunk by chunk from a copy.
+    fn dkf_tasks<'b>(
+        fused: bool,
+        dk: &'b mut [f32],
+        dkf_all: &'b mut [f32],
+        plan: &Plan,
+        c: usize,
+    ) -> Vec<&'b mut [f32]> {
+        assert!(
+            !fused || dk.len() == plan.bh * plan.n * c,
+            "a fused map keeps C = D"
+        );
+        split(if fused { dk } else { dkf_all }, plan, c)
+    }
 
     // Forward direction: O, gn (into dv), gd, ∂φ(Q) → ∂Q.
     let mut starts = sh.forward_starts();
@@ -292,25 +308,27 @@ pub fn backward_into(
         let gd_t = split(&mut gd, &plan, 1);
         let dq_t = split(&mut grads.dq, &plan, d);
         let dqf_parts = split_staged(&mut dqf_all, &plan, c);
+        let dkf_t = dkf_tasks(cfg.fused, &mut grads.dk, &mut dkf_all, &plan, c);
         o_t.into_par_iter()
             .zip(g_t)
             .zip(gn_t)
             .zip(gd_t)
             .zip(dq_t)
             .zip(dqf_parts)
+            .zip(dkf_t)
             .zip(starts.par_chunks_mut(state))
             .enumerate()
             .for_each_init(
                 || TaskBufs::new(&sh.ctx),
                 |TaskBufs { ws, dphi: dqf_buf },
-                 (i, ((((((o, g), gn), gdp), dq), dqf_head), s))| {
+                 (i, (((((((o, g), gn), gdp), dq), dqf_head), dkf), s))| {
                     let (head, grp) = (sh.head(i / plan.groups), i % plan.groups);
                     let base = grp * plan.group_len;
                     let mut dqf_head = dqf_head;
                     for sp in plan.spans(grp, l) {
                         let r0 = sp.t0 - base;
                         let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
-                        let dqf = dphi_rows(&mut dqf_head, dqf_buf, rc);
+                        let dqf = dphi_rows(&mut dqf_head, dqf_buf, rc.clone());
                         let fg = ForwardGrads {
                             o: &mut o[rm_.clone()],
                             g: &g[rm_.clone()],
@@ -318,7 +336,8 @@ pub fn backward_into(
                             gd: &mut gdp[r0..r0 + sp.len],
                             dqf,
                         };
-                        chunk::backward_forward(&sh.ctx, &head, sp, s, fg, ws);
+                        let dkf_own = &mut dkf[rc.clone()];
+                        chunk::backward_forward(&sh.ctx, &head, sp, s, fg, dkf_own, ws);
                         if cfg.fused {
                             fused_vjp(&cfg, head.q, sp, r0, &dqf_buf[..sp.len * c], dq);
                         }
@@ -333,32 +352,31 @@ pub fn backward_into(
     {
         let dv_t = split(&mut grads.dv, &plan, m);
         let gd_t = split_ref(&gd, &plan, 1);
-        let dk_t = split(&mut grads.dk, &plan, d);
-        let dkf_parts = split_staged(&mut dkf_all, &plan, c);
+        let dkf_t = dkf_tasks(cfg.fused, &mut grads.dk, &mut dkf_all, &plan, c);
         dv_t.into_par_iter()
             .zip(gd_t)
-            .zip(dk_t)
-            .zip(dkf_parts)
+            .zip(dkf_t)
             .zip(r_starts.par_chunks_mut(state))
             .enumerate()
             .for_each_init(
                 || TaskBufs::new(&sh.ctx),
-                |TaskBufs { ws, dphi: dkf_buf }, (i, ((((dv, gdp), dk), dkf_head), r))| {
+                |TaskBufs { ws, dphi: dkf_buf }, (i, (((dv, gdp), dkf), r))| {
                     let (head, grp) = (sh.head(i / plan.groups), i % plan.groups);
                     let base = grp * plan.group_len;
-                    let mut dkf_head = dkf_head;
                     for sp in plan.spans(grp, l).rev() {
                         let r0 = sp.t0 - base;
                         let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
-                        let dkf = dphi_rows(&mut dkf_head, dkf_buf, rc);
                         let rg = ReverseGrads {
                             dv: &mut dv[rm_],
                             gd: &gdp[r0..r0 + sp.len],
-                            dkf,
+                            dkf: &mut dkf[rc.clone()],
                         };
                         chunk::backward_reverse(&sh.ctx, &head, sp, r, rg, ws);
                         if cfg.fused {
-                            fused_vjp(&cfg, head.k, sp, r0, &dkf_buf[..sp.len * c], dk);
+                            // dkf is ∂K's own buffer here (C = D): the chain reads a copy.
+                            let own = &mut dkf_buf[..sp.len * c];
+                            own.copy_from_slice(&dkf[rc]);
+                            fused_vjp(&cfg, head.k, sp, r0, own, dkf);
                         }
                     }
                 },

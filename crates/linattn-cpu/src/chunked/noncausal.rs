@@ -201,7 +201,7 @@ pub fn backward_into(
                     let gd = norm_grads(ctx, fg.gd);
                     let dqf = &mut fg.dqf[..sp.len * c];
                     sgemm(1.0, gn, state_values(ctx, s).t(), 0.0, dqf, c);
-                    add_norm_share(ctx, dqf, gd, &z);
+                    add_norm_share(ctx, dqf, |t| fg.gd[t], &z);
                     let rows = Entering {
                         values: gn,
                         norm: gd,
@@ -243,7 +243,7 @@ pub fn backward_into(
                         dkf,
                         c,
                     );
-                    add_norm_share(ctx, dkf, None, &rz);
+                    add_norm_share(ctx, dkf, |_| 1.0, &rz);
                     scale_rows(ctx, dkf, c, |t| sp.len - 1 - t);
                     if cfg.has_decay {
                         dkf.iter_mut().for_each(|x| *x *= w);
