@@ -105,6 +105,120 @@ pub fn sgemm(alpha: f32, a: MatRef, b: MatRef, beta: f32, c: &mut [f32], ldc: us
     }
 }
 
+/// `dst` (`cols × rows`, leading dimension `ld_dst`) ← `srcᵀ` for `src` `rows × cols`
+/// (leading dimension `ld_src`).
+///
+/// Why: `matrixmultiply` packs a left operand with plain copies only when it is
+/// column-major and a right operand only when it is row-major; otherwise it gathers
+/// element by element. A chunk operand that several products contract over its columns is
+/// transposed once here instead, in 8×8 register blocks, and handed to them as a view.
+///
+/// # Panics
+/// If either slice is too short for its view (a bug in the caller).
+pub fn transpose_into(
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+    ld_src: usize,
+    dst: &mut [f32],
+    ld_dst: usize,
+) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(
+        ld_src >= cols
+            && ld_dst >= rows
+            && (rows - 1) * ld_src + cols <= src.len()
+            && (cols - 1) * ld_dst + rows <= dst.len(),
+        "transpose views exceed their slices"
+    );
+    let (rb, cb) = (rows / 8 * 8, cols / 8 * 8);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU has avx (checked); every 8×8 block lies inside both views, whose
+        // extents were checked against the slices above.
+        unsafe { transpose_blocks_avx(src, rb, cb, ld_src, dst, ld_dst) };
+    } else {
+        transpose_scalar(src, 0..rb, 0..cb, ld_src, dst, ld_dst);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    transpose_scalar(src, 0..rb, 0..cb, ld_src, dst, ld_dst);
+    // The ragged edges: the last rows % 8 rows, and the last cols % 8 columns of the rest.
+    transpose_scalar(src, rb..rows, 0..cols, ld_src, dst, ld_dst);
+    transpose_scalar(src, 0..rb, cb..cols, ld_src, dst, ld_dst);
+}
+
+fn transpose_scalar(
+    src: &[f32],
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    ld_src: usize,
+    dst: &mut [f32],
+    ld_dst: usize,
+) {
+    for i in rows {
+        for j in cols.clone() {
+            dst[j * ld_dst + i] = src[i * ld_src + j];
+        }
+    }
+}
+
+/// The 8×8 blocks of [`transpose_into`] over rows `0..rb`, columns `0..cb` (multiples of 8).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose_blocks_avx(
+    src: &[f32],
+    rb: usize,
+    cb: usize,
+    ld_src: usize,
+    dst: &mut [f32],
+    ld_dst: usize,
+) {
+    use std::arch::x86_64::*;
+    let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
+    for i0 in (0..rb).step_by(8) {
+        for j0 in (0..cb).step_by(8) {
+            let r: [__m256; 8] =
+                std::array::from_fn(|i| _mm256_loadu_ps(sp.add((i0 + i) * ld_src + j0)));
+            // Interleave pairs of rows, then pairs of pairs, then swap 128-bit halves.
+            let t = [
+                _mm256_unpacklo_ps(r[0], r[1]),
+                _mm256_unpackhi_ps(r[0], r[1]),
+                _mm256_unpacklo_ps(r[2], r[3]),
+                _mm256_unpackhi_ps(r[2], r[3]),
+                _mm256_unpacklo_ps(r[4], r[5]),
+                _mm256_unpackhi_ps(r[4], r[5]),
+                _mm256_unpacklo_ps(r[6], r[7]),
+                _mm256_unpackhi_ps(r[6], r[7]),
+            ];
+            let u = [
+                _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+                _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+                _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+                _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+                _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+                _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+                _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+                _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+            ];
+            let out = [
+                _mm256_permute2f128_ps::<0x20>(u[0], u[4]),
+                _mm256_permute2f128_ps::<0x20>(u[1], u[5]),
+                _mm256_permute2f128_ps::<0x20>(u[2], u[6]),
+                _mm256_permute2f128_ps::<0x20>(u[3], u[7]),
+                _mm256_permute2f128_ps::<0x31>(u[0], u[4]),
+                _mm256_permute2f128_ps::<0x31>(u[1], u[5]),
+                _mm256_permute2f128_ps::<0x31>(u[2], u[6]),
+                _mm256_permute2f128_ps::<0x31>(u[3], u[7]),
+            ];
+            for (j, v) in out.iter().enumerate() {
+                _mm256_storeu_ps(dp.add((j0 + j) * ld_dst + i0), *v);
+            }
+        }
+    }
+}
+
 /// The machine's fp32 GEMM rate, measured once (see [`measure_f32_rate`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GemmRate {
@@ -193,6 +307,21 @@ mod tests {
         sgemm(2.0, xa, yb, 0.5, &mut c, 3);
         for (got, w) in c.iter().zip(&want) {
             assert!((got - (2.0 * w + 0.5)).abs() < 1e-5, "{got} vs {w}");
+        }
+    }
+
+    #[test]
+    fn transpose_matches_plain_loops_on_ragged_shapes() {
+        for (rows, cols) in [(1, 1), (8, 8), (32, 64), (37, 19), (5, 70), (64, 65)] {
+            let (ld_src, ld_dst) = (cols + 3, rows + 1);
+            let src: Vec<f32> = (0..rows * ld_src).map(|i| i as f32 * 0.5 - 7.0).collect();
+            let mut dst = vec![f32::NAN; cols * ld_dst];
+            transpose_into(&src, rows, cols, ld_src, &mut dst, ld_dst);
+            for i in 0..rows {
+                for j in 0..cols {
+                    assert_eq!(dst[j * ld_dst + i], src[i * ld_src + j], "{rows}x{cols} ({i},{j})");
+                }
+            }
         }
     }
 

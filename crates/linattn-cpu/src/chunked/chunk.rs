@@ -18,7 +18,7 @@
 //!   `R ← λ^L R + (diag(λ^t)φ(Q))ᵀgn`, `r ← λ^L r + Σ_t λ^t gd_t φ(Q)_t`.
 
 use crate::fast::{kernels, Config};
-use crate::gemm::{sgemm, MatRef};
+use crate::gemm::{sgemm, transpose_into, MatRef};
 use crate::maps::Featurised;
 
 /// What every chunk of one call shares.
@@ -76,6 +76,13 @@ pub(super) struct Temps {
 pub(super) struct Scratch {
     pub qf: Vec<f32>,
     pub kf: Vec<f32>,
+    /// φ(Q)ᵀ, φ(K)ᵀ (`C × L`): see [`transposed`].
+    qt: Vec<f32>,
+    kt: Vec<f32>,
+    /// gnᵀ, Vᵀ (`M × L`) and a state's value columns transposed (`M × C`), for the backward.
+    gt: Vec<f32>,
+    vt: Vec<f32>,
+    st: Vec<f32>,
     /// gn rows of the reverse pass (their home, ∂V's buffer, is overwritten by ∂V).
     g: Vec<f32>,
     /// The chunk's denominators.
@@ -93,6 +100,11 @@ impl Scratch {
         Scratch {
             qf: vec![0.0; l * c],
             kf: vec![0.0; l * c],
+            qt: vec![0.0; l * c],
+            kt: vec![0.0; l * c],
+            gt: vec![0.0; l * m],
+            vt: vec![0.0; l * m],
+            st: vec![0.0; c * m],
             g: vec![0.0; l * m],
             den: vec![0.0; l],
             z: vec![0.0; c],
@@ -249,6 +261,43 @@ pub(super) fn scaled<'b>(
     out
 }
 
+/// `src` (`len × cols`) transposed into `buf` (`cols × len`): the layout the engine packs
+/// with plain copies for a product contracting over `cols` ([`transpose_into`]); products
+/// take it back as a view, `rm(xt, cols, len).t()`.
+fn transposed<'b>(src: &[f32], len: usize, cols: usize, buf: &'b mut [f32]) -> &'b [f32] {
+    let out = &mut buf[..cols * len];
+    transpose_into(src, len, cols, cols, out, len);
+    out
+}
+
+/// A state's value columns transposed (`M × C`) into `buf`, for a product with Sᵀ.
+fn state_values_t<'b>(ctx: &Ctx, s: &[f32], buf: &'b mut [f32]) -> MatRef<'b> {
+    let (c, m) = (ctx.cfg.c, ctx.cfg.m);
+    transpose_into(s, c, m, ctx.mp, &mut buf[..m * c], c);
+    rm(&buf[..m * c], m, c)
+}
+
+/// A transposed chunk operand `xt` (`cols × len`) with column t scaled by `λ^{exp(t)}`;
+/// `xt` itself without decay.
+fn scaled_t<'b>(
+    ctx: &Ctx,
+    xt: &'b [f32],
+    len: usize,
+    exp: impl Fn(usize) -> usize,
+    buf: &'b mut [f32],
+) -> &'b [f32] {
+    if !ctx.cfg.has_decay {
+        return xt;
+    }
+    let out = &mut buf[..xt.len()];
+    for (o, x) in out.chunks_exact_mut(len).zip(xt.chunks_exact(len)) {
+        for (t, (o, &x)) in o.iter_mut().zip(x).enumerate() {
+            *o = ctx.pow[exp(t)] * x;
+        }
+    }
+    out
+}
+
 /// Rows `t` of `rows` (`len × C`) times `λ^{exp(t)}`, in place (nothing without decay).
 pub(super) fn scale_rows(ctx: &Ctx, rows: &mut [f32], c: usize, exp: impl Fn(usize) -> usize) {
     if ctx.cfg.has_decay {
@@ -308,14 +357,13 @@ pub(super) fn absorb(
     }
 }
 
-/// `den_t = intra_t + φ(Q)'_t·z + ε_t` from the (row-scaled) φ(Q) rows `qf` and the
-/// state's `z`, when normalised; `intra`: the masked scores (`len × len`) whose row sums
-/// join in.
+/// `den_t = intra_t + w(t)·φ(Q)_t·z + ε_t` from the φ(Q) rows `qf` and the state's `z`,
+/// when normalised; `intra`: the masked scores (`len × len`) whose row sums join in.
 pub(super) fn denominators(
     ctx: &Ctx,
     head: &Head,
     sp: Span,
-    qf: &[f32],
+    (qf, w): (&[f32], impl Fn(usize) -> f32),
     intra: Option<&[f32]>,
     z: &[f32],
     den: &mut [f32],
@@ -326,7 +374,7 @@ pub(super) fn denominators(
     let (c, len) = (ctx.cfg.c, sp.len);
     for (t, (d, q)) in den[..len].iter_mut().zip(qf.chunks_exact(c)).enumerate() {
         let own = intra.map_or(0.0, |a| kernels::sum(&a[t * len..=t * len + t]));
-        *d = own + kernels::dot::<false>(q, &z[..c]) + head.eps(ctx.cfg, sp.t0 + t);
+        *d = own + w(t) * kernels::dot::<false>(q, &z[..c]) + head.eps(ctx.cfg, sp.t0 + t);
     }
 }
 
@@ -346,14 +394,16 @@ pub(super) fn normalise_rows(ctx: &Ctx, o: &mut [f32], den: &[f32]) {
 fn chunk_outputs(ctx: &Ctx, head: &Head, sp: Span, s: &[f32], o: &mut [f32], ws: &mut Scratch) {
     let (c, m, len) = (ctx.cfg.c, ctx.cfg.m, sp.len);
     let (qf, kf) = features(ctx, head, sp, &mut ws.qf, &mut ws.kf);
+    let (qt, kt) = (transposed(qf, len, c, &mut ws.qt), transposed(kf, len, c, &mut ws.kt));
     let a = &mut ws.a[..len * len];
-    masked_scores(ctx, rm(qf, len, c), rm(kf, len, c), None, a);
+    masked_scores(ctx, rm(qt, c, len).t(), rm(kt, c, len).t(), None, a);
     let o = &mut o[..len * m];
     sgemm(1.0, rm(a, len, len), values(ctx, head, sp), 0.0, o, m);
-    let qdec = scaled(ctx, qf, len, c, |t| t + 1, &mut ws.tmp.scaled);
-    sgemm(1.0, rm(qdec, len, c), state_values(ctx, s), 1.0, o, m);
+    let qdec_t = scaled_t(ctx, qt, len, |t| t + 1, &mut ws.tmp.scaled);
+    sgemm(1.0, rm(qdec_t, c, len).t(), state_values(ctx, s), 1.0, o, m);
     state_norm(ctx, s, &mut ws.z);
-    denominators(ctx, head, sp, qdec, Some(&*a), &ws.z, &mut ws.den);
+    let w = |t: usize| ctx.pow[t + 1];
+    denominators(ctx, head, sp, (qf, w), Some(&*a), &ws.z, &mut ws.den);
 }
 
 /// Forward of one chunk: O rows (`len × M`) and the state moved past the chunk.
@@ -439,14 +489,17 @@ pub(super) fn backward_forward(
     let (c, m, len) = (ctx.cfg.c, ctx.cfg.m, sp.len);
     chunk_outputs(ctx, head, sp, s, out.o, ws);
     output_gradients(ctx, len, &ws.den, &mut out);
-    let gn = rm(&out.gn[..len * m], len, m);
     let gd = norm_grads(ctx, &out.gd[..len]);
+    // gn and V enter products over M only: as transposed views.
+    let gn = rm(transposed(&out.gn[..len * m], len, m, &mut ws.gt), m, len).t();
+    let v = &head.v[sp.t0 * m..(sp.t0 + len) * m];
+    let v = rm(transposed(v, len, m, &mut ws.vt), m, len).t();
     // ∂φ(Q) = diag(λ^{t+1})(gn Sᵀ + gd zᵀ) + (P ⊙ D)φ(K); ws.z holds the z before the chunk.
     let dqf = &mut out.dqf[..len * c];
-    sgemm(1.0, gn, state_values(ctx, s).t(), 0.0, dqf, c);
+    sgemm(1.0, gn, state_values_t(ctx, s, &mut ws.st), 0.0, dqf, c);
     add_norm_share(ctx, dqf, |t| out.gd[t], &ws.z);
     scale_rows(ctx, dqf, c, |t| t + 1);
-    masked_scores(ctx, gn, values(ctx, head, sp), gd, &mut ws.p);
+    masked_scores(ctx, gn, v, gd, &mut ws.p);
     let (kf, qf) = (
         staged_keys(head, sp, c, &ws.kf),
         staged_queries(head, sp, c, &ws.qf),
@@ -482,18 +535,20 @@ pub(super) fn backward_reverse(
     ws.g[..len * m].copy_from_slice(&out.dv[..len * m]);
     let gn = rm(&ws.g[..len * m], len, m);
     let gd = norm_grads(ctx, &out.gd[..len]);
-    masked_scores(ctx, rm(qf, len, c), rm(kf, len, c), None, &mut ws.a);
+    let (qt, kt) = (transposed(qf, len, c, &mut ws.qt), transposed(kf, len, c, &mut ws.kt));
+    masked_scores(ctx, rm(qt, c, len).t(), rm(kt, c, len).t(), None, &mut ws.a);
     // ∂φ(K) += diag(λ^{L−s})(V Rᵀ + 1 rᵀ).
     let dkf = &mut out.dkf[..len * c];
-    let v = &head.v[sp.t0 * m..(sp.t0 + sp.len) * m];
-    let vdec = scaled(ctx, v, len, m, |t| len - t, &mut ws.tmp.scaled);
-    sgemm(1.0, rm(vdec, len, m), state_values(ctx, r).t(), 1.0, dkf, c);
+    let vt = transposed(&head.v[sp.t0 * m..(sp.t0 + len) * m], len, m, &mut ws.vt);
+    let vdec_t = scaled_t(ctx, vt, len, |t| len - t, &mut ws.tmp.scaled);
+    let r_t = state_values_t(ctx, r, &mut ws.st);
+    sgemm(1.0, rm(vdec_t, m, len).t(), r_t, 1.0, dkf, c);
     state_norm(ctx, r, &mut ws.z);
     add_norm_share(ctx, dkf, |t| ctx.pow[len - t], &ws.z);
     // ∂V = diag(λ^{L−s})φ(K)R + (A ⊙ D)ᵀgn.
     let dv = &mut out.dv[..len * m];
-    let kdec = scaled(ctx, kf, len, c, |t| len - t, &mut ws.tmp.scaled);
-    sgemm(1.0, rm(kdec, len, c), state_values(ctx, r), 0.0, dv, m);
+    let kdec_t = scaled_t(ctx, kt, len, |t| len - t, &mut ws.tmp.scaled);
+    sgemm(1.0, rm(kdec_t, c, len).t(), state_values(ctx, r), 0.0, dv, m);
     sgemm(1.0, rm(&ws.a, len, len).t(), gn, 1.0, dv, m);
     let rows = Entering {
         values: gn,

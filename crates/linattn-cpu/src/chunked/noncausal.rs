@@ -123,7 +123,7 @@ pub fn forward_into(
                     let o = &mut o[(sp.t0 - base) * m..(sp.t0 - base + sp.len) * m];
                     let qf = chunk::query_features(ctx, &head, sp, &mut ws.qf);
                     sgemm(1.0, rm(qf, sp.len, c), state_values(ctx, s), 0.0, o, m);
-                    denominators(ctx, &head, sp, qf, None, &z, &mut ws.den);
+                    denominators(ctx, &head, sp, (qf, |_| 1.0), None, &z, &mut ws.den);
                     normalise_rows(ctx, o, &ws.den);
                 }
             },
@@ -188,7 +188,7 @@ pub fn backward_into(
                     let qf = chunk::query_features(ctx, &head, sp, &mut ws.qf);
                     let o = &mut o[rm_.clone()];
                     sgemm(1.0, rm(qf, sp.len, c), state_values(ctx, s), 0.0, o, m);
-                    denominators(ctx, &head, sp, qf, None, &z, &mut ws.den);
+                    denominators(ctx, &head, sp, (qf, |_| 1.0), None, &z, &mut ws.den);
                     let mut fg = ForwardGrads {
                         o,
                         g: &g[rm_.clone()],
