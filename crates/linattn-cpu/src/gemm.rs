@@ -319,7 +319,11 @@ mod tests {
             transpose_into(&src, rows, cols, ld_src, &mut dst, ld_dst);
             for i in 0..rows {
                 for j in 0..cols {
-                    assert_eq!(dst[j * ld_dst + i], src[i * ld_src + j], "{rows}x{cols} ({i},{j})");
+                    assert_eq!(
+                        dst[j * ld_dst + i],
+                        src[i * ld_src + j],
+                        "{rows}x{cols} ({i},{j})"
+                    );
                 }
             }
         }

@@ -82,7 +82,7 @@ pub(super) struct Scratch {
     /// gnᵀ, Vᵀ (`M × L`) and a state's value columns transposed (`M × C`), for the backward.
     gt: Vec<f32>,
     vt: Vec<f32>,
-    st: Vec<f32>,
+    pub st: Vec<f32>,
     /// gn rows of the reverse pass (their home, ∂V's buffer, is overwritten by ∂V).
     g: Vec<f32>,
     /// The chunk's denominators.
@@ -263,15 +263,27 @@ pub(super) fn scaled<'b>(
 
 /// `src` (`len × cols`) transposed into `buf` (`cols × len`): the layout the engine packs
 /// with plain copies for a product contracting over `cols` ([`transpose_into`]); products
-/// take it back as a view, `rm(xt, cols, len).t()`.
+/// take it back as a view, `rm(xt, cols, len).t()`. It pays where an operand enters
+/// several such products (φ(Q), φ(K), gn); for one product it costs what the engine's
+/// gather would (measured on the non-causal blocks, which therefore skip it).
 fn transposed<'b>(src: &[f32], len: usize, cols: usize, buf: &'b mut [f32]) -> &'b [f32] {
     let out = &mut buf[..cols * len];
     transpose_into(src, len, cols, cols, out, len);
     out
 }
 
+/// `src` (`len × cols`) as a column-major view of its [`transposed`] copy in `buf`.
+pub(super) fn col_major<'b>(
+    src: &[f32],
+    len: usize,
+    cols: usize,
+    buf: &'b mut [f32],
+) -> MatRef<'b> {
+    rm(transposed(src, len, cols, buf), cols, len).t()
+}
+
 /// A state's value columns transposed (`M × C`) into `buf`, for a product with Sᵀ.
-fn state_values_t<'b>(ctx: &Ctx, s: &[f32], buf: &'b mut [f32]) -> MatRef<'b> {
+pub(super) fn state_values_t<'b>(ctx: &Ctx, s: &[f32], buf: &'b mut [f32]) -> MatRef<'b> {
     let (c, m) = (ctx.cfg.c, ctx.cfg.m);
     transpose_into(s, c, m, ctx.mp, &mut buf[..m * c], c);
     rm(&buf[..m * c], m, c)
@@ -394,7 +406,10 @@ pub(super) fn normalise_rows(ctx: &Ctx, o: &mut [f32], den: &[f32]) {
 fn chunk_outputs(ctx: &Ctx, head: &Head, sp: Span, s: &[f32], o: &mut [f32], ws: &mut Scratch) {
     let (c, m, len) = (ctx.cfg.c, ctx.cfg.m, sp.len);
     let (qf, kf) = features(ctx, head, sp, &mut ws.qf, &mut ws.kf);
-    let (qt, kt) = (transposed(qf, len, c, &mut ws.qt), transposed(kf, len, c, &mut ws.kt));
+    let (qt, kt) = (
+        transposed(qf, len, c, &mut ws.qt),
+        transposed(kf, len, c, &mut ws.kt),
+    );
     let a = &mut ws.a[..len * len];
     masked_scores(ctx, rm(qt, c, len).t(), rm(kt, c, len).t(), None, a);
     let o = &mut o[..len * m];
@@ -490,10 +505,9 @@ pub(super) fn backward_forward(
     chunk_outputs(ctx, head, sp, s, out.o, ws);
     output_gradients(ctx, len, &ws.den, &mut out);
     let gd = norm_grads(ctx, &out.gd[..len]);
-    // gn and V enter products over M only: as transposed views.
-    let gn = rm(transposed(&out.gn[..len * m], len, m, &mut ws.gt), m, len).t();
-    let v = &head.v[sp.t0 * m..(sp.t0 + len) * m];
-    let v = rm(transposed(v, len, m, &mut ws.vt), m, len).t();
+    // gn and V enter products over M only: as column-major views.
+    let gn = col_major(&out.gn[..len * m], len, m, &mut ws.gt);
+    let v = col_major(&head.v[sp.t0 * m..(sp.t0 + len) * m], len, m, &mut ws.vt);
     // ∂φ(Q) = diag(λ^{t+1})(gn Sᵀ + gd zᵀ) + (P ⊙ D)φ(K); ws.z holds the z before the chunk.
     let dqf = &mut out.dqf[..len * c];
     sgemm(1.0, gn, state_values_t(ctx, s, &mut ws.st), 0.0, dqf, c);
@@ -535,7 +549,10 @@ pub(super) fn backward_reverse(
     ws.g[..len * m].copy_from_slice(&out.dv[..len * m]);
     let gn = rm(&ws.g[..len * m], len, m);
     let gd = norm_grads(ctx, &out.gd[..len]);
-    let (qt, kt) = (transposed(qf, len, c, &mut ws.qt), transposed(kf, len, c, &mut ws.kt));
+    let (qt, kt) = (
+        transposed(qf, len, c, &mut ws.qt),
+        transposed(kf, len, c, &mut ws.kt),
+    );
     masked_scores(ctx, rm(qt, c, len).t(), rm(kt, c, len).t(), None, &mut ws.a);
     // ∂φ(K) += diag(λ^{L−s})(V Rᵀ + 1 rᵀ).
     let dkf = &mut out.dkf[..len * c];
@@ -548,7 +565,14 @@ pub(super) fn backward_reverse(
     // ∂V = diag(λ^{L−s})φ(K)R + (A ⊙ D)ᵀgn.
     let dv = &mut out.dv[..len * m];
     let kdec_t = scaled_t(ctx, kt, len, |t| len - t, &mut ws.tmp.scaled);
-    sgemm(1.0, rm(kdec_t, c, len).t(), state_values(ctx, r), 0.0, dv, m);
+    sgemm(
+        1.0,
+        rm(kdec_t, c, len).t(),
+        state_values(ctx, r),
+        0.0,
+        dv,
+        m,
+    );
     sgemm(1.0, rm(&ws.a, len, len).t(), gn, 1.0, dv, m);
     let rows = Entering {
         values: gn,

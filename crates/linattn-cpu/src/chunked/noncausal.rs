@@ -7,6 +7,9 @@
 //! * backward: `∂φ(Q) = gn Sᵀ + gd zᵀ`, `R = φ(Q)ᵀgn`, `r = φ(Q)ᵀgd` (reduced the same way),
 //!   `∂φ(K) = diag(w)(V Rᵀ + 1 rᵀ)`, `∂V = diag(w)φ(K)R`.
 //!
+//! S and R enter the products with Sᵀ and Rᵀ as copies transposed once per task (see
+//! [`crate::gemm::transpose_into`]); the block operands, each used once, stay row-major.
+//!
 //! A task's share of S runs the causal recurrence over its chunks (weights `λ^{e−1−j}`
 //! for its last token e−1), and the reduction scales it by `λ^{N−e}`. Within a chunk at
 //! `t0` of length `len`, `w_{t0+t} = λ^{N−t0−len}·λ^{len−1−t}`: the backward's row scaling
@@ -14,8 +17,8 @@
 
 use super::chunk::{
     self, add_norm_share, denominators, norm_grads, normalise_rows, output_gradients, rm,
-    scale_rows, scaled, state_norm, state_values, values, Ctx, Entering, ForwardGrads, Scratch,
-    Span,
+    scale_rows, scaled, state_norm, state_values, state_values_t, values, Ctx, Entering,
+    ForwardGrads, Scratch, Span,
 };
 use super::{dphi_rows, require_causality, split, split_ref, split_staged, Shared, TaskBufs};
 use crate::fast::{check_backward_buffers, check_len, check_operands, Config, GradsF32};
@@ -181,6 +184,7 @@ pub fn backward_into(
                 let head = sh.head(h);
                 let s = &states[h * len..(h + 1) * len];
                 let z = norm_of(ctx, s);
+                let s_t = state_values_t(ctx, s, &mut ws.st);
                 let base = (i % plan.groups) * plan.group_len;
                 for sp in plan.spans(i % plan.groups, ctx.l) {
                     let r0 = sp.t0 - base;
@@ -200,7 +204,7 @@ pub fn backward_into(
                     let gn = rm(fg.gn, sp.len, m);
                     let gd = norm_grads(ctx, fg.gd);
                     let dqf = &mut fg.dqf[..sp.len * c];
-                    sgemm(1.0, gn, state_values(ctx, s).t(), 0.0, dqf, c);
+                    sgemm(1.0, gn, s_t, 0.0, dqf, c);
                     add_norm_share(ctx, dqf, |t| fg.gd[t], &z);
                     let rows = Entering {
                         values: gn,
@@ -229,20 +233,14 @@ pub fn backward_into(
                 let head = sh.head(h);
                 let r = &r_heads[h * len..(h + 1) * len];
                 let rz = norm_of(ctx, r);
+                let r_t = state_values_t(ctx, r, &mut ws.st);
                 let base = (i % plan.groups) * plan.group_len;
                 for sp in plan.spans(i % plan.groups, ctx.l) {
                     let r0 = sp.t0 - base;
                     let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
                     let w = tail_weight(ctx, sp);
                     let dkf = &mut dphi_rows(&mut dkf_head, own, rc)[..sp.len * c];
-                    sgemm(
-                        1.0,
-                        values(ctx, &head, sp),
-                        state_values(ctx, r).t(),
-                        0.0,
-                        dkf,
-                        c,
-                    );
+                    sgemm(1.0, values(ctx, &head, sp), r_t, 0.0, dkf, c);
                     add_norm_share(ctx, dkf, |_| 1.0, &rz);
                     scale_rows(ctx, dkf, c, |t| sp.len - 1 - t);
                     if cfg.has_decay {
@@ -250,14 +248,8 @@ pub fn backward_into(
                     }
                     let kf = chunk::key_features(ctx, &head, sp, &mut ws.kf);
                     let kw = scaled(ctx, kf, sp.len, c, |t| sp.len - 1 - t, &mut ws.tmp.scaled);
-                    sgemm(
-                        w,
-                        rm(kw, sp.len, c),
-                        state_values(ctx, r),
-                        0.0,
-                        &mut dv[rm_],
-                        m,
-                    );
+                    let kw = rm(kw, sp.len, c);
+                    sgemm(w, kw, state_values(ctx, r), 0.0, &mut dv[rm_], m);
                     if cfg.fused {
                         super::fused_vjp(&cfg, head.k, sp, r0, &own[..sp.len * c], dk);
                     }
