@@ -87,6 +87,8 @@ pub(super) struct Scratch {
     g: Vec<f32>,
     /// The chunk's denominators.
     pub den: Vec<f32>,
+    /// Row sums of the chunk's masked scores.
+    rowsum: Vec<f32>,
     /// The normaliser column of the state in use, contiguous.
     pub z: Vec<f32>,
     a: Vec<f32>,
@@ -107,6 +109,7 @@ impl Scratch {
             st: vec![0.0; c * m],
             g: vec![0.0; l * m],
             den: vec![0.0; l],
+            rowsum: vec![0.0; l],
             z: vec![0.0; c],
             a: vec![0.0; l * l],
             p: vec![0.0; l * l],
@@ -234,6 +237,25 @@ fn masked_scores(ctx: &Ctx, x: MatRef, y: MatRef, add: Option<&[f32]>, out: &mut
                 *x *= ctx.pow[t - s];
             }
         }
+    }
+}
+
+/// `out = (X Yᵀ ⊙ D)ᵀ` (`len × len`, row s holds column s of the masked scores) and
+/// `sums` its column sums (the masked scores' row sums): the layout the product with V
+/// packs with plain copies, for the forward's A.
+fn masked_scores_t(ctx: &Ctx, x: MatRef, y: MatRef, out: &mut [f32], sums: &mut [f32]) {
+    let len = x.rows();
+    let (out, sums) = (&mut out[..len * len], &mut sums[..len]);
+    sgemm(1.0, y, x.t(), 0.0, out, len);
+    sums.fill(0.0);
+    for (s, row) in out.chunks_exact_mut(len).enumerate() {
+        row[..s].fill(0.0);
+        if ctx.cfg.has_decay {
+            for (x, &w) in row[s..].iter_mut().zip(&ctx.pow) {
+                *x *= w;
+            }
+        }
+        sums.iter_mut().zip(row.iter()).for_each(|(a, &x)| *a += x);
     }
 }
 
@@ -370,7 +392,7 @@ pub(super) fn absorb(
 }
 
 /// `den_t = intra_t + w(t)·φ(Q)_t·z + ε_t` from the φ(Q) rows `qf` and the state's `z`,
-/// when normalised; `intra`: the masked scores (`len × len`) whose row sums join in.
+/// when normalised; `intra`: the row sums of the masked scores, when they join in.
 pub(super) fn denominators(
     ctx: &Ctx,
     head: &Head,
@@ -385,7 +407,7 @@ pub(super) fn denominators(
     }
     let (c, len) = (ctx.cfg.c, sp.len);
     for (t, (d, q)) in den[..len].iter_mut().zip(qf.chunks_exact(c)).enumerate() {
-        let own = intra.map_or(0.0, |a| kernels::sum(&a[t * len..=t * len + t]));
+        let own = intra.map_or(0.0, |a| a[t]);
         *d = own + w(t) * kernels::dot::<false>(q, &z[..c]) + head.eps(ctx.cfg, sp.t0 + t);
     }
 }
@@ -402,7 +424,7 @@ pub(super) fn normalise_rows(ctx: &Ctx, o: &mut [f32], den: &[f32]) {
 
 /// O rows before normalisation into `o` (`len × M`) and, when normalised, the state's z
 /// into `ws.z` and the denominators into `ws.den`, from the state S before the chunk;
-/// leaves φ (fused maps) and A ⊙ D in `ws`.
+/// leaves φ (fused maps) in `ws`.
 fn chunk_outputs(ctx: &Ctx, head: &Head, sp: Span, s: &[f32], o: &mut [f32], ws: &mut Scratch) {
     let (c, m, len) = (ctx.cfg.c, ctx.cfg.m, sp.len);
     let (qf, kf) = features(ctx, head, sp, &mut ws.qf, &mut ws.kf);
@@ -410,15 +432,16 @@ fn chunk_outputs(ctx: &Ctx, head: &Head, sp: Span, s: &[f32], o: &mut [f32], ws:
         transposed(qf, len, c, &mut ws.qt),
         transposed(kf, len, c, &mut ws.kt),
     );
-    let a = &mut ws.a[..len * len];
-    masked_scores(ctx, rm(qt, c, len).t(), rm(kt, c, len).t(), None, a);
+    let (qv, kv) = (rm(qt, c, len).t(), rm(kt, c, len).t());
+    let a_t = &mut ws.a[..len * len];
+    masked_scores_t(ctx, qv, kv, a_t, &mut ws.rowsum);
     let o = &mut o[..len * m];
-    sgemm(1.0, rm(a, len, len), values(ctx, head, sp), 0.0, o, m);
+    sgemm(1.0, rm(a_t, len, len).t(), values(ctx, head, sp), 0.0, o, m);
     let qdec_t = scaled_t(ctx, qt, len, |t| t + 1, &mut ws.tmp.scaled);
     sgemm(1.0, rm(qdec_t, c, len).t(), state_values(ctx, s), 1.0, o, m);
     state_norm(ctx, s, &mut ws.z);
     let w = |t: usize| ctx.pow[t + 1];
-    denominators(ctx, head, sp, (qf, w), Some(&*a), &ws.z, &mut ws.den);
+    denominators(ctx, head, sp, (qf, w), Some(&ws.rowsum), &ws.z, &mut ws.den);
 }
 
 /// Forward of one chunk: O rows (`len × M`) and the state moved past the chunk.

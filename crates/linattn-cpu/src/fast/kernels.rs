@@ -355,18 +355,6 @@ pub fn dot<const FMA: bool>(x: &[f32], y: &[f32]) -> f32 {
     hsum8(acc) + tail
 }
 
-/// `Σ x` over 8 lanes (vectorisable, unlike a sequential fold).
-pub fn sum(x: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let mut xc = x.chunks_exact(8);
-    for xa in &mut xc {
-        for t in 0..8 {
-            acc[t] += xa[t];
-        }
-    }
-    hsum8(acc) + xc.remainder().iter().sum::<f32>()
-}
-
 /// `eˣ` for the fused maps, vectorisable: `x = n·ln2 + r`, |r| ≤ ln2/2, a degree-7 Taylor
 /// polynomial in r (relative error < 1e-8 before rounding), times `2ⁿ` built from its bits.
 /// x is clamped to [−87, 88]: below, the true value is subnormal (< 1.2e-38) and 1.6e-38 is
@@ -481,8 +469,6 @@ mod tests {
         let y: Vec<f32> = (0..37).map(|i| (i as f32 * 0.11).cos()).collect();
         let plain: f32 = x.iter().zip(&y).map(|(a, b)| a * b).sum();
         assert!((dot::<false>(&x, &y) - plain).abs() < 1e-5);
-        let total: f32 = x.iter().sum();
-        assert!((sum(&x) - total).abs() < 1e-5 && sum(&x[..5]) == x[..5].iter().sum::<f32>());
         // S is 3 × 37, q of length 3.
         let s: Vec<f32> = (0..3 * 37).map(|i| (i as f32 * 0.05).cos()).collect();
         let q = [0.5f32, -1.0, 2.0];
