@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// 2 added `profiles`; files of version 1 (bench cells only) are still read.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 /// The oldest version this linattn reads.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
@@ -24,8 +24,9 @@ pub struct ResultsFile {
     /// Copy bandwidth measured in the same run, one entry per device kind timed.
     #[serde(default)]
     pub copy_bandwidth: Vec<CopyBandwidth>,
-    /// The host's fp32 GEMM rate measured in the same run (runs with CPU backends): the
-    /// compute limit every CPU cell's `pct_of_gemm` reads against.
+    /// The host's fp32 GEMM rate measured once at the start of the run (runs with CPU
+    /// backends). Each CPU cell also carries the rate measured around it
+    /// (`Cell::gemm_adjacent_gflops`), which its `pct_of_gemm` reads against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_rate: Option<GemmRateRecord>,
     #[serde(default)]
@@ -294,9 +295,16 @@ pub struct Cell {
     #[serde(default)]
     pub pct_of_copy: Option<f64>,
     /// CPU cells: useful FLOPs of the form (`Problem::useful_flops`) / time / the run's GEMM
-    /// rate, in percent: how close to the machine's compute limit the cell ran.
+    /// rate measured around the cell (median of `gemm_adjacent_gflops`), in percent: how
+    /// close to the machine's compute limit the cell ran.
     #[serde(default)]
     pub pct_of_gemm: Option<f64>,
+    /// CPU cells: fp32 GEMM rate samples (GFLOP/s, the products of `gemm_rate`) taken just
+    /// before and just after the cell's timed runs, half each. A shared machine's speed
+    /// drifts by tens of percent over minutes; the rate next to the cell tracks that drift
+    /// where the run's single rate cannot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gemm_adjacent_gflops: Vec<f64>,
 }
 
 impl Cell {
@@ -347,6 +355,7 @@ impl Cell {
             gbps: None,
             pct_of_copy: None,
             pct_of_gemm: None,
+            gemm_adjacent_gflops: Vec::new(),
         }
     }
 

@@ -185,7 +185,7 @@ fn bench_writes_a_results_file_that_compare_and_report_read() {
     );
     let text = std::fs::read_to_string(&out_path).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     let cells = v["cells"].as_array().unwrap();
     assert!(!cells.is_empty());
     // The run measured the host's GEMM rate, and every ok CPU cell reads against it.
@@ -198,6 +198,10 @@ fn bench_writes_a_results_file_that_compare_and_report_read() {
         .filter(|c| c["status"] == "ok" && c["device"] == "cpu")
     {
         assert!(c["pct_of_gemm"].as_f64().unwrap() > 0.0, "{c}");
+        // The rate measured around the cell: two samples before, two after.
+        let adjacent = c["gemm_adjacent_gflops"].as_array().unwrap();
+        assert_eq!(adjacent.len(), 4, "{c}");
+        assert!(adjacent.iter().all(|r| r.as_f64().unwrap() > 0.0), "{c}");
         assert!(c["staged_bytes"].as_u64().unwrap() > 0, "{c}");
         assert!(c["harness_bytes"].is_u64(), "{c}");
     }

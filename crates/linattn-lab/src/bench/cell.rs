@@ -1,7 +1,7 @@
 //! One cell of the sweep: stage, warm up, sample adaptively, record time, memory and rates;
 //! predict and skip cells that would be too slow; turn errors and panics into a status.
 
-use super::probes::gpu;
+use super::probes::{self, gpu};
 use super::rates::{flops, minimal_bytes, time_exponent};
 use crate::results::{Cell, CellShape, CellStatus, Mode, PeakSource};
 use crate::stats::SampleStats;
@@ -191,9 +191,14 @@ pub(super) struct CellContext<'a> {
     pub(super) sampling: &'a Sampling,
     pub(super) max_cell_seconds: f64,
     pub(super) copy_gbps: &'a HashMap<DeviceKind, f64>,
-    /// The run's fp32 GEMM rate (GFLOP/s) when CPU backends are in it.
-    pub(super) gemm_gflops: Option<f64>,
+    /// Whether the run measures fp32 GEMM rates (CPU backends are in it): CPU cells then
+    /// take samples around their timed runs.
+    pub(super) gemm_probe: bool,
 }
+
+/// GEMM rate samples taken before, and again after, a CPU cell's timed runs (≈ 0.1 s in
+/// all on two cores).
+const GEMM_SAMPLES_EACH_SIDE: usize = 2;
 
 pub(super) fn bench_cell(
     backend: &mut dyn Backend,
@@ -315,10 +320,19 @@ pub(super) fn bench_cell(
             return fail_stopping_on_oom(series, cell, &e, e.to_string());
         }
     }
+    let probe_gemm = ctx.gemm_probe && info.device == DeviceKind::Cpu;
+    let mut adjacent = if probe_gemm {
+        probes::cpu_gemm_samples(GEMM_SAMPLES_EACH_SIDE)
+    } else {
+        Vec::new()
+    };
     let result = guarded(&info.name, || {
         measure(backend, p, &inputs, ctx.mode, ctx.sampling)
     });
     backend.release();
+    if probe_gemm {
+        adjacent.extend(probes::cpu_gemm_samples(GEMM_SAMPLES_EACH_SIDE));
+    }
     let m = match result {
         Ok(m) => m,
         Err(e) => return fail_stopping_on_oom(series, cell, &e, e.to_string()),
@@ -361,7 +375,9 @@ pub(super) fn bench_cell(
                 Mode::ForwardBackward => Pass::ForwardBackward,
             };
             let useful_gflops = p.useful_flops(info.algorithm, pass) / st.median / 1e9;
-            cell.pct_of_gemm = ctx.gemm_gflops.map(|rate| 100.0 * useful_gflops / rate);
+            let rate = SampleStats::of(&adjacent).map(|s| s.median);
+            cell.pct_of_gemm = rate.map(|rate| 100.0 * useful_gflops / rate);
+            cell.gemm_adjacent_gflops = adjacent;
         }
     }
     cell

@@ -95,8 +95,14 @@ pub(super) fn gpu_copy_bandwidth() -> Result<CopyBandwidth, AttnError> {
     })
 }
 
+/// `k` samples of the host's fp32 GEMM rate (GFLOP/s) on the products of
+/// [`cpu_gemm_rate`], after one warm-up product: taken around each CPU cell.
+pub(super) fn cpu_gemm_samples(k: usize) -> Vec<f64> {
+    linattn_cpu::gemm::measure_f32_rate_with(1024, k).samples_gflops
+}
+
 /// The host's fp32 GEMM rate (5 products of 1024² matrices on every core, ≈ 0.2 s on two
-/// cores): the limit the "% GEMM" column reads CPU cells against.
+/// cores), once per run.
 pub(super) fn cpu_gemm_rate() -> GemmRateRecord {
     let rate = linattn_cpu::gemm::measure_f32_rate();
     GemmRateRecord {

@@ -172,8 +172,9 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
     }
     if let Some(g) = &file.gemm_rate {
         out.push_str(&format!(
-            "fp32 GEMM rate ({0}×{0}, every core): median {1:.1} GFLOP/s over {2} samples; \
-             % GEMM = useful FLOPs of the form / time / this rate\n",
+            "fp32 GEMM rate ({0}×{0}, every core): median {1:.1} GFLOP/s over {2} samples at \
+             the start; % GEMM = useful FLOPs of the form / time / the rate measured just \
+             before and after the cell\n",
             g.shape,
             g.median_gflops,
             g.samples_gflops.len()
