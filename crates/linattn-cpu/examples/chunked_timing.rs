@@ -82,6 +82,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         time("chunked bwd", &|| {
             chunked::backward_into(&p, &q, &k, &v, &g, &mut o(), &mut gr()).unwrap()
         });
+        // Given the forward's O (as `FastBackend` runs it after its forward).
+        let o_c = chunked::forward(&p, &q, &k, &v)?;
+        let o_n = chunked::noncausal_forward(&pn, &q, &k, &v)?;
+        time("chunked bwd given O", &|| {
+            chunked::backward_from_output_into(&p, &q, &k, &v, &g, &o_c, &mut gr()).unwrap()
+        });
+        time("noncausal-gemm bwd given O", &|| {
+            chunked::noncausal_backward_from_output_into(&pn, &q, &k, &v, &g, &o_n, &mut gr())
+                .unwrap()
+        });
         time("noncausal-gemm bwd", &|| {
             chunked::noncausal_backward_into(&pn, &q, &k, &v, &g, &mut o(), &mut gr()).unwrap()
         });

@@ -194,7 +194,8 @@ pub struct FastBackend {
     grads: Option<GradsF32>,
     /// Whether `grads` belong to the last forward (a forward makes them stale).
     grads_current: bool,
-    /// The backward's own O (it recomputes the forward), kept for the next run's reuse.
+    /// The recurrent backward's own O (it recomputes the forward), kept for the next run's
+    /// reuse.
     recomputed_out: Vec<f32>,
 }
 
@@ -312,9 +313,10 @@ impl Backend for FastBackend {
         let d_out = st.d_out.as_ref().ok_or_else(|| {
             AttnError::InvalidArgument("backward needs d_out (∂L/∂O), none was staged".into())
         })?;
-        if self.output.is_none() {
+        // The output is this staging's forward's O: staging clears it.
+        let Some(out) = self.output.as_deref() else {
             return Err(no_forward());
-        }
+        };
         // The previous run's gradient buffers and recomputed O are reused (every element is
         // overwritten), so repeated runs do not fault in fresh pages.
         let s = st.problem.shape;
@@ -324,16 +326,22 @@ impl Backend for FastBackend {
             _ => GradsF32::zeros(qk_len, v_len),
         };
         let mut o = std::mem::take(&mut self.recomputed_out);
-        o.resize(v_len, 0.0);
         let (p, q, k, v) = (&st.problem, &st.q[..], &st.k[..], &st.v[..]);
+        // Every backward is memory-efficient: the states are recomputed, none is kept from
+        // the forward. The GEMM forms take the forward's O (as a training step has it); the
+        // recurrent form computes O again on its way.
         let start = Instant::now();
-        // The memory-efficient backward recomputes the forward's states; O comes out again.
         match self.form {
-            Form::Chunked => chunked::backward_into(p, q, k, v, d_out, &mut o, &mut grads)?,
-            Form::Parallel => {
-                chunked::noncausal_backward_into(p, q, k, v, d_out, &mut o, &mut grads)?
+            Form::Chunked => {
+                chunked::backward_from_output_into(p, q, k, v, d_out, out, &mut grads)?
             }
-            _ => fast::backward_into(p, q, k, v, d_out, &mut o, &mut grads)?,
+            Form::Parallel => {
+                chunked::noncausal_backward_from_output_into(p, q, k, v, d_out, out, &mut grads)?
+            }
+            _ => {
+                o.resize(v_len, 0.0);
+                fast::backward_into(p, q, k, v, d_out, &mut o, &mut grads)?
+            }
         }
         let elapsed = start.elapsed();
         self.grads = Some(grads);

@@ -9,10 +9,56 @@ mod common;
 use common::{cases, compare_f32, problem};
 use linattn_core::{AttnError, Causality, FeatureMap, Problem, Shape};
 use linattn_cpu::chunked::{self, CHUNK};
+use linattn_cpu::fast::GradsF32;
 use proptest::prelude::*;
 
+/// Both backward entry points: recomputing O, and given the forward's O.
 fn compare(p: &Problem, seed: u64) {
     compare_f32(p, seed, chunked::forward, chunked::backward);
+    compare_f32(p, seed, chunked::forward, backward_given_forward);
+}
+
+type Forward = fn(&Problem, &[f32], &[f32], &[f32]) -> Result<Vec<f32>, AttnError>;
+type BackwardFromOutput =
+    fn(&Problem, &[f32], &[f32], &[f32], &[f32], &[f32], &mut GradsF32) -> Result<(), AttnError>;
+
+/// The backward a training step runs: the forward's O handed to the form's
+/// `backward_from_output_into`.
+fn given_forward(
+    (forward, backward): (Forward, BackwardFromOutput),
+    p: &Problem,
+    (q, k, v, g): (&[f32], &[f32], &[f32], &[f32]),
+) -> Result<(Vec<f32>, GradsF32), AttnError> {
+    let o = forward(p, q, k, v)?;
+    let mut grads = GradsF32::zeros(q.len(), v.len());
+    backward(p, q, k, v, g, &o, &mut grads)?;
+    Ok((o, grads))
+}
+
+fn backward_given_forward(
+    p: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+) -> Result<(Vec<f32>, GradsF32), AttnError> {
+    let form: (Forward, BackwardFromOutput) =
+        (chunked::forward, chunked::backward_from_output_into);
+    given_forward(form, p, (q, k, v, g))
+}
+
+fn noncausal_backward_given_forward(
+    p: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+) -> Result<(Vec<f32>, GradsF32), AttnError> {
+    let form: (Forward, BackwardFromOutput) = (
+        chunked::noncausal_forward,
+        chunked::noncausal_backward_from_output_into,
+    );
+    given_forward(form, p, (q, k, v, g))
 }
 
 fn causal_cases() -> Vec<FeatureMap> {
@@ -84,7 +130,13 @@ fn non_causal_on_gemms_every_map() {
                         seed,
                         chunked::noncausal_forward,
                         chunked::noncausal_backward,
-                    )
+                    );
+                    compare_f32(
+                        &p,
+                        seed,
+                        chunked::noncausal_forward,
+                        noncausal_backward_given_forward,
+                    );
                 });
             }
         }
@@ -179,7 +231,7 @@ fn forward_into_overwrites_a_reused_buffer() {
 /// length.
 #[test]
 fn backward_into_overwrites_reused_buffers() {
-    use linattn_cpu::fast::{BackwardInto as Into, GradsF32};
+    use linattn_cpu::fast::BackwardInto as Into;
     type Alloc =
         fn(&Problem, &[f32], &[f32], &[f32], &[f32]) -> Result<(Vec<f32>, GradsF32), AttnError>;
     let shape = Shape::new(1, 3, 2 * CHUNK + 3, 5, 7);
@@ -227,6 +279,66 @@ fn backward_into_overwrites_reused_buffers() {
                     Err(AttnError::ShapeMismatch(_))
                 ));
             }
+        }
+    }
+}
+
+/// Given the forward's O, each GEMM form's backward overwrites every gradient (NaN-filled
+/// here) with what its recomputing backward gives, to f32 rounding (the causal
+/// denominators come from a running sum instead of the scores' row sums), and refuses an
+/// O of the wrong length.
+#[test]
+fn backward_from_output_overwrites_and_matches_the_recomputing_backward() {
+    type Alloc =
+        fn(&Problem, &[f32], &[f32], &[f32], &[f32]) -> Result<(Vec<f32>, GradsF32), AttnError>;
+    let forms: [(Causality, Alloc, BackwardFromOutput); 2] = [
+        (
+            Causality::Causal,
+            chunked::backward,
+            chunked::backward_from_output_into,
+        ),
+        (
+            Causality::NonCausal,
+            chunked::noncausal_backward,
+            chunked::noncausal_backward_from_output_into,
+        ),
+    ];
+    let shape = Shape::new(1, 3, 2 * CHUNK + 3, 5, 7);
+    let x = linattn_core::Inputs::random(shape, 11, true).unwrap();
+    let (q, k, v) = (x.q.to_f32(), x.k.to_f32(), x.v.to_f32());
+    let g = x.d_out.as_ref().unwrap().to_f32();
+    let maps = [
+        FeatureMap::EluPlusOne,
+        FeatureMap::Softmax,
+        FeatureMap::Identity,
+    ];
+    for ((causality, recomputing, from_output), map) in forms
+        .into_iter()
+        .flat_map(|f| maps.into_iter().map(move |m| (f, m)))
+    {
+        for decay in [1.0, 0.9] {
+            let p = Problem::new(shape, causality, map).with_decay(decay);
+            let (o, want) = recomputing(&p, &q, &k, &v, &g).unwrap();
+            let mut got = GradsF32 {
+                dq: vec![f32::NAN; q.len()],
+                dk: vec![f32::NAN; k.len()],
+                dv: vec![f32::NAN; v.len()],
+            };
+            from_output(&p, &q, &k, &v, &g, &o, &mut got).unwrap();
+            for (name, a, b) in [
+                ("dQ", &got.dq, &want.dq),
+                ("dK", &got.dk, &want.dk),
+                ("dV", &got.dv, &want.dv),
+            ] {
+                let scale = b.iter().fold(0f32, |s, x| s.max(x.abs()));
+                for (x, y) in a.iter().zip(b.iter()) {
+                    assert!((x - y).abs() <= 1e-5 * scale, "{name} {p}: {x} vs {y}");
+                }
+            }
+            assert!(matches!(
+                from_output(&p, &q, &k, &v, &g, &o[1..], &mut got),
+                Err(AttnError::ShapeMismatch(_))
+            ));
         }
     }
 }

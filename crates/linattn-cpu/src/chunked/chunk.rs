@@ -477,8 +477,7 @@ pub(super) fn state_only(ctx: &Ctx, head: &Head, sp: Span, s: &mut [f32], ws: &m
 
 /// What the backward's forward direction writes for one chunk.
 pub(super) struct ForwardGrads<'o> {
-    /// O rows before normalisation in, O rows out.
-    pub o: &'o mut [f32],
+    pub o: ChunkOut<'o>,
     /// `G` rows in, `gn = G/den` rows out (parked in ∂V's buffer until the reverse pass).
     pub g: &'o [f32],
     pub gn: &'o mut [f32],
@@ -487,24 +486,76 @@ pub(super) struct ForwardGrads<'o> {
     pub dqf: &'o mut [f32],
 }
 
-/// O rows normalised by `den`, then `gn = G/den` and `gd = −(G·O)/den` (G and 0 when not
-/// normalised).
-pub(super) fn output_gradients(ctx: &Ctx, len: usize, den: &[f32], out: &mut ForwardGrads) {
+/// A chunk's O rows in the backward: computed here (written), or given by the caller's
+/// forward (read).
+pub(super) enum ChunkOut<'o> {
+    Compute(&'o mut [f32]),
+    Given(&'o [f32]),
+}
+
+impl ChunkOut<'_> {
+    /// Elements `r` of these rows, computed or given as they are.
+    pub fn rows(&mut self, r: std::ops::Range<usize>) -> ChunkOut<'_> {
+        match self {
+            ChunkOut::Compute(o) => ChunkOut::Compute(&mut o[r]),
+            ChunkOut::Given(o) => ChunkOut::Given(&o[r]),
+        }
+    }
+}
+
+/// `gn = G/den` and `gd = −(G·O)/den` (G and 0 when not normalised) from the O rows `o`.
+pub(super) fn output_gradients(
+    ctx: &Ctx,
+    len: usize,
+    den: &[f32],
+    o: &[f32],
+    g: &[f32],
+    gn: &mut [f32],
+    gd: &mut [f32],
+) {
     let m = ctx.cfg.m;
-    let (o, g) = (&mut out.o[..len * m], &out.g[..len * m]);
+    let g = &g[..len * m];
     if !ctx.cfg.normalised {
-        out.gn[..len * m].copy_from_slice(g);
-        out.gd[..len].fill(0.0);
+        gn[..len * m].copy_from_slice(g);
+        gd[..len].fill(0.0);
         return;
     }
-    normalise_rows(ctx, o, den);
     for t in 0..len {
         let (orow, grow) = (&o[t * m..(t + 1) * m], &g[t * m..(t + 1) * m]);
         let inv = 1.0 / den[t];
-        for (x, &g) in out.gn[t * m..(t + 1) * m].iter_mut().zip(grow) {
+        for (x, &g) in gn[t * m..(t + 1) * m].iter_mut().zip(grow) {
             *x = g * inv;
         }
-        out.gd[t] = -kernels::dot::<false>(grow, orow) * inv;
+        gd[t] = -kernels::dot::<false>(grow, orow) * inv;
+    }
+}
+
+/// The denominators of a chunk without its L×L scores, for the backward given O:
+/// `den_t = λ^{t+1} φ(Q)_t·z + φ(Q)_t·k̄_t + ε_t`, `k̄_t = Σ_{s≤t} λ^{t−s} φ(K)_s` (a
+/// running sum in `acc`); z, the state's, in `ws_z`.
+fn running_denominators(
+    ctx: &Ctx,
+    head: &Head,
+    sp: Span,
+    (qf, kf): (&[f32], &[f32]),
+    z: &[f32],
+    acc: &mut [f32],
+    den: &mut [f32],
+) {
+    if !ctx.cfg.normalised {
+        return;
+    }
+    let c = ctx.cfg.c;
+    let acc = &mut acc[..c];
+    acc.fill(0.0);
+    let rows = qf.chunks_exact(c).zip(kf.chunks_exact(c)).take(sp.len);
+    for (t, (q, k)) in rows.enumerate() {
+        let decay = ctx.cfg.decay;
+        acc.iter_mut()
+            .zip(k)
+            .for_each(|(a, &x)| *a = decay * *a + x);
+        let inter = ctx.pow[t + 1] * kernels::dot::<false>(q, &z[..c]);
+        den[t] = inter + kernels::dot::<false>(q, acc) + head.eps(ctx.cfg, sp.t0 + t);
     }
 }
 
@@ -513,20 +564,35 @@ pub(super) fn norm_grads<'g>(ctx: &Ctx, gd: &'g [f32]) -> Option<&'g [f32]> {
     ctx.cfg.normalised.then_some(gd)
 }
 
-/// Backward, forward direction: O, gn, gd and ∂φ(Q) of a chunk, and the chunk's own
-/// share of ∂φ(K) into `dkf_own` (`len × C`); advances S.
+/// Backward, forward direction: O (unless given), gn, gd and ∂φ(Q) of a chunk, and the
+/// chunk's own share of ∂φ(K) into `dkf_own` (`len × C`); advances S. Given O, the chunk
+/// skips its three output products (scores, scores·V, φ(Q)·S): the denominators come from
+/// a running sum of φ(K).
 pub(super) fn backward_forward(
     ctx: &Ctx,
     head: &Head,
     sp: Span,
     s: &mut [f32],
-    mut out: ForwardGrads,
+    out: ForwardGrads,
     dkf_own: &mut [f32],
     ws: &mut Scratch,
 ) {
     let (c, m, len) = (ctx.cfg.c, ctx.cfg.m, sp.len);
-    chunk_outputs(ctx, head, sp, s, out.o, ws);
-    output_gradients(ctx, len, &ws.den, &mut out);
+    let o: &[f32] = match out.o {
+        ChunkOut::Compute(o) => {
+            chunk_outputs(ctx, head, sp, s, o, ws);
+            normalise_rows(ctx, &mut o[..len * m], &ws.den);
+            o
+        }
+        ChunkOut::Given(o) => {
+            let (qf, kf) = features(ctx, head, sp, &mut ws.qf, &mut ws.kf);
+            state_norm(ctx, s, &mut ws.z);
+            let acc = &mut ws.tmp.colsum;
+            running_denominators(ctx, head, sp, (qf, kf), &ws.z, acc, &mut ws.den);
+            o
+        }
+    };
+    output_gradients(ctx, len, &ws.den, o, out.g, out.gn, out.gd);
     let gd = norm_grads(ctx, &out.gd[..len]);
     // gn and V enter products over M only: as column-major views.
     let gn = col_major(&out.gn[..len * m], len, m, &mut ws.gt);

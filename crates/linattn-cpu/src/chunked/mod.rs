@@ -14,13 +14,15 @@ mod chunk;
 mod noncausal;
 
 pub use noncausal::{
-    backward as noncausal_backward, backward_into as noncausal_backward_into,
-    forward as noncausal_forward, forward_into as noncausal_forward_into,
+    backward as noncausal_backward,
+    backward_from_output_into as noncausal_backward_from_output_into,
+    backward_into as noncausal_backward_into, forward as noncausal_forward,
+    forward_into as noncausal_forward_into,
 };
 
 use crate::fast::{check_backward_buffers, check_len, check_operands, kernels, Config, GradsF32};
 use crate::maps::{Featurised, Operand};
-use chunk::{Ctx, ForwardGrads, Head, ReverseGrads, Scratch, Span};
+use chunk::{ChunkOut, Ctx, ForwardGrads, Head, ReverseGrads, Scratch, Span};
 use linattn_core::{AttnError, Problem};
 use rayon::prelude::*;
 
@@ -92,6 +94,20 @@ fn split_ref<'a, T>(buf: &'a [T], plan: &Plan, width: usize) -> Vec<&'a [T]> {
     buf.chunks(plan.n * width)
         .flat_map(|head| head.chunks(plan.group_len * width))
         .collect()
+}
+
+/// [`split`] of the backward's O rows, computed or given.
+fn split_out<'a>(out: ChunkOut<'a>, plan: &Plan, m: usize) -> Vec<ChunkOut<'a>> {
+    match out {
+        ChunkOut::Compute(o) => split(o, plan, m)
+            .into_iter()
+            .map(ChunkOut::Compute)
+            .collect(),
+        ChunkOut::Given(o) => split_ref(o, plan, m)
+            .into_iter()
+            .map(ChunkOut::Given)
+            .collect(),
+    }
 }
 
 /// [`split`] of the whole-head ∂φ buffer of staged maps; `None` per task for fused maps.
@@ -271,6 +287,34 @@ pub fn backward_into(
 ) -> Result<(), AttnError> {
     require_causality(problem, true)?;
     check_backward_buffers(problem, q, k, v, d_out, out, grads)?;
+    backward_chunks(problem, (q, k, v, d_out), ChunkOut::Compute(out), grads)
+}
+
+/// The gradients (every element of `grads` overwritten) given `o`, the O of this
+/// problem's forward (as a training step has it): the forward direction then skips its
+/// three output products per chunk, about a third of its work. `o` must be that forward's
+/// output; another O gives wrong gradients.
+pub fn backward_from_output_into(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_out: &[f32],
+    o: &[f32],
+    grads: &mut GradsF32,
+) -> Result<(), AttnError> {
+    require_causality(problem, true)?;
+    check_backward_buffers(problem, q, k, v, d_out, o, grads)?;
+    backward_chunks(problem, (q, k, v, d_out), ChunkOut::Given(o), grads)
+}
+
+/// The two directions of the backward over the checked operands `(q, k, v, d_out)`.
+fn backward_chunks(
+    problem: &Problem,
+    (q, k, v, d_out): (&[f32], &[f32], &[f32], &[f32]),
+    out: ChunkOut,
+    grads: &mut GradsF32,
+) -> Result<(), AttnError> {
     let cfg = Config::new(problem);
     let bh = problem.shape.bh();
     let sh = Shared::new(&cfg, bh, chunk_len(), q, k, v);
@@ -302,7 +346,7 @@ pub fn backward_into(
     // Forward direction: O, gn (into dv), gd, ∂φ(Q) → ∂Q.
     let mut starts = sh.forward_starts();
     {
-        let o_t = split(out, &plan, m);
+        let o_t = split_out(out, &plan, m);
         let g_t = split_ref(d_out, &plan, m);
         let gn_t = split(&mut grads.dv, &plan, m);
         let gd_t = split(&mut gd, &plan, 1);
@@ -321,7 +365,7 @@ pub fn backward_into(
             .for_each_init(
                 || TaskBufs::new(&sh.ctx),
                 |TaskBufs { ws, dphi: dqf_buf },
-                 (i, (((((((o, g), gn), gdp), dq), dqf_head), dkf), s))| {
+                 (i, (((((((mut o, g), gn), gdp), dq), dqf_head), dkf), s))| {
                     let (head, grp) = (sh.head(i / plan.groups), i % plan.groups);
                     let base = grp * plan.group_len;
                     let mut dqf_head = dqf_head;
@@ -330,7 +374,7 @@ pub fn backward_into(
                         let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
                         let dqf = dphi_rows(&mut dqf_head, dqf_buf, rc.clone());
                         let fg = ForwardGrads {
-                            o: &mut o[rm_.clone()],
+                            o: o.rows(rm_.clone()),
                             g: &g[rm_.clone()],
                             gn: &mut gn[rm_],
                             gd: &mut gdp[r0..r0 + sp.len],

@@ -17,10 +17,12 @@
 
 use super::chunk::{
     self, add_norm_share, denominators, norm_grads, normalise_rows, output_gradients, rm,
-    scale_rows, scaled, state_norm, state_values, state_values_t, values, Ctx, Entering,
-    ForwardGrads, Scratch, Span,
+    scale_rows, scaled, state_norm, state_values, state_values_t, values, ChunkOut, Ctx, Entering,
+    Scratch, Span,
 };
-use super::{dphi_rows, require_causality, split, split_ref, split_staged, Shared, TaskBufs};
+use super::{
+    dphi_rows, require_causality, split, split_out, split_ref, split_staged, Shared, TaskBufs,
+};
 use crate::fast::{check_backward_buffers, check_len, check_operands, Config, GradsF32};
 use crate::gemm::sgemm;
 use linattn_core::{AttnError, Problem};
@@ -158,6 +160,33 @@ pub fn backward_into(
 ) -> Result<(), AttnError> {
     require_causality(problem, false)?;
     check_backward_buffers(problem, q, k, v, d_out, out, grads)?;
+    backward_blocks(problem, (q, k, v, d_out), ChunkOut::Compute(out), grads)
+}
+
+/// The gradients (every element of `grads` overwritten) given `o`, the O of this
+/// problem's forward: the first pass then skips its φ(Q)·S product per block. `o` must be
+/// that forward's output; another O gives wrong gradients.
+pub fn backward_from_output_into(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_out: &[f32],
+    o: &[f32],
+    grads: &mut GradsF32,
+) -> Result<(), AttnError> {
+    require_causality(problem, false)?;
+    check_backward_buffers(problem, q, k, v, d_out, o, grads)?;
+    backward_blocks(problem, (q, k, v, d_out), ChunkOut::Given(o), grads)
+}
+
+/// The two passes of the backward over the checked operands `(q, k, v, d_out)`.
+fn backward_blocks(
+    problem: &Problem,
+    (q, k, v, d_out): (&[f32], &[f32], &[f32], &[f32]),
+    out: ChunkOut,
+    grads: &mut GradsF32,
+) -> Result<(), AttnError> {
     let cfg = Config::new(problem);
     let sh = Shared::new(&cfg, problem.shape.bh(), block_len(), q, k, v);
     let (ctx, plan) = (&sh.ctx, sh.plan);
@@ -168,7 +197,7 @@ pub fn backward_into(
 
     // O, gn (parked in ∂V), gd, ∂φ(Q) = gn Sᵀ + gd zᵀ → ∂Q, and each task's share of (R, r).
     let mut r_parts = vec![0f32; plan.bh * plan.groups * len];
-    split(out, &plan, m)
+    split_out(out, &plan, m)
         .into_par_iter()
         .zip(split_ref(d_out, &plan, m))
         .zip(split(&mut grads.dv, &plan, m))
@@ -179,7 +208,7 @@ pub fn backward_into(
         .enumerate()
         .for_each_init(
             || TaskBufs::new(ctx),
-            |TaskBufs { ws, dphi: own }, (i, ((((((o, g), gn), gdp), dq), mut dqf_all), r))| {
+            |TaskBufs { ws, dphi: own }, (i, ((((((mut o, g), gn), gdp), dq), mut dqf_all), r))| {
                 let h = i / plan.groups;
                 let head = sh.head(h);
                 let s = &states[h * len..(h + 1) * len];
@@ -190,22 +219,22 @@ pub fn backward_into(
                     let r0 = sp.t0 - base;
                     let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
                     let qf = chunk::query_features(ctx, &head, sp, &mut ws.qf);
-                    let o = &mut o[rm_.clone()];
-                    sgemm(1.0, rm(qf, sp.len, c), state_values(ctx, s), 0.0, o, m);
                     denominators(ctx, &head, sp, (qf, |_| 1.0), None, &z, &mut ws.den);
-                    let mut fg = ForwardGrads {
-                        o,
-                        g: &g[rm_.clone()],
-                        gn: &mut gn[rm_],
-                        gd: &mut gdp[r0..r0 + sp.len],
-                        dqf: dphi_rows(&mut dqf_all, own, rc),
+                    let o: &[f32] = match o.rows(rm_.clone()) {
+                        ChunkOut::Compute(o) => {
+                            sgemm(1.0, rm(qf, sp.len, c), state_values(ctx, s), 0.0, o, m);
+                            normalise_rows(ctx, o, &ws.den);
+                            o
+                        }
+                        ChunkOut::Given(o) => o,
                     };
-                    output_gradients(ctx, sp.len, &ws.den, &mut fg);
-                    let gn = rm(fg.gn, sp.len, m);
-                    let gd = norm_grads(ctx, fg.gd);
-                    let dqf = &mut fg.dqf[..sp.len * c];
+                    let (gn, gd) = (&mut gn[rm_.clone()], &mut gdp[r0..r0 + sp.len]);
+                    output_gradients(ctx, sp.len, &ws.den, o, &g[rm_], gn, gd);
+                    let dqf = &mut dphi_rows(&mut dqf_all, own, rc)[..sp.len * c];
+                    let (gn, gd_rows) = (rm(gn, sp.len, m), &*gd);
+                    let gd = norm_grads(ctx, gd_rows);
                     sgemm(1.0, gn, s_t, 0.0, dqf, c);
-                    add_norm_share(ctx, dqf, |t| fg.gd[t], &z);
+                    add_norm_share(ctx, dqf, |t| gd_rows[t], &z);
                     let rows = Entering {
                         values: gn,
                         norm: gd,
