@@ -6,9 +6,11 @@
 //! does not (B·H = 1 on two cores), each head is cut into as many groups as the pool has
 //! threads per head: a first parallel pass computes each group's own state contribution, a
 //! short scan over groups gives every group its starting state, and the groups then run in
-//! parallel. The backward does the same twice, forward for S⁺ and in reverse for R⁺.
-//! Extra memory: one C×M' state per group, gd (N per head), and for staged maps φ(Q), φ(K)
-//! and their gradients (N×C per head, as in [`crate::fast`]); gn waits in ∂V's buffer.
+//! parallel. The backward does the same twice, forward for S and in reverse for R; given
+//! the forward's O ([`backward_from_output_into`]) its forward direction skips the output
+//! products. Extra memory: one C×M' state per group, gd (N per head), and for staged maps
+//! φ(Q), φ(K) and their gradients (N×C per head, as in [`crate::fast`]); gn waits in ∂V's
+//! buffer and each chunk's own share of ∂φ(K) in ∂K's (fused maps).
 
 mod chunk;
 mod noncausal;
