@@ -91,9 +91,30 @@ pub fn assert_close(what: &str, p: &Problem, reference: &[f64], got: &[f32]) {
 /// Gradients: the RMS ratio of each tensor. At N = 1 a normalised O is `v·a/(a+ε)` with
 /// `a = φ(q)·φ(k)`, so the exact dQ, dK are of order ε (exactly 0 for efficient attention)
 /// and come out of an f32 cancellation: there they are judged against the RMS of the
-/// case's largest gradient instead of their own.
+/// case's largest gradient instead of their own. The same cancellation shows at small N
+/// when a query meets few keys with non-zero scores (ReLU features that barely overlap).
+/// Measured at N = 3, D = 10, M = 17, ReLU: dQ's RMS is 7.6e-3 against dK's 1.5, and the
+/// recurrent form lands 9.0e-5 off in dQ's own scale, the chunked one 8.1e-5 (both about
+/// 5e-7 of dK's). So a gradient whose exact RMS is under [`CANCELLED`] of the case's
+/// largest is judged against the largest too. ReLU gradients are held to
+/// [`RELU_GRAD_TOLERANCE`]: a query row with one or two positive entries leaves dQ a
+/// near-cancellation of `gn·Sᵀ` and `gd·zᵀ`. Over 1000 seeds of B=2 N=100 D=9 M=13 the
+/// recurrent and the chunked forms each miss 1e-5 on 6 to 7 seeds (by up to 2.6e-5),
+/// mostly the same seeds; over about 30 000 random cases of the chunked property test the
+/// largest ReLU dQ error seen was 2.0e-4.
+/// Below this fraction of the case's largest gradient RMS, a gradient is judged as the
+/// residue of an f32 cancellation (see [`assert_grads_close`]).
+pub const CANCELLED: f64 = 1e-2;
+
+/// The f32 gradient tolerance (RMS ratio) for the ReLU map (see [`assert_grads_close`]).
+pub const RELU_GRAD_TOLERANCE: f64 = 1e-3;
+
 pub fn assert_grads_close(p: &Problem, reference: [&[f64]; 3], got: [&[f32]; 3]) {
-    let tol = Precision::F32.rms_tolerance();
+    let tol = if p.map == FeatureMap::Relu {
+        RELU_GRAD_TOLERANCE
+    } else {
+        Precision::F32.rms_tolerance()
+    };
     let largest = reference
         .iter()
         .map(|r| rms(r.iter().copied()))
@@ -104,8 +125,13 @@ pub fn assert_grads_close(p: &Problem, reference: [&[f64]; 3], got: [&[f32]; 3])
             g.iter().all(|x| x.is_finite()),
             "{name}: non-finite for {p}"
         );
-        let floor = if p.shape.seq == 1 { largest } else { 0.0 };
-        let scale = rms(r.iter().copied()).max(floor);
+        let own = rms(r.iter().copied());
+        let floor = if p.shape.seq == 1 || own < CANCELLED * largest {
+            largest
+        } else {
+            0.0
+        };
+        let scale = own.max(floor);
         let err = rms(r.iter().zip(&g).map(|(a, b)| a - b));
         let ratio = if scale > 0.0 { err / scale } else { err };
         assert!(
