@@ -55,7 +55,17 @@ pub(super) struct Head<'a> {
     pub staged: Option<&'a Featurised<f32>>,
 }
 
-impl Head<'_> {
+impl<'a> Head<'a> {
+    /// φ(Q) of the whole head, when the map is staged.
+    fn staged_q(&self) -> Option<&'a [f32]> {
+        self.staged.map(|f| &f.q[..])
+    }
+
+    /// φ(K) of the whole head, when the map is staged.
+    fn staged_k(&self) -> Option<&'a [f32]> {
+        self.staged.map(|f| &f.k[..])
+    }
+
     fn eps(&self, cfg: &Config, i: usize) -> f32 {
         match self.staged {
             Some(f) => f.row_eps(cfg.eps, i),
@@ -162,13 +172,11 @@ fn side_features<'s>(
     buf: &'s mut [f32],
 ) -> &'s [f32] {
     let (c, d) = (ctx.cfg.c, ctx.cfg.d);
-    if let Some(f) = staged {
-        return &f[sp.t0 * c..(sp.t0 + sp.len) * c];
+    if staged.is_none() {
+        let rows = sp.t0 * d..(sp.t0 + sp.len) * d;
+        kernels::elementwise_map_detected(ctx.cfg.map.map(), &x[rows], &mut buf[..sp.len * c]);
     }
-    let out = &mut buf[..sp.len * c];
-    let rows = sp.t0 * d..(sp.t0 + sp.len) * d;
-    kernels::elementwise_map_detected(ctx.cfg.map.map(), &x[rows], out);
-    out
+    made_features(staged, sp, c, buf)
 }
 
 /// φ(Q) rows of the chunk (only: a pass that needs no keys maps no keys).
@@ -178,7 +186,7 @@ pub(super) fn query_features<'s>(
     sp: Span,
     buf: &'s mut [f32],
 ) -> &'s [f32] {
-    side_features(ctx, head.q, head.staged.map(|f| &f.q[..]), sp, buf)
+    side_features(ctx, head.q, head.staged_q(), sp, buf)
 }
 
 /// φ(K) rows of the chunk.
@@ -188,7 +196,7 @@ pub(super) fn key_features<'s>(
     sp: Span,
     buf: &'s mut [f32],
 ) -> &'s [f32] {
-    side_features(ctx, head.k, head.staged.map(|f| &f.k[..]), sp, buf)
+    side_features(ctx, head.k, head.staged_k(), sp, buf)
 }
 
 /// φ(Q), φ(K) rows of the chunk.
@@ -205,18 +213,16 @@ fn features<'s>(
     )
 }
 
-/// φ(K) rows of the chunk: staged, or the fused ones [`features`] left in `computed`.
-fn staged_keys<'s>(head: &Head<'s>, sp: Span, c: usize, computed: &'s [f32]) -> &'s [f32] {
-    match head.staged {
-        Some(f) => &f.k[sp.t0 * c..(sp.t0 + sp.len) * c],
-        None => &computed[..sp.len * c],
-    }
-}
-
-/// φ(Q) rows of the chunk: staged, or the fused ones [`features`] left in `computed`.
-fn staged_queries<'s>(head: &Head<'s>, sp: Span, c: usize, computed: &'s [f32]) -> &'s [f32] {
-    match head.staged {
-        Some(f) => &f.q[sp.t0 * c..(sp.t0 + sp.len) * c],
+/// φ rows of the chunk of one side, already made: its staged features (`staged`, the
+/// whole head's), or the fused ones [`features`] left in `computed`.
+fn made_features<'s>(
+    staged: Option<&'s [f32]>,
+    sp: Span,
+    c: usize,
+    computed: &'s [f32],
+) -> &'s [f32] {
+    match staged {
+        Some(f) => &f[sp.t0 * c..(sp.t0 + sp.len) * c],
         None => &computed[..sp.len * c],
     }
 }
@@ -461,7 +467,7 @@ pub(super) fn forward(
 /// `S ← λ^len S + (diag(λ^{len−1−s})φ(K))ᵀV` (and z) with φ(K) in `ws` or staged.
 fn advance_state(ctx: &Ctx, head: &Head, sp: Span, s: &mut [f32], ws: &mut Scratch) {
     let (c, len) = (ctx.cfg.c, sp.len);
-    let kf = staged_keys(head, sp, c, &ws.kf);
+    let kf = made_features(head.staged_k(), sp, c, &ws.kf);
     let rows = Entering {
         values: values(ctx, head, sp),
         norm: None,
@@ -604,8 +610,8 @@ pub(super) fn backward_forward(
     scale_rows(ctx, dqf, c, |t| t + 1);
     masked_scores(ctx, gn, v, gd, &mut ws.p);
     let (kf, qf) = (
-        staged_keys(head, sp, c, &ws.kf),
-        staged_queries(head, sp, c, &ws.qf),
+        made_features(head.staged_k(), sp, c, &ws.kf),
+        made_features(head.staged_q(), sp, c, &ws.qf),
     );
     let p = rm(&ws.p, len, len);
     sgemm(1.0, p, rm(kf, len, c), 1.0, dqf, c);

@@ -287,9 +287,8 @@ pub fn backward_into(
     out: &mut [f32],
     grads: &mut GradsF32,
 ) -> Result<(), AttnError> {
-    require_causality(problem, true)?;
-    check_backward_buffers(problem, q, k, v, d_out, out, grads)?;
-    backward_chunks(problem, (q, k, v, d_out), ChunkOut::Compute(out), grads)
+    let out = ChunkOut::Compute(out);
+    checked_backward(problem, true, (q, k, v, d_out), out, grads, backward_chunks)
 }
 
 /// The gradients (every element of `grads` overwritten) given `o`, the O of this
@@ -305,15 +304,40 @@ pub fn backward_from_output_into(
     o: &[f32],
     grads: &mut GradsF32,
 ) -> Result<(), AttnError> {
-    require_causality(problem, true)?;
+    let out = ChunkOut::Given(o);
+    checked_backward(problem, true, (q, k, v, d_out), out, grads, backward_chunks)
+}
+
+/// A backward's operands: q, k, v and d_out.
+type Operands<'a> = (&'a [f32], &'a [f32], &'a [f32], &'a [f32]);
+
+/// A GEMM form's backward over checked operands.
+type BackwardBody = fn(&Problem, Operands, ChunkOut, &mut GradsF32) -> Result<(), AttnError>;
+
+/// The checks every backward entry point of the GEMM forms makes (causality, operand and
+/// buffer lengths, O's whether computed or given), then `body`.
+fn checked_backward(
+    problem: &Problem,
+    causal: bool,
+    ops: Operands,
+    out: ChunkOut,
+    grads: &mut GradsF32,
+    body: BackwardBody,
+) -> Result<(), AttnError> {
+    require_causality(problem, causal)?;
+    let (q, k, v, d_out) = ops;
+    let o: &[f32] = match &out {
+        ChunkOut::Compute(o) => o,
+        ChunkOut::Given(o) => o,
+    };
     check_backward_buffers(problem, q, k, v, d_out, o, grads)?;
-    backward_chunks(problem, (q, k, v, d_out), ChunkOut::Given(o), grads)
+    body(problem, ops, out, grads)
 }
 
 /// The two directions of the backward over the checked operands `(q, k, v, d_out)`.
 fn backward_chunks(
     problem: &Problem,
-    (q, k, v, d_out): (&[f32], &[f32], &[f32], &[f32]),
+    (q, k, v, d_out): Operands,
     out: ChunkOut,
     grads: &mut GradsF32,
 ) -> Result<(), AttnError> {

@@ -21,9 +21,10 @@ use super::chunk::{
     Scratch, Span,
 };
 use super::{
-    dphi_rows, require_causality, split, split_out, split_ref, split_staged, Shared, TaskBufs,
+    checked_backward, dphi_rows, require_causality, split, split_out, split_ref, split_staged,
+    Operands, Shared, TaskBufs,
 };
-use crate::fast::{check_backward_buffers, check_len, check_operands, Config, GradsF32};
+use crate::fast::{check_len, check_operands, Config, GradsF32};
 use crate::gemm::sgemm;
 use linattn_core::{AttnError, Problem};
 use rayon::prelude::*;
@@ -158,9 +159,15 @@ pub fn backward_into(
     out: &mut [f32],
     grads: &mut GradsF32,
 ) -> Result<(), AttnError> {
-    require_causality(problem, false)?;
-    check_backward_buffers(problem, q, k, v, d_out, out, grads)?;
-    backward_blocks(problem, (q, k, v, d_out), ChunkOut::Compute(out), grads)
+    let out = ChunkOut::Compute(out);
+    checked_backward(
+        problem,
+        false,
+        (q, k, v, d_out),
+        out,
+        grads,
+        backward_blocks,
+    )
 }
 
 /// The gradients (every element of `grads` overwritten) given `o`, the O of this
@@ -175,15 +182,21 @@ pub fn backward_from_output_into(
     o: &[f32],
     grads: &mut GradsF32,
 ) -> Result<(), AttnError> {
-    require_causality(problem, false)?;
-    check_backward_buffers(problem, q, k, v, d_out, o, grads)?;
-    backward_blocks(problem, (q, k, v, d_out), ChunkOut::Given(o), grads)
+    let out = ChunkOut::Given(o);
+    checked_backward(
+        problem,
+        false,
+        (q, k, v, d_out),
+        out,
+        grads,
+        backward_blocks,
+    )
 }
 
 /// The two passes of the backward over the checked operands `(q, k, v, d_out)`.
 fn backward_blocks(
     problem: &Problem,
-    (q, k, v, d_out): (&[f32], &[f32], &[f32], &[f32]),
+    (q, k, v, d_out): Operands,
     out: ChunkOut,
     grads: &mut GradsF32,
 ) -> Result<(), AttnError> {
@@ -269,12 +282,9 @@ fn backward_blocks(
                     let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
                     let w = tail_weight(ctx, sp);
                     let dkf = &mut dphi_rows(&mut dkf_head, own, rc)[..sp.len * c];
-                    sgemm(1.0, values(ctx, &head, sp), r_t, 0.0, dkf, c);
-                    add_norm_share(ctx, dkf, |_| 1.0, &rz);
+                    sgemm(w, values(ctx, &head, sp), r_t, 0.0, dkf, c);
+                    add_norm_share(ctx, dkf, |_| w, &rz);
                     scale_rows(ctx, dkf, c, |t| sp.len - 1 - t);
-                    if cfg.has_decay {
-                        dkf.iter_mut().for_each(|x| *x *= w);
-                    }
                     let kf = chunk::key_features(ctx, &head, sp, &mut ws.kf);
                     let kw = scaled(ctx, kf, sp.len, c, |t| sp.len - 1 - t, &mut ws.tmp.scaled);
                     let kw = rm(kw, sp.len, c);
