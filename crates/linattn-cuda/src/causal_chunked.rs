@@ -22,17 +22,19 @@
 //! tests (`tests/forms.rs`) and on a GPU where one exists.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use linattn_core::{
     check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, FeatureMap, Form,
-    Grads, Inputs, Precision, Problem, RunStats, Shape, Tensor, Unsupported,
+    Precision, Problem, Shape, Unsupported,
 };
 
-use crate::args;
-use crate::executor::{Executor, Kernel, KernelArg, Launch, Platform};
+use crate::device_backend::DeviceBackend;
+use crate::executor::{Executor, Kernel, Launch, Platform};
+use crate::form::{DeviceForm, DeviceGrads, DeviceInputs, FormInfo, Forward, Run};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+use crate::params::{entry_names, launch_kernel, ptr, KernelParams, ParamSpec};
 use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
-use crate::staged::{self, DeviceInputs};
 
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_chunked.cu");
@@ -57,17 +59,68 @@ pub const FUSED_MAPS: [FeatureMap; 3] = [
     FeatureMap::Identity,
 ];
 
-/// Kernel entry points of `causal_chunked.cu` (`cc_forward_go`: the backward's G·O pre-pass).
-pub const ENTRY_POINTS: [&str; 8] = [
-    "cc_state_fwd",
-    "cc_state_bwd",
-    "cc_scan",
-    "cc_forward",
-    "cc_forward_go",
-    "cc_dq",
-    "cc_dk",
-    "cc_dv",
+/// The argument structs of causal_chunked.cu's entry points.
+pub mod params {
+    use crate::kernel_params;
+    use crate::params::Ptr;
+
+    kernel_params! {
+        /// `cc_state_fwd`: pass 1, ΔS and Δz of each chunk.
+        pub struct StateFwd => "cc_state_fwd" {
+            k: Ptr, v: Ptr, states: Ptr, split: bool, n: i32, num_chunks: i32, log2_decay: f32,
+            map: i32,
+        }
+        /// `cc_state_bwd`: the reverse direction's ΔR, Δr of each chunk.
+        pub struct StateBwd => "cc_state_bwd" {
+            q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,
+            log2_decay: f32, map: i32,
+        }
+        /// `cc_scan`: pass 2, the exclusive scan over chunks, in place.
+        pub struct Scan => "cc_scan" {
+            states: Ptr, num_chunks: i32, chunk_decay: f32, reverse: bool,
+        }
+        /// `cc_forward`: pass 3, O and den per chunk.
+        pub struct Forward => "cc_forward" {
+            q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, n: i32, num_chunks: i32,
+            log2_decay: f32, eps: f32, map: i32,
+        }
+        /// `cc_forward_go`: the forward once more, writing only G·O partials.
+        pub struct ForwardGo => "cc_forward_go" {
+            q: Ptr, k: Ptr, v: Ptr, states: Ptr, grad: Ptr, go: Ptr, n: i32, num_chunks: i32,
+            log2_decay: f32, eps: f32, map: i32,
+        }
+        /// `cc_dq`: ∂Q per chunk.
+        pub struct Dq => "cc_dq" {
+            q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, dq: Ptr,
+            n: i32, num_chunks: i32, log2_decay: f32, map: i32,
+        }
+        /// `cc_dk`: ∂K per chunk.
+        pub struct Dk => "cc_dk" {
+            q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, dk: Ptr,
+            n: i32, num_chunks: i32, log2_decay: f32, map: i32,
+        }
+        /// `cc_dv`: ∂V per chunk.
+        pub struct Dv => "cc_dv" {
+            q: Ptr, k: Ptr, grad: Ptr, den: Ptr, states: Ptr, dv: Ptr, n: i32, num_chunks: i32,
+            log2_decay: f32, map: i32,
+        }
+    }
+}
+
+/// Every entry point's signature (`cc_forward_go`: the backward's G·O pre-pass).
+pub const KERNEL_PARAMS: [ParamSpec; 8] = [
+    params::StateFwd::SPEC,
+    params::StateBwd::SPEC,
+    params::Scan::SPEC,
+    params::Forward::SPEC,
+    params::ForwardGo::SPEC,
+    params::Dq::SPEC,
+    params::Dk::SPEC,
+    params::Dv::SPEC,
 ];
+
+/// Kernel entry points of `causal_chunked.cu`.
+pub const ENTRY_POINTS: [&str; 8] = entry_names(&KERNEL_PARAMS);
 
 /// The compile-time specialisation of one program: storage precision and (D, M). The map and
 /// the decay are kernel arguments, so one program serves every fused map.
@@ -242,14 +295,14 @@ impl LaunchPlan {
 }
 
 // ============================================================================================
-// The backends
+// The form
 // ============================================================================================
 
 /// `<platform>/causal_chunked/f16` and `<platform>/causal_chunked/bf16`.
 pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
     vec![
-        Box::new(ChunkedBackend::<half::f16>::new(platform)),
-        Box::new(ChunkedBackend::<half::bf16>::new(platform)),
+        DeviceBackend::<_, half::f16>::boxed(platform, CausalChunked),
+        DeviceBackend::<_, half::bf16>::boxed(platform, CausalChunked),
     ]
 }
 
@@ -258,50 +311,9 @@ pub fn backend_name(platform: Platform, precision: Precision) -> String {
     format!("{platform}/causal_chunked/{precision}")
 }
 
-/// Causal chunked linear attention with `T` (f16 or bf16) storage.
-pub struct ChunkedBackend<T: StorageElem> {
-    info: BackendInfo,
-    platform: Platform,
-    staged: Option<Staged<T>>,
-}
-
-impl<T: StorageElem> ChunkedBackend<T> {
-    pub fn new(platform: Platform) -> Self {
-        ChunkedBackend {
-            info: BackendInfo {
-                name: backend_name(platform, T::PRECISION),
-                device: platform.device_kind(),
-                precision: T::PRECISION,
-                algorithm: Algorithm::Linear(Form::Chunked),
-                backward: Some(BackwardKind::Efficient),
-            },
-            platform,
-            staged: None,
-        }
-    }
-
-    fn staged_mut(&mut self, what: &str) -> Result<&mut Staged<T>, AttnError> {
-        self.staged.as_mut().ok_or_else(|| {
-            AttnError::State(format!("{}: stage inputs before {what}", self.info.name))
-        })
-    }
-}
-
-/// The platform is usable and its device is sm_80+ (bf16 mma and cvt).
-fn device_ready(platform: Platform) -> Result<(), Unsupported> {
-    platform.available()?;
-    let exec = platform.executor()?;
-    let info = exec.info();
-    let (major, minor) = info.compute_capability;
-    if major < 8 {
-        return Err(Unsupported::Unavailable(format!(
-            "{} is sm_{major}{minor}; the chunked kernels need sm_80 or newer \
-             (mma.m16n8k16 with bf16)",
-            info.name
-        )));
-    }
-    Ok(())
-}
+/// The causal chunked form on tensor cores (f16 or bf16 storage).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CausalChunked;
 
 /// The entry points of one program, resolved (compiled and loaded) at staging, so timed runs
 /// never include NVRTC.
@@ -322,8 +334,8 @@ impl Kernels {
         variant: &KernelVariant,
         plan: &LaunchPlan,
     ) -> Result<Self, AttnError> {
-        let kernel = |entry: &str, shared: u32| -> Result<Kernel, AttnError> {
-            let k = exec.kernel(variant, entry)?;
+        let kernel = |spec: ParamSpec, shared: u32| -> Result<Kernel, AttnError> {
+            let k = exec.kernel(variant, spec.entry)?;
             // The attribute covers static + dynamic bytes over 48 KiB: set it whenever the
             // kernel takes dynamic shared memory, whatever its size.
             if shared > 0 {
@@ -332,14 +344,14 @@ impl Kernels {
             Ok(k)
         };
         Ok(Kernels {
-            state_fwd: kernel("cc_state_fwd", plan.smem_state_fwd)?,
-            state_bwd: kernel("cc_state_bwd", plan.smem_state_bwd)?,
-            scan: kernel("cc_scan", 0)?,
-            forward: kernel("cc_forward", plan.smem_forward)?,
-            forward_go: kernel("cc_forward_go", plan.smem_forward)?,
-            dq: kernel("cc_dq", plan.smem_dq)?,
-            dk: kernel("cc_dk", plan.smem_dk)?,
-            dv: kernel("cc_dv", plan.smem_dv)?,
+            state_fwd: kernel(params::StateFwd::SPEC, plan.smem_state_fwd)?,
+            state_bwd: kernel(params::StateBwd::SPEC, plan.smem_state_bwd)?,
+            scan: kernel(params::Scan::SPEC, 0)?,
+            forward: kernel(params::Forward::SPEC, plan.smem_forward)?,
+            forward_go: kernel(params::ForwardGo::SPEC, plan.smem_forward)?,
+            dq: kernel(params::Dq::SPEC, plan.smem_dq)?,
+            dk: kernel(params::Dk::SPEC, plan.smem_dk)?,
+            dv: kernel(params::Dv::SPEC, plan.smem_dv)?,
         })
     }
 }
@@ -358,12 +370,6 @@ struct ScalarArgs {
 }
 
 impl ScalarArgs {
-    /// The scalars that end the parameter list of `cc_state_fwd`, `cc_state_bwd`, `cc_dq`,
-    /// `cc_dk` and `cc_dv`: n, num_chunks, log2_decay, map.
-    fn chunk_scalars(&self) -> [KernelArg; 4] {
-        args![self.n, self.num_chunks, self.log2_decay, self.map]
-    }
-
     fn new(problem: &Problem, plan: &LaunchPlan, map: i32) -> Result<Self, AttnError> {
         Ok(ScalarArgs {
             n: as_i32("sequence length N", problem.shape.seq)?,
@@ -380,183 +386,185 @@ impl ScalarArgs {
     }
 }
 
-struct Staged<T: StorageElem> {
-    exec: Arc<dyn Executor>,
-    problem: Problem,
+/// A staging: the launch plan, its scalars and the loaded kernels.
+pub struct Plan {
     plan: LaunchPlan,
     args: ScalarArgs,
     kernels: Kernels,
-    /// Staged inputs (not part of a run's device bytes).
-    _input_meter: MemoryMeter,
-    /// Outputs and workspace of runs.
-    work_meter: MemoryMeter,
-    q: DeviceBuffer<T>,
-    k: DeviceBuffer<T>,
-    v: DeviceBuffer<T>,
-    d_out: Option<DeviceBuffer<T>>,
-    out: Option<DeviceBuffer<T>>,
-    /// Per-token denominators of the last forward (fp32, [B·H·N]): the backward's gn, gd.
-    den: Option<DeviceBuffer<f32>>,
-    grads: Option<[DeviceBuffer<T>; 3]>,
 }
 
-impl<T: StorageElem> Staged<T> {
-    /// A chunk kernel with its leading buffer arguments, then the chunk scalars.
-    fn launch_chunk(
+impl Plan {
+    fn launch<P: KernelParams>(
         &self,
+        exec: &Arc<dyn Executor>,
         kernel: &Kernel,
-        grid: (u32, u32, u32),
-        shared: u32,
-        buffers: &[KernelArg],
+        (grid, shared): ((u32, u32, u32), u32),
+        params: &P,
     ) -> Result<(), AttnError> {
-        let mut list = buffers.to_vec();
-        list.extend(self.args.chunk_scalars());
-        self.exec
-            .launch(kernel, &LaunchPlan::chunk_launch(grid, shared), &list)
+        launch_kernel(
+            exec.as_ref(),
+            kernel,
+            &LaunchPlan::chunk_launch(grid, shared),
+            params,
+        )
     }
 
     /// Pass 1 + pass 2 of the forward direction: S⁰, z⁰ of every chunk into `states`.
     /// `split`: k̃ as hi + lo 16-bit operands (the backward's S⁰, z⁰; see `cc_state_fwd`).
-    fn launch_forward_states(
+    fn forward_states<T>(
         &self,
+        exec: &Arc<dyn Executor>,
+        inputs: &DeviceInputs<T>,
         states: &DeviceBuffer<f32>,
         split: bool,
     ) -> Result<(), AttnError> {
-        let p = &self.plan;
+        let (p, a) = (&self.plan, self.args);
         // k, v hold B·H·N·(D|M) elements and states B·H·NC·stride.
-        self.launch_chunk(
-            &self.kernels.state_fwd,
-            p.grid_value_tiles,
-            p.smem_state_fwd,
-            &args![&self.k, &self.v, states, split],
-        )?;
-        self.launch_scan(states, false)
+        let params = params::StateFwd {
+            k: ptr(&inputs.k),
+            v: ptr(&inputs.v),
+            states: ptr(states),
+            split,
+            n: a.n,
+            num_chunks: a.num_chunks,
+            log2_decay: a.log2_decay,
+            map: a.map,
+        };
+        let value_tiles = (p.grid_value_tiles, p.smem_state_fwd);
+        self.launch(exec, &self.kernels.state_fwd, value_tiles, &params)?;
+        self.scan(exec, states, false)
     }
 
-    fn launch_scan(&self, states: &DeviceBuffer<f32>, reverse: bool) -> Result<(), AttnError> {
-        let a = self.args;
+    fn scan(
+        &self,
+        exec: &Arc<dyn Executor>,
+        states: &DeviceBuffer<f32>,
+        reverse: bool,
+    ) -> Result<(), AttnError> {
         // states holds B·H·NC·stride floats.
-        self.exec.launch(
+        launch_kernel(
+            exec.as_ref(),
             &self.kernels.scan,
             &Launch::new(self.plan.grid_scan, SCAN_THREADS),
-            &args![states, a.num_chunks, a.chunk_decay, reverse],
+            &params::Scan {
+                states: ptr(states),
+                num_chunks: self.args.num_chunks,
+                chunk_decay: self.args.chunk_decay,
+                reverse,
+            },
         )
     }
 }
 
-impl<T: StorageElem> Backend for ChunkedBackend<T> {
-    fn info(&self) -> &BackendInfo {
-        &self.info
+/// What the forward keeps: the per-token denominators (fp32, [B·H·N]), the backward's gn, gd.
+pub struct Saved {
+    den: DeviceBuffer<f32>,
+}
+
+impl<T: StorageElem> DeviceForm<T> for CausalChunked {
+    type Plan = Plan;
+    type Saved = Saved;
+
+    fn info(&self) -> FormInfo {
+        FormInfo {
+            name: "causal_chunked".into(),
+            algorithm: Algorithm::Linear(Form::Chunked),
+            backward: Some(BackwardKind::Efficient),
+        }
     }
 
-    fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
-        check_problem(&self.info, problem)?;
-        device_ready(self.platform)
+    fn check(&self, info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
+        check_problem(info, problem)
     }
 
-    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
-        self.staged = None;
-        self.supports(problem)?;
-        inputs.validate_for(problem)?;
+    /// The device is sm_80+ (bf16 mma and cvt).
+    fn device_ready(&self, exec: &dyn Executor) -> Result<(), Unsupported> {
+        let info = exec.info();
+        let (major, minor) = info.compute_capability;
+        if major < 8 {
+            return Err(Unsupported::Unavailable(format!(
+                "{} is sm_{major}{minor}; the chunked kernels need sm_80 or newer \
+                 (mma.m16n8k16 with bf16)",
+                info.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn plan(
+        &self,
+        exec: &Arc<dyn Executor>,
+        problem: &Problem,
+        _input_meter: &MemoryMeter,
+    ) -> Result<Plan, AttnError> {
         let shape = problem.shape;
         let plan = LaunchPlan::new(&shape)?;
         let map = map_code(&problem.map, T::PRECISION)?;
         let args = ScalarArgs::new(problem, &plan, map)?;
-        let exec = self.platform.executor()?;
         let variant = variant(T::PRECISION, shape.dk, shape.dv)?;
-        let kernels = Kernels::load(&exec, &variant, &plan)?;
-        let input_meter = MemoryMeter::new();
-        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(&exec, &input_meter, inputs)?;
-        exec.synchronize()?;
-        self.staged = Some(Staged {
-            exec,
-            problem: *problem,
+        let kernels = Kernels::load(exec, &variant, &plan)?;
+        Ok(Plan {
             plan,
             args,
             kernels,
-            _input_meter: input_meter,
-            work_meter: MemoryMeter::new(),
-            q,
-            k,
-            v,
-            d_out,
-            out: None,
-            den: None,
-            grads: None,
-        });
-        Ok(())
-    }
-
-    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
-        let st = self.staged_mut("run_forward")?;
-        // Results of an earlier run go first, so the peak counts this run alone.
-        st.out = None;
-        st.den = None;
-        st.grads = None;
-        st.work_meter.reset_peak();
-        let shape = st.problem.shape;
-        let exec = st.exec.clone();
-        let out = DeviceBuffer::<T>::uninit(&exec, &st.work_meter, shape.v_len()?)?;
-        let den = DeviceBuffer::<f32>::uninit(&exec, &st.work_meter, shape.bh() * shape.seq)?;
-        let states = DeviceBuffer::<f32>::uninit(&exec, &st.work_meter, st.plan.state_len)?;
-        let st_ref: &Staged<T> = st;
-        let elapsed = exec.time(&mut || {
-            st_ref.launch_forward_states(&states, false)?;
-            let a = st_ref.args;
-            let p = &st_ref.plan;
-            // q, k: B·H·N·D; v, out: B·H·N·M; den: B·H·N; states: state_len.
-            exec.launch(
-                &st_ref.kernels.forward,
-                &LaunchPlan::chunk_launch(p.grid_value_tiles, p.smem_forward),
-                &args![
-                    &st_ref.q,
-                    &st_ref.k,
-                    &st_ref.v,
-                    &states,
-                    &out,
-                    &den,
-                    a.n,
-                    a.num_chunks,
-                    a.log2_decay,
-                    a.eps,
-                    a.map
-                ],
-            )
-        })?;
-        drop(states);
-        let device_bytes = st.work_meter.peak();
-        st.out = Some(out);
-        st.den = Some(den);
-        Ok(RunStats {
-            elapsed,
-            device_bytes: Some(device_bytes),
         })
     }
 
-    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
-        let name = self.info.name.clone();
-        let st = self.staged_mut("run_backward")?;
-        let (Some(_), Some(den)) = (st.out.as_ref(), st.den.as_ref()) else {
-            return Err(AttnError::State(format!(
-                "{name}: run_forward before run_backward"
-            )));
-        };
-        let Some(d_out) = st.d_out.as_ref() else {
-            return Err(AttnError::InvalidArgument(
-                "backward needs d_out (∂L/∂O), none was staged".into(),
-            ));
-        };
-        st.grads = None;
-        st.work_meter.reset_peak();
-        let shape = st.problem.shape;
-        let meter = &st.work_meter;
-        let exec = st.exec.clone();
-        let normalised = st.problem.map != FeatureMap::Identity;
-        let dq = DeviceBuffer::<T>::uninit(&exec, meter, shape.qk_len()?)?;
-        let dk = DeviceBuffer::<T>::uninit(&exec, meter, shape.qk_len()?)?;
-        let dv = DeviceBuffer::<T>::uninit(&exec, meter, shape.v_len()?)?;
-        let states_fwd = DeviceBuffer::<f32>::uninit(&exec, meter, st.plan.state_len)?;
-        let states_rev = DeviceBuffer::<f32>::uninit(&exec, meter, st.plan.state_len)?;
+    fn forward(
+        &self,
+        run: &Run<'_, T>,
+        plan: &Plan,
+    ) -> Result<(Forward<T, Saved>, Duration), AttnError> {
+        let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
+        let shape = run.problem.shape;
+        let out = DeviceBuffer::<T>::uninit(exec, meter, shape.v_len()?)?;
+        let den = DeviceBuffer::<f32>::uninit(exec, meter, shape.bh() * shape.seq)?;
+        let states = DeviceBuffer::<f32>::uninit(exec, meter, plan.plan.state_len)?;
+        let (p, a) = (&plan.plan, plan.args);
+        let elapsed = run.time(|| {
+            plan.forward_states(exec, inputs, &states, false)?;
+            // q, k: B·H·N·D; v, out: B·H·N·M; den: B·H·N; states: state_len.
+            let params = params::Forward {
+                q: ptr(&inputs.q),
+                k: ptr(&inputs.k),
+                v: ptr(&inputs.v),
+                states: ptr(&states),
+                out: ptr(&out),
+                den_out: ptr(&den),
+                n: a.n,
+                num_chunks: a.num_chunks,
+                log2_decay: a.log2_decay,
+                eps: a.eps,
+                map: a.map,
+            };
+            let value_tiles = (p.grid_value_tiles, p.smem_forward);
+            plan.launch(exec, &plan.kernels.forward, value_tiles, &params)
+        })?;
+        Ok((
+            Forward {
+                out,
+                saved: Saved { den },
+            },
+            elapsed,
+        ))
+    }
+
+    fn backward(
+        &self,
+        run: &Run<'_, T>,
+        plan: &Plan,
+        fwd: &Forward<T, Saved>,
+        d_out: &DeviceBuffer<T>,
+    ) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+        let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
+        let shape = run.problem.shape;
+        let normalised = run.problem.map != FeatureMap::Identity;
+        let den = &fwd.saved.den;
+        let dq = DeviceBuffer::<T>::uninit(exec, meter, shape.qk_len()?)?;
+        let dk = DeviceBuffer::<T>::uninit(exec, meter, shape.qk_len()?)?;
+        let dv = DeviceBuffer::<T>::uninit(exec, meter, shape.v_len()?)?;
+        let states_fwd = DeviceBuffer::<f32>::uninit(exec, meter, plan.plan.state_len)?;
+        let states_rev = DeviceBuffer::<f32>::uninit(exec, meter, plan.plan.state_len)?;
         // G·O from the fp32 O, one partial per 64-wide slice of M (normalised maps only: the
         // identity map has no gd and the kernels never read it).
         let go_len = if normalised {
@@ -564,98 +572,93 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
         } else {
             0
         };
-        let go_parts = DeviceBuffer::<f32>::uninit(&exec, meter, go_len)?;
-        let st_ref: &Staged<T> = st;
-        let elapsed = exec.time(&mut || {
-            let p = &st_ref.plan;
-            let ks = &st_ref.kernels;
-            let a = st_ref.args;
-            let (q, k, v) = (&st_ref.q, &st_ref.k, &st_ref.v);
-            st_ref.launch_forward_states(&states_fwd, true)?;
+        let go_parts = DeviceBuffer::<f32>::uninit(exec, meter, go_len)?;
+        let (p, a, ks) = (&plan.plan, plan.args, &plan.kernels);
+        let (q, k, v, grad) = (ptr(&inputs.q), ptr(&inputs.k), ptr(&inputs.v), ptr(d_out));
+        let (go_parts_ptr, den_ptr) = (ptr(&go_parts), ptr(den));
+        let (n, num_chunks, log2_decay, map) = (a.n, a.num_chunks, a.log2_decay, a.map);
+        let key_tiles = |shared| (p.grid_key_tiles, shared);
+        let elapsed = run.time(|| {
+            plan.forward_states(exec, inputs, &states_fwd, true)?;
             if normalised {
                 // q, k: B·H·N·D; v, d_out: B·H·N·M; go_parts: B·H·N·M/64.
-                exec.launch(
-                    &ks.forward_go,
-                    &LaunchPlan::chunk_launch(p.grid_value_tiles, p.smem_forward),
-                    &args![
-                        q,
-                        k,
-                        v,
-                        &states_fwd,
-                        d_out,
-                        &go_parts,
-                        a.n,
-                        a.num_chunks,
-                        a.log2_decay,
-                        a.eps,
-                        a.map
-                    ],
-                )?;
+                let params = params::ForwardGo {
+                    q,
+                    k,
+                    v,
+                    states: ptr(&states_fwd),
+                    grad,
+                    go: go_parts_ptr,
+                    n,
+                    num_chunks,
+                    log2_decay,
+                    eps: a.eps,
+                    map,
+                };
+                let value_tiles = (p.grid_value_tiles, p.smem_forward);
+                plan.launch(exec, &ks.forward_go, value_tiles, &params)?;
             }
-            st_ref.launch_chunk(
-                &ks.state_bwd,
-                p.grid_key_tiles,
-                p.smem_state_bwd,
-                &args![q, d_out, &go_parts, den, &states_rev],
-            )?;
-            st_ref.launch_scan(&states_rev, true)?;
-            // cc_dq and cc_dk take the same parameter list; dq, dk hold B·H·N·D elements.
-            for (kernel, states, grad, shared) in [
-                (&ks.dq, &states_fwd, &dq, p.smem_dq),
-                (&ks.dk, &states_rev, &dk, p.smem_dk),
-            ] {
-                st_ref.launch_chunk(
-                    kernel,
-                    p.grid_key_tiles,
-                    shared,
-                    &args![q, k, v, d_out, &go_parts, den, states, grad],
-                )?;
-            }
-            st_ref.launch_chunk(
-                &ks.dv,
-                p.grid_value_tiles,
-                p.smem_dv,
-                &args![q, k, d_out, den, &states_rev, &dv],
-            )
+            let params = params::StateBwd {
+                q,
+                grad,
+                go_parts: go_parts_ptr,
+                den: den_ptr,
+                states: ptr(&states_rev),
+                n,
+                num_chunks,
+                log2_decay,
+                map,
+            };
+            plan.launch(exec, &ks.state_bwd, key_tiles(p.smem_state_bwd), &params)?;
+            plan.scan(exec, &states_rev, true)?;
+            // dq, dk hold B·H·N·D elements.
+            let params = params::Dq {
+                q,
+                k,
+                v,
+                grad,
+                go_parts: go_parts_ptr,
+                den: den_ptr,
+                states: ptr(&states_fwd),
+                dq: ptr(&dq),
+                n,
+                num_chunks,
+                log2_decay,
+                map,
+            };
+            plan.launch(exec, &ks.dq, key_tiles(p.smem_dq), &params)?;
+            let params = params::Dk {
+                q,
+                k,
+                v,
+                grad,
+                go_parts: go_parts_ptr,
+                den: den_ptr,
+                states: ptr(&states_rev),
+                dk: ptr(&dk),
+                n,
+                num_chunks,
+                log2_decay,
+                map,
+            };
+            plan.launch(exec, &ks.dk, key_tiles(p.smem_dk), &params)?;
+            let params = params::Dv {
+                q,
+                k,
+                grad,
+                den: den_ptr,
+                states: ptr(&states_rev),
+                dv: ptr(&dv),
+                n,
+                num_chunks,
+                log2_decay,
+                map,
+            };
+            let value_tiles = (p.grid_value_tiles, p.smem_dv);
+            plan.launch(exec, &ks.dv, value_tiles, &params)
         })?;
         drop(states_fwd);
         drop(states_rev);
-        let device_bytes = st.work_meter.peak();
-        st.grads = Some([dq, dk, dv]);
-        Ok(RunStats {
-            elapsed,
-            device_bytes: Some(device_bytes),
-        })
-    }
-
-    fn output(&mut self) -> Result<Tensor, AttnError> {
-        let name = self.info.name.clone();
-        let st = self.staged_mut("output")?;
-        let out = st
-            .out
-            .as_ref()
-            .ok_or_else(|| AttnError::State(format!("{name}: no forward has run")))?;
-        staged::download_output(&st.problem.shape, out)
-    }
-
-    fn grads(&mut self) -> Result<Grads, AttnError> {
-        let name = self.info.name.clone();
-        let st = self.staged_mut("grads")?;
-        let [dq, dk, dv] = st
-            .grads
-            .as_ref()
-            .ok_or_else(|| AttnError::State(format!("{name}: no backward has run")))?;
-        staged::download_grads(&st.problem.shape, dq, dk, dv)
-    }
-
-    fn release(&mut self) {
-        self.staged = None;
-    }
-
-    fn flush_cache(&mut self) -> Result<(), AttnError> {
-        match &self.staged {
-            Some(staged) => staged.exec.flush_l2(),
-            None => Ok(()),
-        }
+        Ok((DeviceGrads { dq, dk, dv }, elapsed))
     }
 }

@@ -21,31 +21,65 @@ use std::time::Duration;
 
 use half::f16;
 use linattn_core::{
-    Algorithm, AttnError, Backend, BackendInfo, BackwardKind, Form, Grads, Inputs, Precision,
-    Problem, RunStats, Tensor, Unsupported,
+    Algorithm, AttnError, Backend, BackendInfo, BackwardKind, Form, Precision, Problem, Unsupported,
 };
 
-use crate::args;
 use crate::causal_recurrent::{
-    self as recurrent, buffer_or_placeholder, check_problem, CoreDims, ForwardState, MapClass,
-    ScanRuns, StagedInputs,
+    buffer_or_placeholder, check_problem, recurrent_backward, run_feature_stage, CoreDims,
+    MapClass, ScanPlan, ScanSaved,
 };
-use crate::executor::{Executor, KernelArg, Launch, Platform};
+use crate::device_backend::DeviceBackend;
+use crate::executor::{Executor, Launch, Platform};
 use crate::feature_map::log_scales;
+use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+use crate::params::{entry_names, launch, ptr, KernelParams, ParamSpec, Ptr};
 use crate::runtime::{as_i32, blocks_for, storage_define, KernelVariant};
 
 pub const SOURCE_NAME: &str = "causal_cumsum.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_cumsum.cu");
 
-/// Every `extern "C"` kernel of `causal_cumsum.cu`.
-pub const ENTRY_POINTS: [&str; 5] = [
-    "cs_outer",
-    "cs_scan_local",
-    "cs_scan_carry",
-    "cs_scan_fix",
-    "cs_contract",
+/// The argument structs of causal_cumsum.cu's entry points.
+pub mod params {
+    use crate::kernel_params;
+    use crate::params::Ptr;
+
+    kernel_params! {
+        /// `cs_outer`: U_i = φ(k_i) v_iᵀ and φ(k_i) for every token.
+        pub struct Outer => "cs_outer" {
+            k: Ptr, v: Ptr, u: Ptr, z_u: Ptr, rows: i64, c_dim: i32, m_dim: i32,
+        }
+        /// `cs_scan_local`: phase 1, the decayed prefix sum within each chunk.
+        pub struct ScanLocal => "cs_scan_local" {
+            x: Ptr, entries: i32, n: i32, chunk: i32, decay: f32,
+        }
+        /// `cs_scan_carry`: phase 2, the sequential carry over chunk ends.
+        pub struct ScanCarry => "cs_scan_carry" {
+            x: Ptr, entries: i32, n: i32, chunk: i32, decay: f32,
+        }
+        /// `cs_scan_fix`: phase 3, each chunk's carry added in.
+        pub struct ScanFix => "cs_scan_fix" {
+            x: Ptr, entries: i32, n: i32, chunk: i32, decay: f32,
+        }
+        /// `cs_contract`: O_i = φ(q_i) S_i / den_i.
+        pub struct Contract => "cs_contract" {
+            q: Ptr, s: Ptr, z: Ptr, out: Ptr, den_out: Ptr, q_log_scale: Ptr, k_log_scale: Ptr,
+            n: i32, c_dim: i32, m_dim: i32, eps: f32,
+        }
+    }
+}
+
+/// Every entry point's signature.
+pub const KERNEL_PARAMS: [ParamSpec; 5] = [
+    params::Outer::SPEC,
+    params::ScanLocal::SPEC,
+    params::ScanCarry::SPEC,
+    params::ScanFix::SPEC,
+    params::Contract::SPEC,
 ];
+
+/// Every `extern "C"` kernel of `causal_cumsum.cu`.
+pub const ENTRY_POINTS: [&str; 5] = entry_names(&KERNEL_PARAMS);
 
 const THREADS: u32 = 256;
 /// Grid y/z limit (chunks and B·H).
@@ -161,27 +195,37 @@ fn launch_scan(
     entries: usize,
 ) -> Result<(), AttnError> {
     let [local, carry, fix] = scan_launches(entries, dims.n, dims.batch_heads)?;
-    let entries_i32 = as_i32("scan entries", entries)?;
+    let entries = as_i32("scan entries", entries)?;
     let n = as_i32("N", dims.n)?;
     let chunk = as_i32("chunk", chunk_len(dims.n))?;
     let chunks = dims.n.div_ceil(chunk_len(dims.n));
-    let phases: &[(&str, Launch)] = if chunks > 1 {
-        &[
-            ("cs_scan_local", local),
-            ("cs_scan_carry", carry),
-            ("cs_scan_fix", fix),
-        ]
-    } else {
-        &[("cs_scan_local", local)]
+    let (x, decay, exec) = (ptr(x), dims.decay, exec.as_ref());
+    // x holds B·H·N·entries; one chunk needs only its local scan.
+    let params = params::ScanLocal {
+        x,
+        entries,
+        n,
+        chunk,
+        decay,
     };
-    for (entry, launch) in phases {
-        // cs_scan_*(float* x, int entries, int n, int chunk, float decay); x holds
-        // B·H·N·entries.
-        exec.launch(
-            &exec.kernel(variant, entry)?,
-            launch,
-            &args![x, entries_i32, n, chunk, dims.decay],
-        )?;
+    launch(exec, variant, &local, &params)?;
+    if chunks > 1 {
+        let params = params::ScanCarry {
+            x,
+            entries,
+            n,
+            chunk,
+            decay,
+        };
+        launch(exec, variant, &carry, &params)?;
+        let params = params::ScanFix {
+            x,
+            entries,
+            n,
+            chunk,
+            decay,
+        };
+        launch(exec, variant, &fix, &params)?;
     }
     Ok(())
 }
@@ -198,23 +242,32 @@ fn launch_forward<T: StorageElem, Q>(
     z_u: &DeviceBuffer<f32>,
     out: &DeviceBuffer<T>,
     den: &DeviceBuffer<f32>,
-    log_scales: (u64, u64),
+    (q_log_scale, k_log_scale): (Ptr, Ptr),
 ) -> Result<(), AttnError> {
     let variant = variant(T::PRECISION, dims.map)?;
     let tokens = dims.tokens()?;
-    let tokens_i64 =
+    let rows =
         i64::try_from(tokens).map_err(|_| AttnError::SizeOverflow(format!("{tokens} tokens")))?;
-    let (n, c, m) = (
+    let (n, c_dim, m_dim) = (
         as_i32("N", dims.n)?,
         as_i32("C", dims.c)?,
         as_i32("M", dims.m)?,
     );
 
     // u holds tokens·C·M, z_u tokens·C (normalised) elements.
-    exec.launch(
-        &exec.kernel(&variant, "cs_outer")?,
+    launch(
+        exec.as_ref(),
+        &variant,
         &Launch::new((tokens.clamp(1, MAX_OUTER_BLOCKS) as u32, 1, 1), THREADS),
-        &args![k, v, u, z_u, tokens_i64, c, m],
+        &params::Outer {
+            k: ptr(k),
+            v: ptr(v),
+            u: ptr(u),
+            z_u: ptr(z_u),
+            rows,
+            c_dim,
+            m_dim,
+        },
     )?;
 
     launch_scan(exec, &variant, dims, u, dims.c * dims.m)?;
@@ -228,31 +281,32 @@ fn launch_forward<T: StorageElem, Q>(
         u32::try_from(dims.batch_heads).map_err(|_| AttnError::SizeOverflow("B·H".into()))?,
         1,
     );
-    exec.launch(
-        &exec.kernel(&variant, "cs_contract")?,
+    launch(
+        exec.as_ref(),
+        &variant,
         &Launch::new(grid, THREADS),
-        &args![
-            q,
-            u,
-            z_u,
-            out,
-            den,
-            KernelArg::Ptr(log_scales.0),
-            KernelArg::Ptr(log_scales.1),
+        &params::Contract {
+            q: ptr(q),
+            s: ptr(u),
+            z: ptr(z_u),
+            out: ptr(out),
+            den_out: ptr(den),
+            q_log_scale,
+            k_log_scale,
             n,
-            c,
-            m,
-            dims.eps
-        ],
+            c_dim,
+            m_dim,
+            eps: dims.eps,
+        },
     )
 }
 
 fn cumsum_forward<T: StorageElem>(
-    meter: &MemoryMeter,
-    staged: &StagedInputs<T>,
-) -> Result<(ForwardState<T>, Duration), AttnError> {
-    let exec = &staged.exec;
-    let dims = staged.dims;
+    run: &Run<'_, T>,
+    plan: &ScanPlan,
+) -> Result<(Forward<T, ScanSaved>, Duration), AttnError> {
+    let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
+    let dims = plan.dims;
     let normalised = dims.map.normalised();
     let needed = forward_bytes(&dims, T::PRECISION.bytes())?;
     let (free, total) = exec.memory_info()?;
@@ -273,67 +327,58 @@ fn cumsum_forward<T: StorageElem>(
     let u = DeviceBuffer::<f32>::uninit(exec, meter, dims.len(entries)?)?;
     let z_u = buffer_or_placeholder::<f32>(exec, meter, normalised, dims.len(dims.c)?)?;
     let mut features = None;
-    let elapsed = exec.time(&mut || {
-        features = recurrent::run_feature_stage(meter, staged)?;
+    let elapsed = run.time(|| {
+        features = run_feature_stage(run, plan)?;
         let scales = log_scales(features.as_ref());
         match &features {
             Some(f) => launch_forward(
-                exec, &dims, &f.q, &f.k, &staged.v, &u, &z_u, &out, &den, scales,
+                exec, &dims, &f.q, &f.k, &inputs.v, &u, &z_u, &out, &den, scales,
             ),
             None => launch_forward(
-                exec, &dims, &staged.q, &staged.k, &staged.v, &u, &z_u, &out, &den, scales,
+                exec, &dims, &inputs.q, &inputs.k, &inputs.v, &u, &z_u, &out, &den, scales,
             ),
         }
     })?;
     Ok((
-        ForwardState {
+        Forward {
             out,
-            den,
-            states: None,
-            features,
+            saved: ScanSaved {
+                den,
+                states: None,
+                features,
+            },
         },
         elapsed,
     ))
 }
 
-/// `<platform>/causal_cumsum/<precision>`.
-pub struct CumsumBackend<T: StorageElem> {
-    info: BackendInfo,
-    runs: ScanRuns<T>,
-}
-
-impl<T: StorageElem> CumsumBackend<T> {
-    pub fn new(platform: Platform) -> Self {
-        CumsumBackend {
-            info: BackendInfo {
-                name: format!("{platform}/causal_cumsum/{}", T::PRECISION),
-                device: platform.device_kind(),
-                precision: T::PRECISION,
-                algorithm: Algorithm::Linear(Form::Cumsum),
-                // The recurrent form's memory-efficient backward (module docs).
-                backward: Some(BackwardKind::Efficient),
-            },
-            runs: ScanRuns::new(platform),
-        }
-    }
-}
-
 /// Backends of this module on `platform`.
 pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
     vec![
-        Box::new(CumsumBackend::<f32>::new(platform)),
-        Box::new(CumsumBackend::<f16>::new(platform)),
+        DeviceBackend::<_, f32>::boxed(platform, CausalCumsum),
+        DeviceBackend::<_, f16>::boxed(platform, CausalCumsum),
     ]
 }
 
-impl<T: StorageElem> Backend for CumsumBackend<T> {
-    fn info(&self) -> &BackendInfo {
-        &self.info
+/// The cumsum form: every S_i materialised and prefix-summed; the recurrent backward.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CausalCumsum;
+
+impl<T: StorageElem> DeviceForm<T> for CausalCumsum {
+    type Plan = ScanPlan;
+    type Saved = ScanSaved;
+
+    fn info(&self) -> FormInfo {
+        FormInfo {
+            name: "causal_cumsum".into(),
+            algorithm: Algorithm::Linear(Form::Cumsum),
+            // The recurrent form's memory-efficient backward (module docs).
+            backward: Some(BackwardKind::Efficient),
+        }
     }
 
-    fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
-        self.runs.platform().available()?;
-        check_problem(&self.info, problem)?;
+    fn check(&self, info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
+        check_problem(info, problem)?;
         // Scans take the chunk count in grid y and entries in int.
         let dims = CoreDims::of(problem);
         scan_launches(dims.c * dims.m, dims.n, dims.batch_heads)
@@ -341,34 +386,31 @@ impl<T: StorageElem> Backend for CumsumBackend<T> {
             .map_err(|e| Unsupported::Problem(e.to_string()))
     }
 
-    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
-        self.release();
-        self.supports(problem)?;
-        self.runs.stage(problem, inputs)
+    fn plan(
+        &self,
+        exec: &Arc<dyn Executor>,
+        problem: &Problem,
+        input_meter: &MemoryMeter,
+    ) -> Result<ScanPlan, AttnError> {
+        ScanPlan::new(exec, problem, T::PRECISION, input_meter)
     }
 
-    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
-        self.runs.run_forward(&self.info.name, cumsum_forward)
+    fn forward(
+        &self,
+        run: &Run<'_, T>,
+        plan: &ScanPlan,
+    ) -> Result<(Forward<T, ScanSaved>, Duration), AttnError> {
+        cumsum_forward(run, plan)
     }
 
-    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
-        self.runs.run_backward(&self.info.name)
-    }
-
-    fn output(&mut self) -> Result<Tensor, AttnError> {
-        self.runs.output(&self.info.name)
-    }
-
-    fn grads(&mut self) -> Result<Grads, AttnError> {
-        self.runs.grads(&self.info.name)
-    }
-
-    fn release(&mut self) {
-        self.runs.release();
-    }
-
-    fn flush_cache(&mut self) -> Result<(), AttnError> {
-        self.runs.flush_cache()
+    fn backward(
+        &self,
+        run: &Run<'_, T>,
+        plan: &ScanPlan,
+        fwd: &Forward<T, ScanSaved>,
+        d_out: &DeviceBuffer<T>,
+    ) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+        recurrent_backward(run, plan, fwd, d_out)
     }
 }
 

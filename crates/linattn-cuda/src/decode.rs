@@ -20,15 +20,32 @@ use linattn_core::{
     Inputs, Precision, Tensor, Unsupported,
 };
 
-use crate::args;
 use crate::executor::{Executor, Launch, Platform};
+use crate::form::DeviceInputs;
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+use crate::params::{entry_names, launch, ptr, KernelParams, ParamSpec};
 use crate::runtime::{as_i32, storage_define, KernelVariant};
-use crate::staged::DeviceInputs;
 
 pub const SOURCE_NAME: &str = "decode.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/decode.cu");
-pub const ENTRY_POINTS: [&str; 1] = ["dec_step"];
+
+/// The argument struct of decode.cu's entry point.
+pub mod params {
+    use crate::kernel_params;
+    use crate::params::Ptr;
+
+    kernel_params! {
+        /// `dec_step`: n tokens of the recurrence, S and z updated in place, o_t written.
+        pub struct Step => "dec_step" {
+            q: Ptr, k: Ptr, v: Ptr, s: Ptr, z: Ptr, out: Ptr, favor_w: Ptr, n: i32, d: i32,
+            c: i32, m: i32, decay: f32, eps: f32,
+        }
+    }
+}
+
+/// Every entry point's signature.
+pub const KERNEL_PARAMS: [ParamSpec; 1] = [params::Step::SPEC];
+pub const ENTRY_POINTS: [&str; 1] = entry_names(&KERNEL_PARAMS);
 /// Threads of a `dec_step` block (8 warps).
 pub const THREADS: u32 = 256;
 /// Largest C and M the kernel stages in shared memory.
@@ -170,24 +187,25 @@ impl<T: StorageElem> CudaDecoder<T> {
             .filter(|&b| b <= i32::MAX as u32)
             .ok_or_else(|| AttnError::InvalidArgument(format!("B·H = {} blocks", spec.bh())))?;
         // q, k hold B·H·n·D elements, v and out B·H·n·M, s B·H·C·M, z B·H·C (fp32).
-        exec.launch(
-            &exec.kernel(&live.kernel_variant, "dec_step")?,
+        launch(
+            exec.as_ref(),
+            &live.kernel_variant,
             &Launch::new((blocks, 1, 1), THREADS),
-            &args![
-                &inputs.q,
-                &inputs.k,
-                &inputs.v,
-                &live.s,
-                &live.z,
-                &out,
-                live.favor_w.as_ref(),
-                as_i32("tokens", n)?,
-                as_i32("D", spec.dk)?,
-                as_i32("C", spec.feature_dim())?,
-                as_i32("M", spec.dv)?,
-                spec.decay as f32,
-                spec.eps as f32
-            ],
+            &params::Step {
+                q: ptr(&inputs.q),
+                k: ptr(&inputs.k),
+                v: ptr(&inputs.v),
+                s: ptr(&live.s),
+                z: ptr(&live.z),
+                out: ptr(&out),
+                favor_w: ptr(live.favor_w.as_ref()),
+                n: as_i32("tokens", n)?,
+                d: as_i32("D", spec.dk)?,
+                c: as_i32("C", spec.feature_dim())?,
+                m: as_i32("M", spec.dv)?,
+                decay: spec.decay as f32,
+                eps: spec.eps as f32,
+            },
         )?;
         let o = Tensor::from_vec([spec.batch, spec.heads, n, spec.dv], out.download_f64()?)?;
         live.tokens += n as u64;

@@ -18,11 +18,11 @@
 
 use std::sync::Arc;
 
-use linattn_core::{AttnError, Backend, FeatureMap, Precision, Problem, Unsupported};
+use linattn_core::{AttnError, FeatureMap, Precision, Problem, Unsupported};
 
-use crate::args;
-use crate::executor::{Executor, KernelArg, Launch};
-use crate::memory::{address_of, DeviceBuffer, MemoryMeter, StorageElem};
+use crate::executor::{Executor, Launch};
+use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+use crate::params::{entry_names, launch, ptr, KernelParams, ParamSpec, Ptr};
 use crate::runtime::{
     as_i32, blocks_for, check_head_dim, head_dim_class, storage_define, KernelVariant,
     HEAD_DIM_CLASSES,
@@ -31,17 +31,57 @@ use crate::runtime::{
 /// kernels/feature_map.cu.
 pub const SOURCE: &str = include_str!("../../../kernels/feature_map.cu");
 
-const ENTRY_POINTS: [&str; 10] = [
-    "la_phi_softmax_rows",
-    "la_vjp_softmax_rows",
-    "la_phi_softmax_cols",
-    "la_vjp_softmax_cols",
-    "la_phi_cos_rows",
-    "la_vjp_cos_rows",
-    "la_favor_exponents",
-    "la_favor_head_max",
-    "la_favor_exp",
-    "la_vjp_favor",
+/// The argument structs of feature_map.cu's entry points.
+pub mod params {
+    use crate::kernel_params;
+    use crate::params::Ptr;
+
+    kernel_params! {
+        /// `la_phi_softmax_rows`: φ = softmax over each row's D features.
+        pub struct PhiSoftmaxRows => "la_phi_softmax_rows" { x: Ptr, phi: Ptr, rows: i64, d: i32 }
+        /// `la_vjp_softmax_rows`: its vector-Jacobian product.
+        pub struct VjpSoftmaxRows => "la_vjp_softmax_rows" {
+            phi: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32,
+        }
+        /// `la_phi_softmax_cols`: φ = softmax of each feature over the N rows of a head.
+        pub struct PhiSoftmaxCols => "la_phi_softmax_cols" { x: Ptr, phi: Ptr, n: i32, d: i32 }
+        /// `la_vjp_softmax_cols`: its vector-Jacobian product.
+        pub struct VjpSoftmaxCols => "la_vjp_softmax_cols" {
+            phi: Ptr, g: Ptr, dx: Ptr, n: i32, d: i32,
+        }
+        /// `la_phi_cos_rows`: φ = [1 + cos x, 1 + sin x].
+        pub struct PhiCosRows => "la_phi_cos_rows" { x: Ptr, phi: Ptr, rows: i64, d: i32 }
+        /// `la_vjp_cos_rows`: its vector-Jacobian product.
+        pub struct VjpCosRows => "la_vjp_cos_rows" { x: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32 }
+        /// `la_favor_exponents`: FAVOR+'s exponents w_r·x·scale − ‖x‖²/2 and each row's max.
+        pub struct FavorExponents => "la_favor_exponents" {
+            x: Ptr, w: Ptr, phi: Ptr, row_max: Ptr, rows: i64, d: i32, r: i32, scale: f32,
+        }
+        /// `la_favor_head_max`: the max of a head's row maxima (the keys' shift).
+        pub struct FavorHeadMax => "la_favor_head_max" { row_max: Ptr, head_max: Ptr, n: i32 }
+        /// `la_favor_exp`: φ = exp(exponent − shift)/√R and the ε log-scales.
+        pub struct FavorExp => "la_favor_exp" {
+            phi: Ptr, shift: Ptr, log_scale: Ptr, rows: i64, n: i32, r: i32, per_row: bool,
+        }
+        /// `la_vjp_favor`: FAVOR+'s vector-Jacobian product.
+        pub struct VjpFavor => "la_vjp_favor" {
+            x: Ptr, w: Ptr, phi: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32, r: i32, scale: f32,
+        }
+    }
+}
+
+/// Every entry point's signature.
+pub const KERNEL_PARAMS: [ParamSpec; 10] = [
+    params::PhiSoftmaxRows::SPEC,
+    params::VjpSoftmaxRows::SPEC,
+    params::PhiSoftmaxCols::SPEC,
+    params::VjpSoftmaxCols::SPEC,
+    params::PhiCosRows::SPEC,
+    params::VjpCosRows::SPEC,
+    params::FavorExponents::SPEC,
+    params::FavorHeadMax::SPEC,
+    params::FavorExp::SPEC,
+    params::VjpFavor::SPEC,
 ];
 
 /// Rows per 256-thread block of the row-wise kernels (one warp per row).
@@ -49,18 +89,13 @@ const ROWS_PER_BLOCK: usize = 8;
 /// Largest FAVOR+ feature count the kernels stage in shared memory.
 pub const FAVOR_MAX_FEATURES: usize = 256;
 
-/// The φ stage has no backend of its own.
-pub fn backends() -> Vec<Box<dyn Backend>> {
-    Vec::new()
-}
-
 /// The variant for a storage precision and key-dim class.
 pub fn variant(precision: Precision, dk_class: usize) -> Result<KernelVariant, Unsupported> {
     let (name, value) = storage_define(precision)?;
     Ok(KernelVariant::new("feature_map.cu", SOURCE)
         .define(name, value)
         .define("LA_DK_MAX", dk_class)
-        .entries(&ENTRY_POINTS))
+        .entries(&entry_names(&KERNEL_PARAMS)))
 }
 
 /// Every storage precision × key-dim class.
@@ -86,13 +121,11 @@ pub struct DeviceFeatures {
     pub k_log_scale: Option<DeviceBuffer<f32>>,
 }
 
-/// Device addresses of FAVOR+'s ε scales (0 = none: other maps, or no φ stage).
-pub(crate) fn log_scales(features: Option<&DeviceFeatures>) -> (u64, u64) {
-    features.map_or((0, 0), |f| {
-        (
-            address_of(f.q_log_scale.as_ref()),
-            address_of(f.k_log_scale.as_ref()),
-        )
+/// FAVOR+'s ε scales for the cores' `q_log_scale`, `k_log_scale` (null: other maps, or no
+/// φ stage).
+pub(crate) fn log_scales(features: Option<&DeviceFeatures>) -> (Ptr, Ptr) {
+    features.map_or((Ptr::NULL, Ptr::NULL), |f| {
+        (ptr(f.q_log_scale.as_ref()), ptr(f.k_log_scale.as_ref()))
     })
 }
 
@@ -187,23 +220,24 @@ impl FeatureStage {
         };
         match self.map {
             FeatureMap::Softmax => {
-                self.rows_kernel("la_phi_softmax_rows", q, &out.q, rows)?;
-                self.rows_kernel("la_phi_softmax_rows", k, &out.k, rows)?;
+                for (x, phi) in [(ptr(q), ptr(&out.q)), (ptr(k), ptr(&out.k))] {
+                    let (rows, d) = (rows as i64, self.d()?);
+                    self.by_rows(rows, &params::PhiSoftmaxRows { x, phi, rows, d })?;
+                }
             }
             FeatureMap::EfficientAttention => {
-                self.rows_kernel("la_phi_softmax_rows", q, &out.q, rows)?;
-                self.cols_kernel(
-                    "la_phi_softmax_cols",
-                    k.address(),
-                    0,
-                    out.k.address(),
-                    heads,
-                    n,
-                )?;
+                let (x, phi, d) = (ptr(q), ptr(&out.q), self.d()?);
+                let rows = rows as i64;
+                self.by_rows(rows, &params::PhiSoftmaxRows { x, phi, rows, d })?;
+                let (x, phi) = (ptr(k), ptr(&out.k));
+                let n = as_i32("sequence length N", n)?;
+                self.by_columns(heads, &params::PhiSoftmaxCols { x, phi, n, d })?;
             }
             FeatureMap::OnePlusCos => {
-                self.rows_kernel("la_phi_cos_rows", q, &out.q, rows)?;
-                self.rows_kernel("la_phi_cos_rows", k, &out.k, rows)?;
+                for (x, phi) in [(ptr(q), ptr(&out.q)), (ptr(k), ptr(&out.k))] {
+                    let (rows, d) = (rows as i64, self.d()?);
+                    self.by_rows(rows, &params::PhiCosRows { x, phi, rows, d })?;
+                }
             }
             FeatureMap::Favor { .. } => {
                 let q_scale = DeviceBuffer::uninit(&self.exec, meter, rows)?;
@@ -236,32 +270,68 @@ impl FeatureStage {
         heads: usize,
         n: usize,
     ) -> Result<(), AttnError> {
-        let rows = heads * n;
+        let rows = (heads * n) as i64;
+        let d = self.d()?;
         match self.map {
             FeatureMap::Softmax | FeatureMap::EfficientAttention => {
                 // Both maps softmax a query over its features.
-                self.vjp_rows("la_vjp_softmax_rows", features.q.address(), g_q, dq, rows)?;
+                let (phi, g, dx) = (ptr(&features.q), ptr(g_q), ptr(dq));
+                self.by_rows(
+                    rows,
+                    &params::VjpSoftmaxRows {
+                        phi,
+                        g,
+                        dx,
+                        rows,
+                        d,
+                    },
+                )?;
+                let (phi, g, dx) = (ptr(&features.k), ptr(g_k), ptr(dk));
                 if self.map == FeatureMap::Softmax {
-                    self.vjp_rows("la_vjp_softmax_rows", features.k.address(), g_k, dk, rows)?;
+                    self.by_rows(
+                        rows,
+                        &params::VjpSoftmaxRows {
+                            phi,
+                            g,
+                            dx,
+                            rows,
+                            d,
+                        },
+                    )?;
                 } else {
                     // Efficient attention softmaxes keys over the sequence instead.
-                    self.cols_kernel(
-                        "la_vjp_softmax_cols",
-                        features.k.address(),
-                        g_k.address(),
-                        dk.address(),
-                        heads,
-                        n,
-                    )?;
+                    let n = as_i32("sequence length N", n)?;
+                    self.by_columns(heads, &params::VjpSoftmaxCols { phi, g, dx, n, d })?;
                 }
             }
             FeatureMap::OnePlusCos => {
-                self.vjp_rows("la_vjp_cos_rows", q.address(), g_q, dq, rows)?;
-                self.vjp_rows("la_vjp_cos_rows", k.address(), g_k, dk, rows)?;
+                for (x, g, dx) in [(ptr(q), ptr(g_q), ptr(dq)), (ptr(k), ptr(g_k), ptr(dk))] {
+                    self.by_rows(rows, &params::VjpCosRows { x, g, dx, rows, d })?;
+                }
             }
             FeatureMap::Favor { .. } => {
-                self.vjp_favor(q, &features.q, g_q, dq, rows)?;
-                self.vjp_favor(k, &features.k, g_k, dk, rows)?;
+                let (r, scale) = (
+                    as_i32("FAVOR+ features", self.feature_dim())?,
+                    self.favor_scale(),
+                );
+                let w = ptr(self.favor_w()?);
+                for (x, phi, g, dx) in [
+                    (ptr(q), ptr(&features.q), ptr(g_q), ptr(dq)),
+                    (ptr(k), ptr(&features.k), ptr(g_k), ptr(dk)),
+                ] {
+                    let vjp = params::VjpFavor {
+                        x,
+                        w,
+                        phi,
+                        g,
+                        dx,
+                        rows,
+                        d,
+                        r,
+                        scale,
+                    };
+                    self.by_rows(rows, &vjp)?;
+                }
             }
             other => {
                 return Err(AttnError::State(format!(
@@ -272,79 +342,30 @@ impl FeatureStage {
         Ok(())
     }
 
-    /// One warp per row, 8 rows per 256-thread block.
-    fn row_launch(rows: usize) -> Result<Launch, AttnError> {
-        Ok(Launch::new((blocks_for(rows, ROWS_PER_BLOCK)?, 1, 1), 256))
+    fn d(&self) -> Result<i32, AttnError> {
+        as_i32("head dim", self.dk)
     }
 
-    fn launch(&self, entry: &str, launch: &Launch, args: &[KernelArg]) -> Result<(), AttnError> {
-        let kernel = self.exec.kernel(&self.variant, entry)?;
-        self.exec.launch(&kernel, launch, args)
-    }
-
-    /// `entry(x, phi, rows, d)`.
-    fn rows_kernel<T>(
-        &self,
-        entry: &str,
-        x: &DeviceBuffer<T>,
-        phi: &DeviceBuffer<f32>,
-        rows: usize,
-    ) -> Result<(), AttnError> {
-        // x holds rows·d elements and phi rows·C.
-        let d = as_i32("head dim", self.dk)?;
-        self.launch(
-            entry,
-            &Self::row_launch(rows)?,
-            &args![x, phi, rows as i64, d],
+    /// A row kernel: one warp per row, 8 rows per 256-thread block.
+    fn by_rows<P: KernelParams>(&self, rows: i64, params: &P) -> Result<(), AttnError> {
+        let rows = usize::try_from(rows).map_err(|_| AttnError::SizeOverflow("rows".into()))?;
+        let grid = (blocks_for(rows, ROWS_PER_BLOCK)?, 1, 1);
+        launch(
+            self.exec.as_ref(),
+            &self.variant,
+            &Launch::new(grid, 256),
+            params,
         )
     }
 
-    /// `entry(first, g, dx, rows, d)`: `first` is φ (softmax) or x (1+cos).
-    fn vjp_rows<T>(
-        &self,
-        entry: &str,
-        first: u64,
-        g: &DeviceBuffer<f32>,
-        dx: &mut DeviceBuffer<T>,
-        rows: usize,
-    ) -> Result<(), AttnError> {
-        let d = as_i32("head dim", self.dk)?;
-        self.launch(
-            entry,
-            &Self::row_launch(rows)?,
-            &args![KernelArg::Ptr(first), g, dx, rows as i64, d],
-        )
-    }
-
-    /// Column softmax over N: `la_phi_softmax_cols(x, phi, n, d)` (middle = 0 unused) or
-    /// `la_vjp_softmax_cols(phi, g, dx, n, d)`.
-    #[allow(clippy::too_many_arguments)]
-    fn cols_kernel(
-        &self,
-        entry: &str,
-        first: u64,
-        middle: u64,
-        last: u64,
-        heads: usize,
-        n: usize,
-    ) -> Result<(), AttnError> {
-        let n_i32 = as_i32("sequence length N", n)?;
-        let d = as_i32("head dim", self.dk)?;
-        let heads_u32 =
+    /// A column kernel over the N rows of each head: 32 × 8 threads per 32 features, heads
+    /// on grid y; buffers are [heads, n, d].
+    fn by_columns<P: KernelParams>(&self, heads: usize, params: &P) -> Result<(), AttnError> {
+        let heads =
             u32::try_from(heads).map_err(|_| AttnError::SizeOverflow(format!("{heads} heads")))?;
-        let launch =
-            Launch::new((blocks_for(self.dk, 32)?, heads_u32, 1), 32).with_block((32, 8, 1));
-        // Buffers are [heads, n, d].
-        let (first, middle, last) = (
-            KernelArg::Ptr(first),
-            KernelArg::Ptr(middle),
-            KernelArg::Ptr(last),
-        );
-        if entry == "la_vjp_softmax_cols" {
-            self.launch(entry, &launch, &args![first, middle, last, n_i32, d])
-        } else {
-            self.launch(entry, &launch, &args![first, last, n_i32, d])
-        }
+        let launch_shape =
+            Launch::new((blocks_for(self.dk, 32)?, heads, 1), 32).with_block((32, 8, 1));
+        launch(self.exec.as_ref(), &self.variant, &launch_shape, params)
     }
 
     fn favor_scale(&self) -> f32 {
@@ -377,10 +398,18 @@ impl FeatureStage {
         let scale = self.favor_scale();
         let row_max = DeviceBuffer::<f32>::uninit(&self.exec, meter, rows)?;
         // W is [r, d], phi [rows, r], row_max [rows].
-        self.launch(
-            "la_favor_exponents",
-            &Self::row_launch(rows)?,
-            &args![x, self.favor_w()?, phi, &row_max, rows_i64, d, r_i32, scale],
+        self.by_rows(
+            rows_i64,
+            &params::FavorExponents {
+                x: ptr(x),
+                w: ptr(self.favor_w()?),
+                phi: ptr(phi),
+                row_max: ptr(&row_max),
+                rows: rows_i64,
+                d,
+                r: r_i32,
+                scale,
+            },
         )?;
 
         let head_max = match operand {
@@ -390,10 +419,15 @@ impl FeatureStage {
                 let heads_u32 = u32::try_from(heads)
                     .map_err(|_| AttnError::SizeOverflow(format!("{heads} heads")))?;
                 // row_max [heads·n] → head_max [heads].
-                self.launch(
-                    "la_favor_head_max",
+                launch(
+                    self.exec.as_ref(),
+                    &self.variant,
                     &Launch::new((heads_u32, 1, 1), 256),
-                    &args![&row_max, &head_max, n_i32],
+                    &params::FavorHeadMax {
+                        row_max: ptr(&row_max),
+                        head_max: ptr(&head_max),
+                        n: n_i32,
+                    },
                 )?;
                 Some(head_max)
             }
@@ -406,38 +440,19 @@ impl FeatureStage {
             .checked_mul(r)
             .ok_or_else(|| AttnError::SizeOverflow(format!("{rows} rows × {r} features")))?;
         // log_scale holds rows (queries) or heads (keys).
-        self.launch(
-            "la_favor_exp",
+        launch(
+            self.exec.as_ref(),
+            &self.variant,
             &Launch::new((blocks_for(total, 256)?, 1, 1), 256),
-            &args![phi, shift, log_scale, rows_i64, n_i32, r_i32, per_row],
-        )
-    }
-
-    fn vjp_favor<T>(
-        &self,
-        x: &DeviceBuffer<T>,
-        phi: &DeviceBuffer<f32>,
-        g: &DeviceBuffer<f32>,
-        dx: &mut DeviceBuffer<T>,
-        rows: usize,
-    ) -> Result<(), AttnError> {
-        let d = as_i32("head dim", self.dk)?;
-        let r = as_i32("FAVOR+ features", self.feature_dim())?;
-        // (x, W, phi, g, dx, rows, d, r, scale).
-        self.launch(
-            "la_vjp_favor",
-            &Self::row_launch(rows)?,
-            &args![
-                x,
-                self.favor_w()?,
-                phi,
-                g,
-                dx,
-                rows as i64,
-                d,
-                r,
-                self.favor_scale()
-            ],
+            &params::FavorExp {
+                phi: ptr(phi),
+                shift: ptr(shift),
+                log_scale: ptr(log_scale),
+                rows: rows_i64,
+                n: n_i32,
+                r: r_i32,
+                per_row,
+            },
         )
     }
 }

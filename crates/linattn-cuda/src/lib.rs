@@ -5,6 +5,9 @@
 //!   kernel variants and the shared `-D` vocabulary.
 //! * [`executor`] — the device seam: [`executor::cuda`] (a GPU) and [`executor::sim`] (the
 //!   simulator); [`memory`] — counted device buffers on either.
+//! * [`form`] — the form seam: [`DeviceForm`] (what a form's kernels do) and
+//!   [`DeviceBackend`] (the one backend that runs any form); [`params`] — one typed argument
+//!   struct per kernel entry point; [`registry`] — the one list of forms.
 //! * [`feature_map`] — the φ stage for maps that are not elementwise (softmax, 1+cos, FAVOR+,
 //!   efficient attention) and its backward.
 //! * [`noncausal`] — `{cuda,sim}/noncausal/{f32,f16,bf16}`: S = φ(K)ᵀV, z, O = φ(Q)S/(φ(Q)z+ε).
@@ -19,53 +22,46 @@ pub mod causal_chunked;
 pub mod causal_cumsum;
 pub mod causal_recurrent;
 pub mod decode;
+pub mod device_backend;
 pub mod executor;
 pub mod feature_map;
+pub mod form;
 pub mod memory;
 pub mod noncausal;
+pub mod params;
+pub mod registry;
 pub mod runtime;
-mod staged;
+pub mod signature;
 
 use linattn_core::{AttnError, Backend, Decoder, Unsupported};
 
+pub use device_backend::DeviceBackend;
 pub use executor::{DeviceInfo, Executor, KernelArg, Launch, Platform};
+pub use form::{DeviceForm, FormInfo};
+pub use params::{KernelParams, ParamKind, ParamSpec, Ptr};
+pub use registry::{FormEntry, FORMS};
 pub use runtime::{gpu_available, nvrtc_available, KernelVariant};
 
 /// Every CUDA backend on every platform (GPU first, then simulator). On a machine without a
 /// GPU (or NVRTC) they still appear, and their `supports` says `skipped: <reason>`.
 pub fn backends() -> Vec<Box<dyn Backend>> {
-    Platform::ALL.into_iter().flat_map(backends_on).collect()
+    registry::backends_of(&FORMS)
 }
 
 /// Every backend of one platform.
 pub fn backends_on(platform: Platform) -> Vec<Box<dyn Backend>> {
-    let mut all = Vec::new();
-    all.extend(noncausal::backends(platform));
-    all.extend(causal_recurrent::backends(platform));
-    all.extend(causal_cumsum::backends(platform));
-    all.extend(causal_chunked::backends(platform));
-    all
+    registry::backends_on(&FORMS, platform)
 }
 
 /// Every streaming decoder on every platform (GPU first, then simulator); absent hardware
 /// shows in `supports` as `skipped: <reason>`.
 pub fn decoders() -> Vec<Box<dyn Decoder>> {
-    Platform::ALL
-        .into_iter()
-        .flat_map(decode::decoders)
-        .collect()
+    registry::decoders_of(&FORMS)
 }
 
 /// Every kernel variant this crate can compile (what `tests/compile_all_kernels.rs` checks).
 pub fn kernel_variants() -> Vec<KernelVariant> {
-    let mut all = Vec::new();
-    all.extend(feature_map::kernel_variants());
-    all.extend(noncausal::kernel_variants());
-    all.extend(causal_recurrent::kernel_variants());
-    all.extend(causal_cumsum::kernel_variants());
-    all.extend(causal_chunked::kernel_variants());
-    all.extend(decode::kernel_variants());
-    all
+    registry::variants_of(&FORMS)
 }
 
 /// The device a platform's backends run on (name, compute capability, SMs, L2, memory,

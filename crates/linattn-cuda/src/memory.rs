@@ -8,7 +8,8 @@
 //!   then proves it does), [`DeviceBuffer::zeros`] for buffers a kernel accumulates into,
 //!   [`DeviceBuffer::upload`] for host data. Large requests are checked against the device's
 //!   free memory first, so an impossible one is a clean `AttnError::OutOfMemory`.
-//! * A buffer is a kernel argument by reference: `args![&buf, Some(&buf), None::<&buf>]`.
+//! * A buffer is a kernel pointer argument through [`crate::params::Ptr`]: `ptr(&buf)`,
+//!   `ptr(Some(&buf))`, `Ptr::NULL`.
 //! * [`StorageElem`] — f32 / `half::f16` / `half::bf16` with f64 conversions for staging.
 
 use std::marker::PhantomData;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use linattn_core::{AttnError, Precision};
 
-use crate::executor::{Executor, KernelArg};
+use crate::executor::Executor;
 
 #[derive(Debug, Default)]
 struct MeterCounts {
@@ -240,28 +241,4 @@ impl<T> Drop for DeviceBuffer<T> {
         self.exec.free(self.address);
         self.meter.sub(self.bytes);
     }
-}
-
-impl<T> From<&DeviceBuffer<T>> for KernelArg {
-    fn from(buffer: &DeviceBuffer<T>) -> Self {
-        KernelArg::Ptr(buffer.address)
-    }
-}
-
-impl<T> From<&mut DeviceBuffer<T>> for KernelArg {
-    fn from(buffer: &mut DeviceBuffer<T>) -> Self {
-        KernelArg::Ptr(buffer.address)
-    }
-}
-
-/// `None` is a null pointer.
-impl<T> From<Option<&DeviceBuffer<T>>> for KernelArg {
-    fn from(buffer: Option<&DeviceBuffer<T>>) -> Self {
-        KernelArg::Ptr(buffer.map_or(0, |b| b.address))
-    }
-}
-
-/// The device address of `buffer`, or 0 (a null pointer for the kernel) when absent.
-pub fn address_of<T>(buffer: Option<&DeviceBuffer<T>>) -> u64 {
-    buffer.map_or(0, DeviceBuffer::address)
 }

@@ -13,33 +13,65 @@
 //! fp32 ∂φ for non-elementwise maps, and for f16/bf16 an fp32 recomputation of O (the
 //! gd term needs O at full precision).
 
-use std::marker::PhantomData;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use linattn_core::{
-    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, Form, Grads,
-    Inputs, Precision, Problem, RunStats, Tensor, Unsupported,
+    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, Form, Precision,
+    Problem, Unsupported,
 };
 
-use crate::args;
-use crate::executor::{Executor, KernelArg, Launch, Platform};
+use crate::device_backend::DeviceBackend;
+use crate::executor::{Executor, Launch, Platform};
 use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
-use crate::memory::{address_of, DeviceBuffer, MemoryMeter, StorageElem};
+use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run};
+use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+use crate::params::{entry_names, launch, ptr, KernelParams, ParamSpec, Ptr};
 use crate::runtime::{
     as_i32, blocks_for, check_head_dim, map_define, storage_define, KernelVariant,
 };
-use crate::staged::{self, DeviceInputs};
 
 /// kernels/noncausal.cu.
 pub const SOURCE: &str = include_str!("../../../kernels/noncausal.cu");
 
-const ENTRY_POINTS: [&str; 4] = [
-    "la_nc_accumulate",
-    "la_nc_reduce",
-    "la_nc_row_terms",
-    "la_nc_rowgemm",
+/// The argument structs of noncausal.cu's entry points.
+pub mod params {
+    use crate::kernel_params;
+    use crate::params::Ptr;
+
+    kernel_params! {
+        /// `la_nc_accumulate`: Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j over a split of N.
+        pub struct Accumulate => "la_nc_accumulate" {
+            a: Ptr, a_kind: i32, b: Ptr, b_row_scale: Ptr, v_row_scale: Ptr, partial: Ptr,
+            n: i32, c: i32, m: i32, rows_per_split: i32, log2_decay: f32,
+        }
+        /// `la_nc_reduce`: the splits' partial states summed.
+        pub struct Reduce => "la_nc_reduce" {
+            partial: Ptr, state: Ptr, splits: i32, state_len: i64, heads: i64,
+        }
+        /// `la_nc_row_terms`: 1/den and gd per row.
+        pub struct RowTerms => "la_nc_row_terms" {
+            q: Ptr, q_kind: i32, state: Ptr, g: Ptr, o: Ptr, o_f32: bool, q_log_scale: Ptr,
+            k_log_scale: Ptr, eps: f32, inv_den: Ptr, gd: Ptr, rows: i64, n: i32, c: i32, m: i32,
+        }
+        /// `la_nc_rowgemm`: O, ∂Q̃, ∂K̃ or ∂V as row products with a state.
+        pub struct Rowgemm => "la_nc_rowgemm" {
+            mode: i32, x: Ptr, x_kind: i32, state: Ptr, c: i32, m: i32, out: Ptr, out_f32: bool,
+            pre: Ptr, inv_den: Ptr, gd: Ptr, q_log_scale: Ptr, k_log_scale: Ptr, eps: f32,
+            normalised: bool, n: i32, log2_decay: f32,
+        }
+    }
+}
+
+/// Every entry point's signature, in the order of `ENTRY_POINTS`.
+pub const KERNEL_PARAMS: [ParamSpec; 4] = [
+    params::Accumulate::SPEC,
+    params::Reduce::SPEC,
+    params::RowTerms::SPEC,
+    params::Rowgemm::SPEC,
 ];
+
+const ENTRY_POINTS: [&str; 4] = entry_names(&KERNEL_PARAMS);
 
 /// Output tile edge and threads per block of `la_nc_accumulate` / `la_nc_rowgemm`.
 const TILE: usize = 64;
@@ -60,9 +92,9 @@ const MIN_ROWS_PER_SPLIT: usize = 256;
 /// The three backends on `platform`.
 pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
     vec![
-        Box::new(NoncausalBackend::<f32>::new(platform)),
-        Box::new(NoncausalBackend::<half::f16>::new(platform)),
-        Box::new(NoncausalBackend::<half::bf16>::new(platform)),
+        DeviceBackend::<_, f32>::boxed(platform, Noncausal),
+        DeviceBackend::<_, half::f16>::boxed(platform, Noncausal),
+        DeviceBackend::<_, half::bf16>::boxed(platform, Noncausal),
     ]
 }
 
@@ -101,187 +133,78 @@ pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupp
     Ok(())
 }
 
-/// One precision of the non-causal form.
-pub struct NoncausalBackend<T: StorageElem> {
-    info: BackendInfo,
-    platform: Platform,
-    staged: Option<Staged<T>>,
-    /// Staged inputs (and FAVOR+'s W): not part of `device_bytes`.
-    input_meter: MemoryMeter,
-    /// Outputs and workspace: `device_bytes` is its peak during a run.
-    work_meter: MemoryMeter,
-    _storage: PhantomData<T>,
-}
+/// The non-causal form (`Form::Parallel`): S, z reduced over N, then row products.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Noncausal;
 
-struct Staged<T> {
-    exec: Arc<dyn Executor>,
-    problem: Problem,
+/// A staging: the compiled variant and the φ stage of a map that is not fused.
+pub struct Plan {
     variant: KernelVariant,
-    q: DeviceBuffer<T>,
-    k: DeviceBuffer<T>,
-    v: DeviceBuffer<T>,
-    d_out: Option<DeviceBuffer<T>>,
     phi_stage: Option<FeatureStage>,
-    forward: Option<ForwardResult<T>>,
-    grads: Option<[DeviceBuffer<T>; 3]>,
 }
 
-struct ForwardResult<T> {
-    out: DeviceBuffer<T>,
+/// What the forward keeps for the backward.
+pub struct Saved {
     /// S then z per head: `[BH, C·M + C]` fp32.
     state: DeviceBuffer<f32>,
     features: Option<DeviceFeatures>,
 }
 
-impl<T: StorageElem> NoncausalBackend<T> {
-    pub fn new(platform: Platform) -> Self {
-        NoncausalBackend {
-            info: BackendInfo {
-                name: format!("{platform}/noncausal/{}", T::PRECISION.label()),
-                device: platform.device_kind(),
-                precision: T::PRECISION,
-                algorithm: Algorithm::Linear(Form::Parallel),
-                backward: Some(BackwardKind::Efficient),
-            },
-            platform,
-            staged: None,
-            input_meter: MemoryMeter::new(),
-            work_meter: MemoryMeter::new(),
-            _storage: PhantomData,
+impl<T: StorageElem> DeviceForm<T> for Noncausal {
+    type Plan = Plan;
+    type Saved = Saved;
+
+    fn info(&self) -> FormInfo {
+        FormInfo {
+            name: "noncausal".into(),
+            algorithm: Algorithm::Linear(Form::Parallel),
+            backward: Some(BackwardKind::Efficient),
         }
     }
 
-    fn staged_mut(&mut self) -> Result<&mut Staged<T>, AttnError> {
-        self.staged
-            .as_mut()
-            .ok_or_else(|| AttnError::State(format!("{}: nothing staged", self.info.name)))
-    }
-}
-
-impl<T: StorageElem> Backend for NoncausalBackend<T> {
-    fn info(&self) -> &BackendInfo {
-        &self.info
+    fn check(&self, info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
+        check_problem(info, problem)
     }
 
-    fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
-        check_problem(&self.info, problem)?;
-        self.platform.available()
-    }
-
-    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
-        self.supports(problem)?;
-        inputs.validate_for(problem)?;
-        self.staged = None;
-        let exec = self.platform.executor()?;
-        let meter = &self.input_meter;
+    fn plan(
+        &self,
+        exec: &Arc<dyn Executor>,
+        problem: &Problem,
+        input_meter: &MemoryMeter,
+    ) -> Result<Plan, AttnError> {
         let map_code = match map_define(&problem.map) {
             Some((_, code)) => code.parse().unwrap_or(0),
             None => 0,
         };
         let phi_stage = if FeatureStage::needed(&problem.map) {
-            Some(FeatureStage::new(&exec, problem, T::PRECISION, meter)?)
+            Some(FeatureStage::new(exec, problem, T::PRECISION, input_meter)?)
         } else {
             None
         };
-        let DeviceInputs { q, k, v, d_out } = DeviceInputs::upload(&exec, meter, inputs)?;
-        exec.synchronize()?;
-        self.staged = Some(Staged {
-            exec,
-            problem: *problem,
+        Ok(Plan {
             variant: variant(T::PRECISION, map_code)?,
-            q,
-            k,
-            v,
-            d_out,
             phi_stage,
-            forward: None,
-            grads: None,
-        });
-        Ok(())
+        })
     }
 
-    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
-        let meter = self.work_meter.clone();
-        let staged = self.staged_mut()?;
-        staged.grads = None;
-        staged.forward = None;
-        let exec = staged.exec.clone();
-        let (result, stats) = timed_run(&exec, &meter, || forward(&meter, staged))?;
-        staged.forward = result;
-        Ok(stats)
+    fn forward(
+        &self,
+        run: &Run<'_, T>,
+        plan: &Plan,
+    ) -> Result<(Forward<T, Saved>, Duration), AttnError> {
+        // Allocations are inside the timed region, as they always were for this form.
+        run.timed(|| forward(run, plan))
     }
 
-    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
-        let meter = self.work_meter.clone();
-        let staged = self.staged_mut()?;
-        if staged.forward.is_none() {
-            return Err(AttnError::State("run_backward before run_forward".into()));
-        }
-        if staged.d_out.is_none() {
-            return Err(AttnError::State(
-                "run_backward needs d_out in the staged inputs".into(),
-            ));
-        }
-        staged.grads = None;
-        let exec = staged.exec.clone();
-        let (result, stats) = timed_run(&exec, &meter, || backward(&meter, staged))?;
-        staged.grads = result;
-        Ok(stats)
+    fn backward(
+        &self,
+        run: &Run<'_, T>,
+        plan: &Plan,
+        fwd: &Forward<T, Saved>,
+        d_out: &DeviceBuffer<T>,
+    ) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+        run.timed(|| backward(run, plan, fwd, d_out))
     }
-
-    fn output(&mut self) -> Result<Tensor, AttnError> {
-        let staged = self.staged_mut()?;
-        let forward = staged
-            .forward
-            .as_ref()
-            .ok_or_else(|| AttnError::State("output() before run_forward".into()))?;
-        staged::download_output(&staged.problem.shape, &forward.out)
-    }
-
-    fn grads(&mut self) -> Result<Grads, AttnError> {
-        let staged = self.staged_mut()?;
-        let [dq, dk, dv] = staged
-            .grads
-            .as_ref()
-            .ok_or_else(|| AttnError::State("grads() before run_backward".into()))?;
-        staged::download_grads(&staged.problem.shape, dq, dk, dv)
-    }
-
-    fn release(&mut self) {
-        self.staged = None;
-    }
-
-    fn flush_cache(&mut self) -> Result<(), AttnError> {
-        match &self.staged {
-            Some(staged) => staged.exec.flush_l2(),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Resets `meter`'s peak, then times `launches` (allocations included): what they built
-/// (always `Some` once `exec.time` succeeds) and the run's stats.
-fn timed_run<R>(
-    exec: &Arc<dyn Executor>,
-    meter: &MemoryMeter,
-    launches: impl FnOnce() -> Result<R, AttnError>,
-) -> Result<(Option<R>, RunStats), AttnError> {
-    meter.reset_peak();
-    let mut result = None;
-    let mut launches = Some(launches);
-    let elapsed = exec.time(&mut || {
-        if let Some(f) = launches.take() {
-            result = Some(f()?);
-        }
-        Ok(())
-    })?;
-    Ok((
-        result,
-        RunStats {
-            elapsed,
-            device_bytes: Some(meter.peak()),
-        },
-    ))
 }
 
 /// Sizes of a run, as the kernels take them.
@@ -334,73 +257,87 @@ impl Dims {
 
 /// φ(Q) or φ(K) as the kernels read it: fp32 features of the φ stage, or raw storage with
 /// the fused map.
-fn operand<T>(features: Option<&DeviceBuffer<f32>>, raw: &DeviceBuffer<T>) -> (u64, i32) {
-    match features {
-        Some(f) => (f.address(), KIND_F32),
-        None => (raw.address(), KIND_MAPPED),
+#[derive(Debug, Clone, Copy)]
+struct Operand {
+    ptr: Ptr,
+    kind: i32,
+}
+
+impl Operand {
+    fn of<T>(features: Option<&DeviceBuffer<f32>>, raw: &DeviceBuffer<T>) -> Operand {
+        match features {
+            Some(f) => Operand {
+                ptr: ptr(f),
+                kind: KIND_F32,
+            },
+            None => Operand {
+                ptr: ptr(raw),
+                kind: KIND_MAPPED,
+            },
+        }
+    }
+
+    /// A storage operand read as it is (G, V).
+    fn storage<T>(raw: &DeviceBuffer<T>) -> Operand {
+        Operand {
+            ptr: ptr(raw),
+            kind: KIND_STORAGE,
+        }
     }
 }
 
-fn forward<T: StorageElem>(
-    meter: &MemoryMeter,
-    staged: &Staged<T>,
-) -> Result<ForwardResult<T>, AttnError> {
-    let exec = &staged.exec;
-    let dims = Dims::of(&staged.problem);
-    let features = match &staged.phi_stage {
-        Some(stage) => Some(stage.forward(meter, &staged.q, &staged.k, dims.heads, dims.n)?),
+fn forward<T: StorageElem>(run: &Run<'_, T>, plan: &Plan) -> Result<Forward<T, Saved>, AttnError> {
+    let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
+    let dims = Dims::of(run.problem);
+    let features = match &plan.phi_stage {
+        Some(stage) => Some(stage.forward(meter, &inputs.q, &inputs.k, dims.heads, dims.n)?),
         None => None,
     };
-    let (k_addr, k_kind) = operand(features.as_ref().map(|f| &f.k), &staged.k);
+    let k_op = Operand::of(features.as_ref().map(|f| &f.k), &inputs.k);
     let state = reduce_outer_products(
         exec,
         meter,
-        &staged.variant,
+        &plan.variant,
         &dims,
-        (k_addr, k_kind),
-        staged.v.address(),
-        0,
-        0,
-        dims.log2_decay,
+        Reduction {
+            a: k_op,
+            b: ptr(&inputs.v),
+            b_row_scale: Ptr::NULL,
+            v_row_scale: Ptr::NULL,
+            log2_decay: dims.log2_decay,
+        },
     )?;
     let out = DeviceBuffer::<T>::zeros(exec, meter, dims.rows() * dims.m)?;
-    let q_op = operand(features.as_ref().map(|f| &f.q), &staged.q);
+    let q_op = Operand::of(features.as_ref().map(|f| &f.q), &inputs.q);
     let scales = log_scales(features.as_ref());
     output_rowgemm(
         exec,
-        &staged.variant,
+        &plan.variant,
         &dims,
         q_op,
         &state,
-        (out.address(), false),
+        (ptr(&out), false),
         scales,
     )?;
-    Ok(ForwardResult {
+    Ok(Forward {
         out,
-        state,
-        features,
+        saved: Saved { state, features },
     })
 }
 
 fn backward<T: StorageElem>(
-    meter: &MemoryMeter,
-    staged: &Staged<T>,
-) -> Result<[DeviceBuffer<T>; 3], AttnError> {
-    let exec = &staged.exec;
-    let dims = Dims::of(&staged.problem);
-    let fwd = staged
-        .forward
-        .as_ref()
-        .ok_or_else(|| AttnError::State("backward before forward".into()))?;
-    let g = staged
-        .d_out
-        .as_ref()
-        .ok_or_else(|| AttnError::State("backward without d_out".into()))?;
-    let features = fwd.features.as_ref();
-    let (q_op, k_op) = (
-        operand(features.map(|f| &f.q), &staged.q),
-        operand(features.map(|f| &f.k), &staged.k),
-    );
+    run: &Run<'_, T>,
+    plan: &Plan,
+    fwd: &Forward<T, Saved>,
+    g: &DeviceBuffer<T>,
+) -> Result<DeviceGrads<T>, AttnError> {
+    let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
+    let variant = &plan.variant;
+    let dims = Dims::of(run.problem);
+    let saved = &fwd.saved;
+    let features = saved.features.as_ref();
+    let q_op = Operand::of(features.map(|f| &f.q), &inputs.q);
+    let k_op = Operand::of(features.map(|f| &f.k), &inputs.k);
     let scales = log_scales(features);
     let rows = dims.rows();
 
@@ -415,29 +352,41 @@ fn backward<T: StorageElem>(
             let o = DeviceBuffer::<f32>::zeros(exec, meter, rows * dims.m)?;
             output_rowgemm(
                 exec,
-                &staged.variant,
+                variant,
                 &dims,
                 q_op,
-                &fwd.state,
-                (o.address(), true),
+                &saved.state,
+                (ptr(&o), true),
                 scales,
             )?;
             Some(o)
         };
-        let (o_addr, o_is_f32) = match &out_f32 {
-            Some(o) => (o.address(), 1i32),
-            None => (fwd.out.address(), 0i32),
+        let (o, o_f32) = match &out_f32 {
+            Some(o) => (ptr(o), true),
+            None => (ptr(&fwd.out), false),
         };
-        row_terms(
-            exec,
-            &staged.variant,
-            &dims,
-            q_op,
-            fwd.state.address(),
-            g.address(),
-            (o_addr, o_is_f32),
-            scales,
-            (inv_den.address(), gd.address()),
+        // One warp per row of [BH·N].
+        launch(
+            exec.as_ref(),
+            variant,
+            &Launch::new((blocks_for(rows, 8)?, 1, 1), 256),
+            &params::RowTerms {
+                q: q_op.ptr,
+                q_kind: q_op.kind,
+                state: ptr(&saved.state),
+                g: ptr(g),
+                o,
+                o_f32,
+                q_log_scale: scales.0,
+                k_log_scale: scales.1,
+                eps: dims.eps,
+                inv_den: ptr(&inv_den),
+                gd: ptr(&gd),
+                rows: rows as i64,
+                n: as_i32("sequence length N", dims.n)?,
+                c: as_i32("feature dim C", dims.c)?,
+                m: as_i32("value dim M", dims.m)?,
+            },
         )?;
         drop(out_f32);
         (Some(inv_den), Some(gd))
@@ -447,13 +396,15 @@ fn backward<T: StorageElem>(
     let r_state = reduce_outer_products(
         exec,
         meter,
-        &staged.variant,
+        variant,
         &dims,
-        q_op,
-        g.address(),
-        address_of(inv_den.as_ref()),
-        address_of(gd.as_ref()),
-        0.0,
+        Reduction {
+            a: q_op,
+            b: ptr(g),
+            b_row_scale: ptr(inv_den.as_ref()),
+            v_row_scale: ptr(gd.as_ref()),
+            log2_decay: 0.0,
+        },
     )?;
 
     let mut dq = DeviceBuffer::<T>::zeros(exec, meter, rows * dims.d)?;
@@ -467,72 +418,81 @@ fn backward<T: StorageElem>(
         )),
         None => None,
     };
-    let (dq_target, dk_target, out_f32, pre_q, pre_k) = match &d_features {
-        Some((gq, gk)) => (gq.address(), gk.address(), true, 0, 0),
-        None => (
-            dq.address(),
-            dk.address(),
-            false,
-            staged.q.address(),
-            staged.k.address(),
+    let (dq_target, dk_target, grads_f32, pre_q, pre_k) = match &d_features {
+        Some((gq, gk)) => (ptr(gq), ptr(gk), true, Ptr::NULL, Ptr::NULL),
+        None => (ptr(&dq), ptr(&dk), false, ptr(&inputs.q), ptr(&inputs.k)),
+    };
+    let products = [
+        // ∂Q̃ = gn S ᵀ + gd zᵀ (from G and the forward's state).
+        (
+            MODE_GRAD_Q,
+            Operand::storage(g),
+            &saved.state,
+            dq_target,
+            grads_f32,
+            pre_q,
         ),
-    };
-    let with = |mode, x, state: &DeviceBuffer<f32>, out, out_f32, pre| RowGemm {
-        mode,
-        x,
-        state: state.address(),
-        out,
-        out_f32,
-        pre,
-        inv_den: address_of(inv_den.as_ref()),
-        gd: address_of(gd.as_ref()),
-        log_scales: scales,
-    };
-    let g_op = (g.address(), KIND_STORAGE);
-    let v_op = (staged.v.address(), KIND_STORAGE);
-    let variant = &staged.variant;
-    rowgemm(
-        exec,
-        variant,
-        &dims,
-        with(MODE_GRAD_Q, g_op, &fwd.state, dq_target, out_f32, pre_q),
-    )?;
-    rowgemm(
-        exec,
-        variant,
-        &dims,
-        with(MODE_GRAD_K, v_op, &r_state, dk_target, out_f32, pre_k),
-    )?;
-    rowgemm(
-        exec,
-        variant,
-        &dims,
-        with(MODE_GRAD_V, k_op, &r_state, dv.address(), false, 0),
-    )?;
-
-    if let (Some(stage), Some(feats), Some((gq, gk))) =
-        (&staged.phi_stage, features, d_features.as_ref())
-    {
-        stage.backward(
-            &staged.q, &staged.k, feats, gq, gk, &mut dq, &mut dk, dims.heads, dims.n,
+        // ∂K̃ = V Rᵀ + r (from V and the reverse state).
+        (
+            MODE_GRAD_K,
+            Operand::storage(&inputs.v),
+            &r_state,
+            dk_target,
+            grads_f32,
+            pre_k,
+        ),
+        // ∂V = K̃ R.
+        (MODE_GRAD_V, k_op, &r_state, ptr(&dv), false, Ptr::NULL),
+    ];
+    for (mode, x, state, out, out_f32, pre) in products {
+        rowgemm(
+            exec,
+            variant,
+            &dims,
+            RowGemm {
+                mode,
+                x,
+                state: ptr(state),
+                out,
+                out_f32,
+                pre,
+                inv_den: ptr(inv_den.as_ref()),
+                gd: ptr(gd.as_ref()),
+                log_scales: scales,
+            },
         )?;
     }
-    Ok([dq, dk, dv])
+
+    if let (Some(stage), Some(feats), Some((gq, gk))) =
+        (&plan.phi_stage, features, d_features.as_ref())
+    {
+        stage.backward(
+            &inputs.q, &inputs.k, feats, gq, gk, &mut dq, &mut dk, dims.heads, dims.n,
+        )?;
+    }
+    Ok(DeviceGrads { dq, dk, dv })
 }
 
-/// `[BH, C·M + C]`: Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j (see `la_nc_accumulate`), split over
-/// N across blocks when one block per tile would leave the GPU idle.
-#[allow(clippy::too_many_arguments)]
+/// One reduction Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j over N (see `la_nc_accumulate`).
+struct Reduction {
+    /// `[BH, N, C]`.
+    a: Operand,
+    /// `[BH, N, M]` storage.
+    b: Ptr,
+    /// `[BH·N]` weights of B's rows and of the vector term, or null.
+    b_row_scale: Ptr,
+    v_row_scale: Ptr,
+    log2_decay: f32,
+}
+
+/// `[BH, C·M + C]` of `reduction`, split over N across blocks when one block per tile would
+/// leave the GPU idle.
 fn reduce_outer_products(
     exec: &Arc<dyn Executor>,
     meter: &MemoryMeter,
     variant: &KernelVariant,
     dims: &Dims,
-    a: (u64, i32),
-    b: u64,
-    b_row_scale: u64,
-    v_row_scale: u64,
-    log2_decay: f32,
+    reduction: Reduction,
 ) -> Result<DeviceBuffer<f32>, AttnError> {
     let state_len = dims.state_len();
     let state = DeviceBuffer::<f32>::zeros(exec, meter, dims.heads * state_len)?;
@@ -554,76 +514,75 @@ fn reduce_outer_products(
     } else {
         None
     };
-    let target = partial.as_ref().unwrap_or(&state).address();
-
-    // a is [BH,N,C], b [BH,N,M], the row scales [BH·N] or null, target [BH, splits, C·M+C].
-    let kernel = exec.kernel(variant, "la_nc_accumulate")?;
+    // The target is [BH, splits, C·M+C].
+    let target = partial.as_ref().unwrap_or(&state);
     let grid = (
         u32::try_from(tiles).map_err(|_| AttnError::SizeOverflow("tiles".into()))?,
         splits as u32,
         dims.grid_heads()?,
     );
-    exec.launch(
-        &kernel,
+    launch(
+        exec.as_ref(),
+        variant,
         &Launch::new(grid, THREADS),
-        &args![
-            KernelArg::Ptr(a.0),
-            a.1,
-            KernelArg::Ptr(b),
-            KernelArg::Ptr(b_row_scale),
-            KernelArg::Ptr(v_row_scale),
-            KernelArg::Ptr(target),
-            as_i32("sequence length N", dims.n)?,
-            as_i32("feature dim C", dims.c)?,
-            as_i32("value dim M", dims.m)?,
-            as_i32("rows per split", rows_per_split)?,
-            log2_decay,
-        ],
+        &params::Accumulate {
+            a: reduction.a.ptr,
+            a_kind: reduction.a.kind,
+            b: reduction.b,
+            b_row_scale: reduction.b_row_scale,
+            v_row_scale: reduction.v_row_scale,
+            partial: ptr(target),
+            n: as_i32("sequence length N", dims.n)?,
+            c: as_i32("feature dim C", dims.c)?,
+            m: as_i32("value dim M", dims.m)?,
+            rows_per_split: as_i32("rows per split", rows_per_split)?,
+            log2_decay: reduction.log2_decay,
+        },
     )?;
 
     if let Some(partial) = &partial {
         // partial [BH, splits, len] summed into state [BH, len].
-        let kernel = exec.kernel(variant, "la_nc_reduce")?;
         let total = dims.heads * state_len;
         let grid = (blocks_for(total, 256)?.min(65_535 * 16), 1, 1);
-        exec.launch(
-            &kernel,
+        launch(
+            exec.as_ref(),
+            variant,
             &Launch::new(grid, 256),
-            &args![
-                partial,
-                &state,
-                splits as i32,
-                state_len as i64,
-                dims.heads as i64
-            ],
+            &params::Reduce {
+                partial: ptr(partial),
+                state: ptr(&state),
+                splits: splits as i32,
+                state_len: state_len as i64,
+                heads: dims.heads as i64,
+            },
         )?;
     }
     Ok(state)
 }
 
-/// One `la_nc_rowgemm` launch (addresses are device pointers or 0).
+/// One `la_nc_rowgemm` product (pointers may be null where the mode does not read them).
 struct RowGemm {
     mode: i32,
-    x: (u64, i32),
-    state: u64,
-    out: u64,
+    x: Operand,
+    state: Ptr,
+    out: Ptr,
     out_f32: bool,
-    pre: u64,
-    inv_den: u64,
-    gd: u64,
-    log_scales: (u64, u64),
+    pre: Ptr,
+    inv_den: Ptr,
+    gd: Ptr,
+    log_scales: (Ptr, Ptr),
 }
 
-/// O = φ(Q)S / (φ(Q)z + ε) from `state` into `out` (address, whether fp32 rather than
+/// O = φ(Q)S / (φ(Q)z + ε) from `state` into `out` (pointer, whether fp32 rather than
 /// storage): the forward's output and the backward's fp32 recomputation of it.
 fn output_rowgemm(
     exec: &Arc<dyn Executor>,
     variant: &KernelVariant,
     dims: &Dims,
-    q: (u64, i32),
+    q: Operand,
     state: &DeviceBuffer<f32>,
-    (out, out_f32): (u64, bool),
-    log_scales: (u64, u64),
+    (out, out_f32): (Ptr, bool),
+    log_scales: (Ptr, Ptr),
 ) -> Result<(), AttnError> {
     rowgemm(
         exec,
@@ -632,12 +591,12 @@ fn output_rowgemm(
         RowGemm {
             mode: MODE_OUTPUT,
             x: q,
-            state: state.address(),
+            state: ptr(state),
             out,
             out_f32,
-            pre: 0,
-            inv_den: 0,
-            gd: 0,
+            pre: Ptr::NULL,
+            inv_den: Ptr::NULL,
+            gd: Ptr::NULL,
             log_scales,
         },
     )
@@ -656,73 +615,33 @@ fn rowgemm(
     };
     // x is [BH,N,inner], state [BH,C·M+C], out [BH,N,width] of the type out_f32 says, pre
     // [BH,N,width] storage or null.
-    let kernel = exec.kernel(variant, "la_nc_rowgemm")?;
     let grid = (
         blocks_for(dims.n, TILE)?,
         blocks_for(width, TILE)?,
         dims.grid_heads()?,
     );
-    let ptr = KernelArg::Ptr;
-    exec.launch(
-        &kernel,
+    launch(
+        exec.as_ref(),
+        variant,
         &Launch::new(grid, THREADS),
-        &args![
-            call.mode,
-            ptr(call.x.0),
-            call.x.1,
-            ptr(call.state),
-            as_i32("feature dim C", dims.c)?,
-            as_i32("value dim M", dims.m)?,
-            ptr(call.out),
-            call.out_f32,
-            ptr(call.pre),
-            ptr(call.inv_den),
-            ptr(call.gd),
-            ptr(call.log_scales.0),
-            ptr(call.log_scales.1),
-            dims.eps,
-            dims.normalised,
-            as_i32("sequence length N", dims.n)?,
-            dims.log2_decay,
-        ],
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn row_terms(
-    exec: &Arc<dyn Executor>,
-    variant: &KernelVariant,
-    dims: &Dims,
-    q: (u64, i32),
-    state: u64,
-    g: u64,
-    o: (u64, i32),
-    log_scales: (u64, u64),
-    outputs: (u64, u64),
-) -> Result<(), AttnError> {
-    // One warp per row of [BH·N].
-    let kernel = exec.kernel(variant, "la_nc_row_terms")?;
-    let rows = dims.rows();
-    let ptr = KernelArg::Ptr;
-    exec.launch(
-        &kernel,
-        &Launch::new((blocks_for(rows, 8)?, 1, 1), 256),
-        &args![
-            ptr(q.0),
-            q.1,
-            ptr(state),
-            ptr(g),
-            ptr(o.0),
-            o.1,
-            ptr(log_scales.0),
-            ptr(log_scales.1),
-            dims.eps,
-            ptr(outputs.0),
-            ptr(outputs.1),
-            rows as i64,
-            as_i32("sequence length N", dims.n)?,
-            as_i32("feature dim C", dims.c)?,
-            as_i32("value dim M", dims.m)?,
-        ],
+        &params::Rowgemm {
+            mode: call.mode,
+            x: call.x.ptr,
+            x_kind: call.x.kind,
+            state: call.state,
+            c: as_i32("feature dim C", dims.c)?,
+            m: as_i32("value dim M", dims.m)?,
+            out: call.out,
+            out_f32: call.out_f32,
+            pre: call.pre,
+            inv_den: call.inv_den,
+            gd: call.gd,
+            q_log_scale: call.log_scales.0,
+            k_log_scale: call.log_scales.1,
+            eps: dims.eps,
+            normalised: dims.normalised,
+            n: as_i32("sequence length N", dims.n)?,
+            log2_decay: dims.log2_decay,
+        },
     )
 }

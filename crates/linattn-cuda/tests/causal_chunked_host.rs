@@ -7,9 +7,9 @@ use linattn_core::{
     Shape, Unsupported,
 };
 use linattn_cuda::causal_chunked::{
-    backends, kernel_variants, map_code, variant, ChunkedBackend, LaunchPlan, CHUNK, ENTRY_POINTS,
+    backends, kernel_variants, map_code, variant, CausalChunked, LaunchPlan, CHUNK, ENTRY_POINTS,
 };
-use linattn_cuda::Platform;
+use linattn_cuda::{DeviceBackend, Platform};
 
 fn shape(bh: usize, n: usize, d: usize, m: usize) -> Shape {
     Shape::new(1, bh, n, d, m)
@@ -200,7 +200,7 @@ fn map_codes_follow_the_prelude() {
 
 #[test]
 fn runs_before_staging_are_typed_errors() {
-    let mut b = ChunkedBackend::<half::f16>::new(Platform::Cuda);
+    let mut b = DeviceBackend::<_, half::f16>::new(Platform::Cuda, CausalChunked);
     assert!(matches!(
         b.run_forward(),
         Err(AttnError::State(_)) | Err(AttnError::Unsupported(_))

@@ -9,7 +9,9 @@ use libtest_mimic::Trial;
 use linattn_core::{AttnError, Precision};
 use linattn_cuda::executor::{Executor, Launch};
 use linattn_cuda::memory::{DeviceBuffer, MemoryMeter, StorageElem};
-use linattn_cuda::{args, noncausal, Platform};
+use linattn_cuda::noncausal::params::Reduce;
+use linattn_cuda::params::{ptr, KernelParams};
+use linattn_cuda::{noncausal, Platform};
 use linattn_testkit::stamp;
 
 type Check = fn(&Arc<dyn Executor>) -> Result<(), String>;
@@ -119,11 +121,18 @@ fn out_of_memory(exec: &Arc<dyn Executor>) -> Result<(), String> {
 fn bad_launches(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let variant = noncausal::variant(Precision::F32, 1).map_err(|e| e.to_string())?;
     let kernel = exec
-        .kernel(&variant, "la_nc_reduce")
+        .kernel(&variant, Reduce::SPEC.entry)
         .map_err(|e| e.to_string())?;
     let meter = MemoryMeter::new();
     let state = DeviceBuffer::<f32>::zeros(exec, &meter, 64).map_err(|e| e.to_string())?;
-    let arguments = args![&state, &state, 1i32, 64i64, 1i64];
+    let arguments = Reduce {
+        partial: ptr(&state),
+        state: ptr(&state),
+        splits: 1,
+        state_len: 64,
+        heads: 1,
+    }
+    .args();
     for (launch, expect) in [
         (Launch::new((1, 70_000, 1), 256), "65535"),
         (Launch::new((1, 1, 1), 2048), "threads per block"),
@@ -135,7 +144,7 @@ fn bad_launches(exec: &Arc<dyn Executor>) -> Result<(), String> {
     ] {
         match exec.launch(&kernel, &launch, &arguments) {
             Err(AttnError::InvalidArgument(m))
-                if m.contains("la_nc_reduce") && m.contains(expect) => {}
+                if m.contains(Reduce::SPEC.entry) && m.contains(expect) => {}
             other => {
                 return Err(format!(
                     "{launch:?}: expected an error naming '{expect}', got {other:?}"
@@ -174,7 +183,7 @@ fn timing_runs(exec: &Arc<dyn Executor>) -> Result<(), String> {
 fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let variant = noncausal::variant(Precision::F32, 1).map_err(|e| e.to_string())?;
     let kernel = exec
-        .kernel(&variant, "la_nc_reduce")
+        .kernel(&variant, Reduce::SPEC.entry)
         .map_err(|e| e.to_string())?;
     let meter = MemoryMeter::new();
     let partial = DeviceBuffer::<f32>::zeros(exec, &meter, 64).map_err(|e| e.to_string())?;
@@ -182,12 +191,19 @@ fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let result = exec.launch(
         &kernel,
         &Launch::new((1, 1, 1), 256),
-        &args![&partial, &state, 1i32, 64i64, 2i64],
+        &Reduce {
+            partial: ptr(&partial),
+            state: ptr(&state),
+            splits: 1,
+            state_len: 64,
+            heads: 2,
+        }
+        .args(),
     );
     match result {
         Err(AttnError::KernelFault(m))
             if m.starts_with("memcheck")
-                && m.contains("la_nc_reduce")
+                && m.contains(Reduce::SPEC.entry)
                 && m.contains("PTX line") =>
         {
             Ok(())
@@ -199,7 +215,7 @@ fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
 fn initcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let variant = noncausal::variant(Precision::F32, 1).map_err(|e| e.to_string())?;
     let kernel = exec
-        .kernel(&variant, "la_nc_reduce")
+        .kernel(&variant, Reduce::SPEC.entry)
         .map_err(|e| e.to_string())?;
     let meter = MemoryMeter::new();
     let partial = DeviceBuffer::<f32>::uninit(exec, &meter, 64).map_err(|e| e.to_string())?;
@@ -207,7 +223,14 @@ fn initcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let result = exec.launch(
         &kernel,
         &Launch::new((1, 1, 1), 256),
-        &args![&partial, &state, 1i32, 64i64, 1i64],
+        &Reduce {
+            partial: ptr(&partial),
+            state: ptr(&state),
+            splits: 1,
+            state_len: 64,
+            heads: 1,
+        }
+        .args(),
     );
     match result {
         Err(AttnError::KernelFault(m)) if m.starts_with("initcheck") => Ok(()),
@@ -221,9 +244,8 @@ fn initcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
 fn shared_opt_in(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let variant =
         linattn_cuda::causal_chunked::variant(Precision::F16, 64, 64).map_err(|e| e.to_string())?;
-    let kernel = exec
-        .kernel(&variant, "cc_forward")
-        .map_err(|e| e.to_string())?;
+    let entry = linattn_cuda::causal_chunked::params::Forward::SPEC.entry;
+    let kernel = exec.kernel(&variant, entry).map_err(|e| e.to_string())?;
     let static_bytes = kernel.ptxas.as_ref().map_or(0, |r| r.shared_bytes);
     let dynamic = 48 * 1024 - static_bytes / 2;
     if static_bytes < 2 || static_bytes + dynamic <= 48 * 1024 {
@@ -233,9 +255,21 @@ fn shared_opt_in(exec: &Arc<dyn Executor>) -> Result<(), String> {
     }
     let meter = MemoryMeter::new();
     let buffer = DeviceBuffer::<f32>::zeros(exec, &meter, 1).map_err(|e| e.to_string())?;
-    let arguments = args![
-        &buffer, &buffer, &buffer, &buffer, &buffer, &buffer, 1i32, 1i32, 0f32, 1e-6f32, 1i32
-    ];
+    let b = ptr(&buffer);
+    let arguments = linattn_cuda::causal_chunked::params::Forward {
+        q: b,
+        k: b,
+        v: b,
+        states: b,
+        out: b,
+        den_out: b,
+        n: 1,
+        num_chunks: 1,
+        log2_decay: 0.0,
+        eps: 1e-6,
+        map: 1,
+    }
+    .args();
     match exec.launch(
         &kernel,
         &Launch::new((1, 1, 1), 128).with_shared(dynamic as u32),

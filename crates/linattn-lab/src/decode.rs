@@ -52,7 +52,9 @@ pub struct DecodeArgs {
 /// simulator and on a GPU.
 pub(crate) fn all_decoders() -> Vec<Box<dyn Decoder>> {
     let mut all = linattn_cpu::decoders();
-    all.extend(linattn_cuda::decoders());
+    all.extend(linattn_cuda::registry::decoders_of(
+        &crate::registry::device_forms(),
+    ));
     all
 }
 

@@ -46,9 +46,7 @@ fn parse_arch(s: &str) -> Result<Arch, AttnError> {
 
 /// All variants of every crate that ships kernels.
 fn all_variants() -> Vec<KernelVariant> {
-    let mut v = linattn_cuda::kernel_variants();
-    v.extend(linattn_softmax::kernel_variants());
-    v
+    linattn_cuda::registry::variants_of(&crate::registry::device_forms())
 }
 
 pub fn run(args: KernelsArgs) -> Result<ExitCode, AttnError> {

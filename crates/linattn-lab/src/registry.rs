@@ -8,14 +8,23 @@
 //! that lists the known names, never an empty run.
 
 use linattn_core::{AttnError, Backend};
+use linattn_cuda::registry::{backends_of, FormEntry};
 
-/// Every backend, in a stable order: CPU linear attention, softmax baselines, CUDA.
-/// Backends whose hardware is absent are listed too; their `supports` says why they
-/// cannot run (`Unsupported::Unavailable`).
+/// Every CUDA form of every crate that ships kernels, in one list: the binary's backends,
+/// decoders and kernel variants all read it.
+pub(crate) fn device_forms() -> Vec<FormEntry> {
+    let mut forms = vec![linattn_softmax::cuda::FORM];
+    forms.extend(linattn_cuda::FORMS);
+    forms
+}
+
+/// Every backend, in a stable order: CPU linear attention, the CPU softmax baseline, then the
+/// CUDA forms on a GPU and on the simulator. Backends whose hardware is absent are listed
+/// too; their `supports` says why they cannot run (`Unsupported::Unavailable`).
 pub(crate) fn all_backends() -> Vec<Box<dyn Backend>> {
     let mut all = linattn_cpu::backends();
-    all.extend(linattn_softmax::backends());
-    all.extend(linattn_cuda::backends());
+    all.extend(linattn_softmax::cpu_backends());
+    all.extend(backends_of(&device_forms()));
     all
 }
 

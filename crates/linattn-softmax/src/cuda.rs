@@ -25,28 +25,65 @@
 //! problem that cannot fit is a typed `AttnError::OutOfMemory` and a sweep goes on. cuBLAS'
 //! own workspace is allocated by cuBLAS and not counted.
 
-use crate::cublas::Cublas;
-use crate::gemm_plan::RowMajorGemm;
 use crate::validate::{validate_inputs, NeedGrad};
 use linattn_core::{
-    Algorithm, AttnError, Backend, BackendInfo, BackwardKind, DeviceKind, Grads, Inputs, Precision,
-    Problem, RunStats, Shape, Tensor, TensorRole, Unsupported,
+    Algorithm, AttnError, Backend, BackendInfo, BackwardKind, Inputs, Precision, Problem, Shape,
+    Tensor, TensorRole, Unsupported,
 };
-use linattn_cuda::args;
+use linattn_cuda::executor::gemm::{GemmCall, RowMajorGemm};
 use linattn_cuda::executor::{Executor, Kernel, Launch, Platform};
+use linattn_cuda::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run};
 use linattn_cuda::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+use linattn_cuda::params::{entry_names, launch_kernel, ptr, KernelParams, ParamSpec};
+use linattn_cuda::registry::FormEntry;
 use linattn_cuda::runtime::{as_i32, storage_define, KernelVariant};
+use linattn_cuda::DeviceBackend;
 use std::marker::PhantomData;
 use std::sync::Arc;
-
-pub use crate::cublas::cublas_available;
+use std::time::Duration;
 
 /// The kernel source, embedded at build time.
 pub const SOURCE: &str = include_str!("../../../kernels/softmax.cu");
 const SOURCE_NAME: &str = "softmax.cu";
-const FORWARD_ENTRY: &str = "la_softmax_forward_rows";
-const BACKWARD_ENTRY: &str = "la_softmax_backward_rows";
-const GEMM_ENTRY: &str = "la_softmax_gemm";
+
+/// The argument structs of softmax.cu's entry points.
+pub mod params {
+    use linattn_cuda::kernel_params;
+    use linattn_cuda::params::Ptr;
+
+    kernel_params! {
+        /// `la_softmax_gemm`: C_z = op(A_z)·op(B_z), row-major, 64×64 tiles.
+        pub struct Gemm => "la_softmax_gemm" {
+            a: Ptr, b: Ptr, c: Ptr, m: i32, n: i32, k: i32, a_transposed: bool,
+            b_transposed: bool, stride_a: i64, stride_b: i64, stride_c: i64, batches: i32,
+        }
+        /// `la_softmax_forward_rows`: scores → probabilities in place, one block per row.
+        pub struct ForwardRows => "la_softmax_forward_rows" {
+            scores: Ptr, n: i32, causal: bool, scale: f32,
+        }
+        /// `la_softmax_backward_rows`: dP → dS in place, one block per row.
+        pub struct BackwardRows => "la_softmax_backward_rows" {
+            probs: Ptr, grad: Ptr, n: i32, causal: bool, scale: f32,
+        }
+    }
+}
+
+/// Every entry point's signature.
+pub const KERNEL_PARAMS: [ParamSpec; 3] = [
+    params::ForwardRows::SPEC,
+    params::BackwardRows::SPEC,
+    params::Gemm::SPEC,
+];
+
+/// This crate's CUDA form, for the lab's registry beside `linattn_cuda::FORMS`.
+pub const FORM: FormEntry = FormEntry {
+    name: "softmax",
+    source: SOURCE,
+    backends,
+    decoders: |_| Vec::new(),
+    variants: kernel_variants,
+    kernel_params: &KERNEL_PARAMS,
+};
 /// Threads per row block: enough to stream long rows, a multiple of 32 (the reductions).
 const MAX_THREADS_PER_ROW: usize = 256;
 /// Largest row count one launch covers (grid.x limit).
@@ -67,7 +104,7 @@ pub fn kernel_variant(precision: Precision) -> Result<KernelVariant, Unsupported
     }
     Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .define(name, value)
-        .entries(&[FORWARD_ENTRY, BACKWARD_ENTRY, GEMM_ENTRY])
+        .entries(&entry_names(&KERNEL_PARAMS))
         .hot())
 }
 
@@ -105,6 +142,12 @@ pub fn device_bytes_needed(
     elements
         .and_then(|x| x.checked_mul(elem))
         .ok_or_else(overflow)
+}
+
+/// Refuses a value that the conversion to the storage type turns into ±Inf (beyond 65504 for
+/// f16), naming the tensor, rather than letting it become a NaN output.
+fn check_storage_range<T: StorageElem>(t: &Tensor, role: TensorRole) -> Result<(), AttnError> {
+    to_storage::<T>(t, role).map(|_| ())
 }
 
 /// `t` converted to the storage type; a value that the conversion turns into ±Inf (beyond
@@ -165,11 +208,11 @@ impl GemmEngine {
         }
     }
 
-    /// Whether this machine can run the engine on `platform` (cuBLAS needs its library).
-    fn available_on(self, platform: Platform) -> Result<(), Unsupported> {
-        self.check_platform(platform)?;
+    /// Whether `exec` can run the engine (cuBLAS needs its library).
+    fn available_on(self, exec: &dyn Executor) -> Result<(), Unsupported> {
+        self.check_platform(exec.platform())?;
         match self {
-            GemmEngine::Cublas => cublas_available(),
+            GemmEngine::Cublas => exec.blas_available(),
             GemmEngine::Kernel => Ok(()),
         }
     }
@@ -177,7 +220,8 @@ impl GemmEngine {
 
 /// What a [`BatchedGemm`] holds for its engine.
 enum Engine {
-    Cublas(Cublas),
+    /// The executor's BLAS (cuBLAS).
+    Blas,
     Kernel(Kernel),
 }
 
@@ -194,12 +238,12 @@ pub struct BatchedGemm<T> {
 impl<T: StorageElem> BatchedGemm<T> {
     /// Loads `la_softmax_gemm` or opens the cuBLAS handle (cuBLAS only on `cuda`).
     pub fn new(exec: &Arc<dyn Executor>, engine: GemmEngine) -> Result<Self, AttnError> {
-        engine.available_on(exec.platform())?;
+        engine.available_on(exec.as_ref())?;
         let engine = match engine {
-            GemmEngine::Cublas => Engine::Cublas(Cublas::new()?),
-            GemmEngine::Kernel => {
-                Engine::Kernel(exec.kernel(&kernel_variant(T::PRECISION)?, GEMM_ENTRY)?)
-            }
+            GemmEngine::Cublas => Engine::Blas,
+            GemmEngine::Kernel => Engine::Kernel(
+                exec.kernel(&kernel_variant(T::PRECISION)?, params::Gemm::SPEC.entry)?,
+            ),
         };
         Ok(BatchedGemm {
             exec: exec.clone(),
@@ -218,7 +262,7 @@ impl<T: StorageElem> BatchedGemm<T> {
 
     pub fn engine(&self) -> GemmEngine {
         match self.engine {
-            Engine::Cublas(_) => GemmEngine::Cublas,
+            Engine::Blas => GemmEngine::Cublas,
             Engine::Kernel(_) => GemmEngine::Kernel,
         }
     }
@@ -255,22 +299,17 @@ impl<T: StorageElem> BatchedGemm<T> {
         }
         let batch_i32 = as_i32("GEMM batch B·H", batch)?;
         match &self.engine {
-            // SAFETY: the buffers are live (borrowed) and hold `batch` matrices of the plan's
-            // strides (checked above). That they are allocations of the CUDA executor (`new`
-            // checked this engine's executor is) cannot be checked: `DeviceBuffer` does not say
-            // which executor owns it. The backend allocates every buffer on its one executor;
-            // the seam's own `launch` trusts addresses the same way.
-            Engine::Cublas(cublas) => unsafe {
-                cublas.gemm_strided_batched(
-                    &plan,
-                    batch_i32,
-                    T::PRECISION,
-                    a.address(),
-                    b.address(),
-                    c.address(),
-                    what,
-                )
-            },
+            // The buffers are live (borrowed) and hold `batch` matrices of the plan's strides
+            // (checked above); the backend allocates every one on this GEMM's executor.
+            Engine::Blas => self.exec.gemm(&GemmCall {
+                plan,
+                batch: batch_i32,
+                precision: T::PRECISION,
+                a: a.address(),
+                b: b.address(),
+                c: c.address(),
+                what,
+            }),
             Engine::Kernel(kernel) => {
                 let tiles =
                     (plan.m as usize).div_ceil(GEMM_TILE) * (plan.n as usize).div_ceil(GEMM_TILE);
@@ -281,68 +320,80 @@ impl<T: StorageElem> BatchedGemm<T> {
                         AttnError::SizeOverflow(format!("{what}: {tiles} output tiles of 64×64"))
                     })?;
                 let grid = (tiles, batch.min(self.max_grid_y) as u32, 1);
-                self.exec.launch(
+                launch_kernel(
+                    self.exec.as_ref(),
                     kernel,
                     &Launch::new(grid, GEMM_THREADS),
-                    &args![
-                        a,
-                        b,
-                        &*c,
-                        plan.m,
-                        plan.n,
-                        plan.k,
-                        plan.a_transposed,
-                        plan.b_transposed,
-                        plan.stride_a(),
-                        plan.stride_b(),
-                        plan.stride_c(),
-                        batch_i32,
-                    ],
+                    &params::Gemm {
+                        a: ptr(a),
+                        b: ptr(b),
+                        c: ptr(&*c),
+                        m: plan.m,
+                        n: plan.n,
+                        k: plan.k,
+                        a_transposed: plan.a_transposed,
+                        b_transposed: plan.b_transposed,
+                        stride_a: plan.stride_a(),
+                        stride_b: plan.stride_b(),
+                        stride_c: plan.stride_c(),
+                        batches: batch_i32,
+                    },
                 )
             }
         }
     }
 }
 
-/// Staged operands on the device.
-struct Staged<T> {
-    exec: Arc<dyn Executor>,
-    problem: Problem,
-    q: DeviceBuffer<T>,
-    k: DeviceBuffer<T>,
-    v: DeviceBuffer<T>,
-    d_out: Option<DeviceBuffer<T>>,
+/// The softmax baseline (`softmax`, or `softmax+<engine>` off the platform's default engine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoftmaxForm {
+    pub engine: GemmEngine,
+    /// Whether `engine` is the platform's default (then the name has no suffix).
+    default_engine: bool,
 }
 
-/// Results of the last forward (P is kept for the backward) and backward.
-struct Results<T> {
-    probs: DeviceBuffer<T>,
-    out: DeviceBuffer<T>,
-    grads: Option<[DeviceBuffer<T>; 3]>,
+impl SoftmaxForm {
+    /// The platform's default GEMM engine.
+    pub fn new(platform: Platform) -> SoftmaxForm {
+        SoftmaxForm {
+            engine: GemmEngine::default_for(platform),
+            default_engine: true,
+        }
+    }
+
+    /// A chosen GEMM engine; cuBLAS on the simulator is refused.
+    pub fn with_gemm(platform: Platform, engine: GemmEngine) -> Result<SoftmaxForm, Unsupported> {
+        engine.check_platform(platform)?;
+        Ok(SoftmaxForm {
+            engine,
+            default_engine: engine == GemmEngine::default_for(platform),
+        })
+    }
 }
 
-/// The softmax baseline for storage type `T` (f32 or `half::f16`) on one platform.
-pub struct CudaSoftmaxBackend<T> {
-    info: BackendInfo,
-    platform: Platform,
-    engine: GemmEngine,
-    variant: Option<KernelVariant>,
-    gemm: Option<BatchedGemm<T>>,
-    /// Staged inputs are counted here, outputs and workspace in `run_meter`.
-    input_meter: MemoryMeter,
-    run_meter: MemoryMeter,
-    staged: Option<Staged<T>>,
-    results: Option<Results<T>>,
-}
+/// `<platform>/softmax/<precision>` for storage `T` (f32 or `half::f16`).
+pub type CudaSoftmaxBackend<T> = DeviceBackend<SoftmaxForm, T>;
 
 /// `<platform>/softmax/f32`.
 pub fn f32_backend(platform: Platform) -> CudaSoftmaxBackend<f32> {
-    CudaSoftmaxBackend::new(platform)
+    DeviceBackend::new(platform, SoftmaxForm::new(platform))
 }
 
 /// `<platform>/softmax/f16`.
 pub fn f16_backend(platform: Platform) -> CudaSoftmaxBackend<half::f16> {
-    CudaSoftmaxBackend::new(platform)
+    DeviceBackend::new(platform, SoftmaxForm::new(platform))
+}
+
+/// With a chosen GEMM engine; a non-default one is named in the backend name
+/// (`cuda/softmax/f32+gemmkernel`). cuBLAS on the simulator is refused.
+pub fn with_gemm<T: StorageElem>(
+    platform: Platform,
+    engine: GemmEngine,
+) -> Result<CudaSoftmaxBackend<T>, Unsupported> {
+    Ok(DeviceBackend::new(
+        platform,
+        SoftmaxForm::with_gemm(platform, engine)?,
+    ))
 }
 
 /// `<platform>/softmax/{f32,f16}` with the platform's default GEMM engine.
@@ -353,111 +404,198 @@ pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
     ]
 }
 
-impl<T: StorageElem> CudaSoftmaxBackend<T> {
-    /// `<platform>/softmax/<precision>` with the platform's default GEMM engine.
-    pub fn new(platform: Platform) -> Self {
-        Self::build(platform, GemmEngine::default_for(platform))
-    }
+/// A staging: the row kernels and the GEMM engine, loaded once.
+pub struct SoftmaxPlan<T> {
+    dims: Dims,
+    forward_rows: Kernel,
+    backward_rows: Kernel,
+    gemm: BatchedGemm<T>,
+}
 
-    /// With a chosen GEMM engine; a non-default one is named in the backend name
-    /// (`cuda/softmax/f32+gemmkernel`). cuBLAS on the simulator is refused.
-    pub fn with_gemm(platform: Platform, engine: GemmEngine) -> Result<Self, Unsupported> {
-        engine.check_platform(platform)?;
-        Ok(Self::build(platform, engine))
-    }
+/// What the forward keeps: the probabilities P, read by the backward.
+pub struct Probabilities<T> {
+    probs: DeviceBuffer<T>,
+}
 
-    fn build(platform: Platform, engine: GemmEngine) -> Self {
-        let precision = T::PRECISION;
-        let suffix = if engine == GemmEngine::default_for(platform) {
-            String::new()
+/// Refuses, before allocating anything, a pass whose buffers exceed free device memory.
+fn ensure_fits<T: StorageElem>(
+    run: &Run<'_, T>,
+    name: &str,
+    backward: bool,
+) -> Result<(), AttnError> {
+    let shape = run.problem.shape;
+    let needed = device_bytes_needed(&shape, T::PRECISION, backward)?;
+    // Buffers this backend already holds for the run are given back or reused.
+    let held = run.meter.live();
+    let (free, total) = run.exec.memory_info()?;
+    if needed > free.saturating_add(held) {
+        return Err(AttnError::OutOfMemory {
+            device: run.exec.info().name.clone(),
+            requested_bytes: needed,
+            detail: format!(
+                "{name} {}: B·H·N² score matrices; {free} bytes free of {total}",
+                if backward { "backward" } else { "forward" }
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl<T: StorageElem> DeviceForm<T> for SoftmaxForm {
+    type Plan = SoftmaxPlan<T>;
+    type Saved = Probabilities<T>;
+
+    fn info(&self) -> FormInfo {
+        let name = if self.default_engine {
+            "softmax".to_string()
         } else {
-            format!("+{}", engine.label())
+            format!("softmax+{}", self.engine.label())
         };
-        CudaSoftmaxBackend {
-            info: BackendInfo {
-                name: format!("{platform}/softmax/{}{suffix}", precision.label()),
-                device: DeviceKind::Cuda,
-                precision,
-                algorithm: Algorithm::Softmax,
-                backward: Some(BackwardKind::Autograd),
-            },
-            platform,
-            engine,
-            variant: kernel_variant(precision).ok(),
-            gemm: None,
-            input_meter: MemoryMeter::new(),
-            run_meter: MemoryMeter::new(),
-            staged: None,
-            results: None,
+        FormInfo {
+            name,
+            algorithm: Algorithm::Softmax,
+            backward: Some(BackwardKind::Autograd),
         }
     }
 
-    pub fn platform(&self) -> Platform {
-        self.platform
+    fn check(&self, info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
+        kernel_variant(T::PRECISION).map_err(|_| {
+            Unsupported::Problem(format!("{}: no kernel for {}", info.name, T::PRECISION))
+        })?;
+        problem
+            .shape
+            .validate()
+            .map_err(|e| Unsupported::Problem(e.to_string()))?;
+        Dims::of(problem).map_err(|e| Unsupported::Problem(e.to_string()))?;
+        Ok(())
     }
 
-    pub fn gemm_engine(&self) -> GemmEngine {
-        self.engine
+    fn device_ready(&self, exec: &dyn Executor) -> Result<(), Unsupported> {
+        self.engine.available_on(exec)
     }
 
-    fn variant(&self) -> Result<&KernelVariant, AttnError> {
-        self.variant.as_ref().ok_or_else(|| {
-            AttnError::Unsupported(Unsupported::Problem(format!(
-                "{}: no softmax kernel for this precision",
-                self.info.name
-            )))
-        })
-    }
-
-    /// Refuses, before allocating anything, a pass whose buffers exceed free device memory.
-    fn ensure_fits(
-        &self,
-        exec: &Arc<dyn Executor>,
-        shape: &Shape,
-        backward: bool,
-    ) -> Result<(), AttnError> {
-        let needed = device_bytes_needed(shape, T::PRECISION, backward)?;
-        // Buffers this backend already holds for the run are given back or reused.
-        let held = self.run_meter.live();
-        let (free, total) = exec.memory_info()?;
-        if needed > free.saturating_add(held) {
-            return Err(AttnError::OutOfMemory {
-                device: exec.info().name.clone(),
-                requested_bytes: needed,
-                detail: format!(
-                    "{} {}: B·H·N² score matrices; {free} bytes free of {total}",
-                    self.info.name,
-                    if backward { "backward" } else { "forward" }
-                ),
-            });
+    /// Shapes, dims and finiteness, and every value within the storage type's range (a value
+    /// beyond 65504 would become ±Inf in f16 and a NaN output).
+    fn validate(&self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
+        validate_inputs(problem, inputs, NeedGrad::No)?;
+        let roles = [
+            (Some(&inputs.q), TensorRole::Q),
+            (Some(&inputs.k), TensorRole::K),
+            (Some(&inputs.v), TensorRole::V),
+            (inputs.d_out.as_ref(), TensorRole::DOut),
+        ];
+        for (tensor, role) in roles {
+            if let Some(t) = tensor {
+                check_storage_range::<T>(t, role)?;
+            }
         }
         Ok(())
     }
 
-    fn staged(&self) -> Result<&Staged<T>, AttnError> {
-        self.staged
-            .as_ref()
-            .ok_or_else(|| AttnError::State(format!("{}: no inputs staged", self.info.name)))
+    fn plan(
+        &self,
+        exec: &Arc<dyn Executor>,
+        problem: &Problem,
+        _input_meter: &MemoryMeter,
+    ) -> Result<SoftmaxPlan<T>, AttnError> {
+        let variant = kernel_variant(T::PRECISION)?;
+        Ok(SoftmaxPlan {
+            dims: Dims::of(problem)?,
+            forward_rows: exec.kernel(&variant, params::ForwardRows::SPEC.entry)?,
+            backward_rows: exec.kernel(&variant, params::BackwardRows::SPEC.entry)?,
+            gemm: BatchedGemm::new(exec, self.engine)?,
+        })
     }
 
-    /// What a pass does before allocating: checks its buffers fit, loads the row kernel
-    /// `entry` and the GEMM engine, and restarts the run meter's peak. Returns the kernel and
-    /// the meter the pass allocates through.
-    fn begin_pass(
-        &mut self,
-        exec: &Arc<dyn Executor>,
-        shape: &Shape,
-        backward: bool,
-        entry: &str,
-    ) -> Result<(Kernel, MemoryMeter), AttnError> {
-        self.ensure_fits(exec, shape, backward)?;
-        let rows_kernel = exec.kernel(self.variant()?, entry)?;
-        if self.gemm.is_none() {
-            self.gemm = Some(BatchedGemm::new(exec, self.engine)?);
-        }
-        let meter = self.run_meter.clone();
-        meter.reset_peak();
-        Ok((rows_kernel, meter))
+    fn forward(
+        &self,
+        run: &Run<'_, T>,
+        plan: &SoftmaxPlan<T>,
+    ) -> Result<(Forward<T, Probabilities<T>>, Duration), AttnError> {
+        let name = <Self as DeviceForm<T>>::info(self).name;
+        ensure_fits(run, &name, false)?;
+        let (exec, meter, inputs, dims, gemm) =
+            (run.exec, run.meter, run.inputs, &plan.dims, &plan.gemm);
+        let shape = run.problem.shape;
+        // Written in full by the GEMMs and the row kernel (the simulator's initcheck proves it).
+        let mut probs = DeviceBuffer::<T>::uninit(exec, meter, score_len(&shape)?)?;
+        let mut out = DeviceBuffer::<T>::uninit(exec, meter, shape.v_len()?)?;
+        let elapsed = run.time(|| {
+            // q, k are [B·H, N, D], probs [B·H, N, N], v and out [B·H, N, M].
+            let scores = RowMajorGemm::scores(dims.seq, dims.dk);
+            gemm.run(
+                scores,
+                dims.batch,
+                &inputs.q,
+                &inputs.k,
+                &mut probs,
+                "S = QKᵀ",
+            )?;
+            let rows = params::ForwardRows {
+                scores: ptr(&probs),
+                n: dims.seq,
+                causal: dims.causal,
+                scale: dims.scale,
+            };
+            launch_kernel(exec.as_ref(), &plan.forward_rows, &dims.row_launch(), &rows)?;
+            let pv = RowMajorGemm::probs_times(dims.seq, dims.dv);
+            gemm.run(pv, dims.batch, &probs, &inputs.v, &mut out, "O = PV")
+        })?;
+        Ok((
+            Forward {
+                out,
+                saved: Probabilities { probs },
+            },
+            elapsed,
+        ))
+    }
+
+    fn backward(
+        &self,
+        run: &Run<'_, T>,
+        plan: &SoftmaxPlan<T>,
+        fwd: &Forward<T, Probabilities<T>>,
+        d_out: &DeviceBuffer<T>,
+    ) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+        let name = <Self as DeviceForm<T>>::info(self).name;
+        ensure_fits(run, &name, true)?;
+        let (exec, meter, inputs, dims, gemm) =
+            (run.exec, run.meter, run.inputs, &plan.dims, &plan.gemm);
+        let shape = run.problem.shape;
+        // Each is written in full by a GEMM (d_scores then rewritten in place by the row
+        // kernel).
+        let mut d_scores = DeviceBuffer::<T>::uninit(exec, meter, score_len(&shape)?)?;
+        let mut dq = DeviceBuffer::<T>::uninit(exec, meter, shape.qk_len()?)?;
+        let mut dk = DeviceBuffer::<T>::uninit(exec, meter, shape.qk_len()?)?;
+        let mut dv = DeviceBuffer::<T>::uninit(exec, meter, shape.v_len()?)?;
+        let probs = &fwd.saved.probs;
+        let (seq, batch) = (dims.seq, dims.batch);
+        let elapsed = run.time(|| {
+            // As in the forward; d_scores is [B·H, N, N] like probs.
+            let pt = RowMajorGemm::probs_transposed_times(seq, dims.dv);
+            gemm.run(pt, batch, probs, d_out, &mut dv, "dV = PᵀdO")?;
+            let scores = RowMajorGemm::scores(seq, dims.dv);
+            gemm.run(scores, batch, d_out, &inputs.v, &mut d_scores, "dP = dO Vᵀ")?;
+            let rows = params::BackwardRows {
+                probs: ptr(probs),
+                grad: ptr(&d_scores),
+                n: seq,
+                causal: dims.causal,
+                scale: dims.scale,
+            };
+            launch_kernel(
+                exec.as_ref(),
+                &plan.backward_rows,
+                &dims.row_launch(),
+                &rows,
+            )?;
+            let dsk = RowMajorGemm::probs_times(seq, dims.dk);
+            gemm.run(dsk, batch, &d_scores, &inputs.k, &mut dq, "dQ = dS K")?;
+            let dsq = RowMajorGemm::probs_transposed_times(seq, dims.dk);
+            gemm.run(dsq, batch, &d_scores, &inputs.q, &mut dk, "dK = dSᵀ Q")
+        })?;
+        drop(d_scores);
+        Ok((DeviceGrads { dq, dk, dv }, elapsed))
     }
 }
 
@@ -470,15 +608,8 @@ fn score_len(shape: &Shape) -> Result<usize, AttnError> {
         .ok_or_else(|| AttnError::SizeOverflow(format!("softmax score matrices for {shape}")))
 }
 
-/// A pass's time and the peak of the device memory it allocated.
-fn device_stats(elapsed: std::time::Duration, meter: &MemoryMeter) -> RunStats {
-    RunStats {
-        elapsed,
-        device_bytes: Some(meter.peak()),
-    }
-}
-
 /// Sizes every launch and GEMM of one problem needs, as the `int`s the kernels take.
+#[derive(Debug, Clone, Copy)]
 struct Dims {
     seq: i32,
     dk: i32,
@@ -519,225 +650,5 @@ impl Dims {
             .clamp(1, MAX_THREADS_PER_ROW / 32)
             * 32;
         Launch::new((self.rows, 1, 1), threads as u32)
-    }
-}
-
-impl<T: StorageElem> Backend for CudaSoftmaxBackend<T> {
-    fn info(&self) -> &BackendInfo {
-        &self.info
-    }
-
-    fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
-        self.platform.available()?;
-        self.engine.available_on(self.platform)?;
-        if self.variant.is_none() {
-            return Err(Unsupported::Problem(format!(
-                "{}: no kernel for {}",
-                self.info.name,
-                T::PRECISION
-            )));
-        }
-        problem
-            .shape
-            .validate()
-            .map_err(|e| Unsupported::Problem(e.to_string()))?;
-        Dims::of(problem).map_err(|e| Unsupported::Problem(e.to_string()))?;
-        Ok(())
-    }
-
-    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
-        self.release();
-        self.supports(problem)?;
-        validate_inputs(problem, inputs, NeedGrad::No)?;
-        let exec = self.platform.executor()?;
-        let meter = &self.input_meter;
-        let upload = |t: &Tensor, role: TensorRole| {
-            DeviceBuffer::<T>::upload(&exec, meter, &to_storage::<T>(t, role)?)
-        };
-        let staged = Staged {
-            problem: *problem,
-            q: upload(&inputs.q, TensorRole::Q)?,
-            k: upload(&inputs.k, TensorRole::K)?,
-            v: upload(&inputs.v, TensorRole::V)?,
-            d_out: match &inputs.d_out {
-                Some(g) => Some(upload(g, TensorRole::DOut)?),
-                None => None,
-            },
-            exec: exec.clone(),
-        };
-        exec.synchronize()?;
-        self.staged = Some(staged);
-        Ok(())
-    }
-
-    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
-        self.platform.available()?;
-        let (exec, problem) = {
-            let staged = self.staged()?;
-            (staged.exec.clone(), staged.problem)
-        };
-        let dims = Dims::of(&problem)?;
-        let shape = problem.shape;
-        // Give back the previous run's buffers before checking what the next one needs.
-        self.results = None;
-        let (forward_rows, meter) = self.begin_pass(&exec, &shape, false, FORWARD_ENTRY)?;
-        // Written in full by the GEMMs and the row kernel (the simulator's initcheck proves it).
-        let mut probs = DeviceBuffer::<T>::uninit(&exec, &meter, score_len(&shape)?)?;
-        let mut out = DeviceBuffer::<T>::uninit(&exec, &meter, shape.v_len()?)?;
-        let (staged, gemm) = match (&self.staged, &self.gemm) {
-            (Some(s), Some(g)) => (s, g),
-            _ => return Err(AttnError::State("forward lost its inputs".into())),
-        };
-        let elapsed = exec.time(&mut || {
-            // q, k are [B·H, N, D], probs [B·H, N, N], v and out [B·H, N, M].
-            gemm.run(
-                RowMajorGemm::scores(dims.seq, dims.dk),
-                dims.batch,
-                &staged.q,
-                &staged.k,
-                &mut probs,
-                "S = QKᵀ",
-            )?;
-            exec.launch(
-                &forward_rows,
-                &dims.row_launch(),
-                &args![&probs, dims.seq, dims.causal, dims.scale],
-            )?;
-            gemm.run(
-                RowMajorGemm::probs_times(dims.seq, dims.dv),
-                dims.batch,
-                &probs,
-                &staged.v,
-                &mut out,
-                "O = PV",
-            )
-        })?;
-        self.results = Some(Results {
-            probs,
-            out,
-            grads: None,
-        });
-        Ok(device_stats(elapsed, &meter))
-    }
-
-    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
-        self.platform.available()?;
-        let staged = self.staged()?;
-        let (exec, problem) = (staged.exec.clone(), staged.problem);
-        if staged.d_out.is_none() {
-            return Err(AttnError::InvalidArgument(
-                "backward needs d_out (∂L/∂O), none was staged".into(),
-            ));
-        }
-        let dims = Dims::of(&problem)?;
-        let shape = problem.shape;
-        match self.results.as_mut() {
-            Some(results) => results.grads = None,
-            None => {
-                return Err(AttnError::State(format!(
-                    "{}: run_forward must come before run_backward",
-                    self.info.name
-                )))
-            }
-        }
-        let (backward_rows, meter) = self.begin_pass(&exec, &shape, true, BACKWARD_ENTRY)?;
-        // Each is written in full by a GEMM (d_scores then rewritten in place by the row
-        // kernel).
-        let mut d_scores = DeviceBuffer::<T>::uninit(&exec, &meter, score_len(&shape)?)?;
-        let mut dq = DeviceBuffer::<T>::uninit(&exec, &meter, shape.qk_len()?)?;
-        let mut dk = DeviceBuffer::<T>::uninit(&exec, &meter, shape.qk_len()?)?;
-        let mut dv = DeviceBuffer::<T>::uninit(&exec, &meter, shape.v_len()?)?;
-        let (staged, gemm, results) = match (&self.staged, &self.gemm, &mut self.results) {
-            (Some(s), Some(g), Some(r)) => (s, g, r),
-            _ => return Err(AttnError::State("backward lost its inputs".into())),
-        };
-        let d_out = staged
-            .d_out
-            .as_ref()
-            .ok_or_else(|| AttnError::State("backward lost d_out".into()))?;
-        let probs = &results.probs;
-        let elapsed = exec.time(&mut || {
-            // As in the forward; d_scores is [B·H, N, N] like probs.
-            gemm.run(
-                RowMajorGemm::probs_transposed_times(dims.seq, dims.dv),
-                dims.batch,
-                probs,
-                d_out,
-                &mut dv,
-                "dV = PᵀdO",
-            )?;
-            gemm.run(
-                RowMajorGemm::scores(dims.seq, dims.dv),
-                dims.batch,
-                d_out,
-                &staged.v,
-                &mut d_scores,
-                "dP = dO Vᵀ",
-            )?;
-            exec.launch(
-                &backward_rows,
-                &dims.row_launch(),
-                &args![probs, &d_scores, dims.seq, dims.causal, dims.scale],
-            )?;
-            gemm.run(
-                RowMajorGemm::probs_times(dims.seq, dims.dk),
-                dims.batch,
-                &d_scores,
-                &staged.k,
-                &mut dq,
-                "dQ = dS K",
-            )?;
-            gemm.run(
-                RowMajorGemm::probs_transposed_times(dims.seq, dims.dk),
-                dims.batch,
-                &d_scores,
-                &staged.q,
-                &mut dk,
-                "dK = dSᵀ Q",
-            )
-        })?;
-        drop(d_scores);
-        results.grads = Some([dq, dk, dv]);
-        Ok(device_stats(elapsed, &meter))
-    }
-
-    fn output(&mut self) -> Result<Tensor, AttnError> {
-        let shape = self.staged()?.problem.shape;
-        let results = self.results.as_ref().ok_or_else(|| {
-            AttnError::State(format!("{}: no output (run_forward first)", self.info.name))
-        })?;
-        Tensor::from_vec(shape.v_dims(), results.out.download_f64()?)
-    }
-
-    fn grads(&mut self) -> Result<Grads, AttnError> {
-        let shape = self.staged()?.problem.shape;
-        let grads = self
-            .results
-            .as_ref()
-            .and_then(|r| r.grads.as_ref())
-            .ok_or_else(|| {
-                AttnError::State(format!(
-                    "{}: no gradients (run_backward first)",
-                    self.info.name
-                ))
-            })?;
-        let [dq, dk, dv] = grads;
-        Ok(Grads {
-            dq: Tensor::from_vec(shape.qk_dims(), dq.download_f64()?)?,
-            dk: Tensor::from_vec(shape.qk_dims(), dk.download_f64()?)?,
-            dv: Tensor::from_vec(shape.v_dims(), dv.download_f64()?)?,
-        })
-    }
-
-    fn release(&mut self) {
-        self.results = None;
-        self.staged = None;
-    }
-
-    fn flush_cache(&mut self) -> Result<(), AttnError> {
-        match &self.staged {
-            Some(staged) => staged.exec.flush_l2(),
-            None => Ok(()),
-        }
     }
 }

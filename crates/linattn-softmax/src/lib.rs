@@ -5,28 +5,28 @@
 //! * [`cpu`]: `cpu/softmax/f32`, candle-core on the CPU, materialising `[B, H, N, N]` on
 //!   purpose; gradients by candle's autograd.
 //! * [`cuda`]: `{cuda,sim}/softmax/{f32,f16}` through the `linattn-cuda` executor seam:
-//!   batched GEMMs (cuBLAS on a GPU, the `la_softmax_gemm` kernel on the PTX simulator) plus
+//!   batched GEMMs (cuBLAS through the executor on a GPU, the `la_softmax_gemm` kernel on
+//!   the PTX simulator) plus
 //!   the row kernels of `kernels/softmax.cu`.
-//! * [`gemm_plan`]: the row-major GEMM plans both GEMM engines carry out.
 
 pub mod cpu;
-mod cublas;
 pub mod cuda;
-pub mod gemm_plan;
 pub mod oracle;
 mod validate;
 
 use linattn_core::Backend;
-use linattn_cuda::Platform;
+
+/// The CPU softmax baseline(s).
+pub fn cpu_backends() -> Vec<Box<dyn Backend>> {
+    vec![Box::new(cpu::CandleCpuBackend::new())]
+}
 
 /// Every softmax backend: the CPU ones, then `cuda/softmax/{f32,f16}`, then
 /// `sim/softmax/{f32,f16}`. Those whose hardware is absent still appear; their `supports`
 /// says `skipped: <reason>`.
 pub fn backends() -> Vec<Box<dyn Backend>> {
-    let mut all: Vec<Box<dyn Backend>> = vec![Box::new(cpu::CandleCpuBackend::new())];
-    for platform in [Platform::Cuda, Platform::Sim] {
-        all.extend(cuda::backends(platform));
-    }
+    let mut all = cpu_backends();
+    all.extend(linattn_cuda::registry::backends_of(&[cuda::FORM]));
     all
 }
 

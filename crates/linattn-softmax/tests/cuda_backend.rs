@@ -8,13 +8,11 @@ mod common;
 use common::platforms::skip_reason;
 use common::{inputs, problem, BOTH};
 use linattn_core::{
-    Algorithm, AttnError, Backend, DeviceKind, ErrorMetrics, Grads, Inputs, Precision, Shape,
-    Tensor, Unsupported,
+    Algorithm, AttnError, Backend, ErrorMetrics, Grads, Inputs, Precision, Shape, Tensor,
+    Unsupported,
 };
 use linattn_cuda::Platform;
-use linattn_softmax::cuda::{
-    device_bytes_needed, f16_backend, f32_backend, CudaSoftmaxBackend, GemmEngine,
-};
+use linattn_softmax::cuda::{device_bytes_needed, f16_backend, f32_backend, with_gemm, GemmEngine};
 use linattn_softmax::oracle;
 
 /// The row kernels run one 256-thread block per row: the two block reductions per row are a
@@ -85,12 +83,8 @@ fn backends_with_every_engine(platform: Platform) -> Vec<Box<dyn Backend>> {
         if engine.check_platform(platform).is_err() {
             continue;
         }
-        all.push(Box::new(
-            CudaSoftmaxBackend::<f32>::with_gemm(platform, engine).unwrap(),
-        ));
-        all.push(Box::new(
-            CudaSoftmaxBackend::<half::f16>::with_gemm(platform, engine).unwrap(),
-        ));
+        all.push(Box::new(with_gemm::<f32>(platform, engine).unwrap()));
+        all.push(Box::new(with_gemm::<half::f16>(platform, engine).unwrap()));
     }
     all
 }
@@ -154,7 +148,7 @@ fn names_and_kinds() {
             assert!(backend
                 .name()
                 .starts_with(&format!("{}/softmax/", platform.family())));
-            assert_eq!(backend.info().device, DeviceKind::Cuda);
+            assert_eq!(backend.info().device, platform.device_kind());
             assert_eq!(backend.info().algorithm, Algorithm::Softmax);
         }
     }
@@ -162,17 +156,17 @@ fn names_and_kinds() {
 
 fn gemm_engines_per_platform() {
     assert_eq!(
-        f32_backend(Platform::Cuda).gemm_engine(),
+        f32_backend(Platform::Cuda).form().engine,
         GemmEngine::Cublas
     );
-    assert_eq!(f32_backend(Platform::Sim).gemm_engine(), GemmEngine::Kernel);
-    let kernel_on_gpu = CudaSoftmaxBackend::<f32>::with_gemm(Platform::Cuda, GemmEngine::Kernel)
+    assert_eq!(f32_backend(Platform::Sim).form().engine, GemmEngine::Kernel);
+    let kernel_on_gpu = with_gemm::<f32>(Platform::Cuda, GemmEngine::Kernel)
         .expect("the GEMM kernel runs on a GPU too");
     assert_eq!(kernel_on_gpu.name(), "cuda/softmax/f32+gemmkernel");
-    let default = CudaSoftmaxBackend::<half::f16>::with_gemm(Platform::Sim, GemmEngine::Kernel)
-        .expect("the simulator's default");
+    let default =
+        with_gemm::<half::f16>(Platform::Sim, GemmEngine::Kernel).expect("the simulator's default");
     assert_eq!(default.name(), "sim/softmax/f16");
-    let error = CudaSoftmaxBackend::<f32>::with_gemm(Platform::Sim, GemmEngine::Cublas)
+    let error = with_gemm::<f32>(Platform::Sim, GemmEngine::Cublas)
         .err()
         .expect("no cuBLAS on the simulator");
     assert!(

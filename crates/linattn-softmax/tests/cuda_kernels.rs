@@ -11,11 +11,11 @@ mod common;
 use std::sync::Arc;
 
 use linattn_core::ErrorMetrics;
+use linattn_cuda::executor::gemm::RowMajorGemm;
 use linattn_cuda::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use linattn_cuda::runtime::{self, Arch};
 use linattn_cuda::{Executor, Platform};
 use linattn_softmax::cuda::{BatchedGemm, GemmEngine};
-use linattn_softmax::gemm_plan::RowMajorGemm;
 
 fn main() {
     let mut trials = platform_trials![

@@ -2,9 +2,8 @@
 //! (so ordering is implicit), modules loaded from the cubins NVRTC built for the device's own
 //! architecture. Only reached after [`gpu_available`] says a device exists.
 //!
-//! NOT YET RUN ON A GPU: this file compiles and follows cudarc 0.19's documented API, but no
-//! GPU has been available to this project; the same backends run for real through the
-//! simulator executor.
+//! Run on an H100 (2026-11-25, `../shared/reference/h100-2026-11-25/`): every `cuda/*`
+//! backend passed `check --long` through this executor.
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -18,7 +17,10 @@ use cudarc::driver::{
 };
 use linattn_core::{AttnError, Unsupported};
 
-use super::{check_launch, report_for, DeviceInfo, Executor, Kernel, KernelArg, Launch, Platform};
+use super::cublas::{cublas_available, Cublas};
+use super::{
+    check_launch, report_for, DeviceInfo, Executor, GemmCall, Kernel, KernelArg, Launch, Platform,
+};
 use crate::runtime::nvrtc::CompileKey;
 use crate::runtime::{compile, gpu_available, lock, nvrtc_version, Arch, KernelVariant};
 
@@ -66,6 +68,8 @@ pub struct CudaExecutor {
     arch: Arch,
     modules: Mutex<HashMap<CompileKey, Arc<CudaModule>>>,
     l2_flush: Mutex<Option<u64>>,
+    /// cuBLAS on `stream`, opened at the first GEMM.
+    blas: Mutex<Option<Cublas>>,
 }
 
 impl CudaExecutor {
@@ -117,6 +121,7 @@ impl CudaExecutor {
             info,
             modules: Mutex::new(HashMap::new()),
             l2_flush: Mutex::new(None),
+            blas: Mutex::new(None),
         })
     }
 
@@ -279,6 +284,24 @@ impl Executor for CudaExecutor {
         unsafe { builder.launch(config) }
             .map(|_| ())
             .cuda(&format!("cuLaunchKernel({})", kernel.entry))
+    }
+
+    fn blas_available(&self) -> Result<(), Unsupported> {
+        cublas_available()
+    }
+
+    fn gemm(&self, call: &GemmCall<'_>) -> Result<(), AttnError> {
+        self.bind()?;
+        let mut blas = lock(&self.blas)?;
+        if blas.is_none() {
+            *blas = Some(Cublas::new(self.stream.clone())?);
+        }
+        let blas = blas
+            .as_ref()
+            .ok_or_else(|| AttnError::State("cuBLAS handle lost".into()))?;
+        // SAFETY: the caller passes allocations of this executor holding `batch` matrices at
+        // the plan's strides (the trait's contract; `linattn-softmax` checks lengths).
+        unsafe { blas.gemm_strided_batched(call) }
     }
 
     fn time(&self, work: &mut dyn FnMut() -> Result<(), AttnError>) -> Result<Duration, AttnError> {

@@ -12,7 +12,9 @@
 //! Arguments are typed values ([`KernelArg`]), kernels opaque handles ([`Kernel`]): no driver
 //! type crosses the seam.
 
+mod cublas;
 pub mod cuda;
+pub mod gemm;
 pub mod sim;
 
 use std::any::Any;
@@ -23,6 +25,8 @@ use std::time::Duration;
 use linattn_core::{AttnError, Unsupported};
 
 use crate::runtime::{Arch, KernelVariant, PtxasReport};
+
+pub use gemm::{GemmCall, RowMajorGemm};
 
 /// What a device reports about itself.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -91,7 +95,8 @@ impl fmt::Display for Platform {
     }
 }
 
-/// One kernel argument, passed by value (pointers as device addresses).
+/// One kernel argument, passed by value (pointers as device addresses). Backends build these
+/// lists only through the typed argument structs of [`crate::params`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KernelArg {
     Ptr(u64),
@@ -99,46 +104,6 @@ pub enum KernelArg {
     U32(u32),
     I64(i64),
     F32(f32),
-}
-
-impl From<i32> for KernelArg {
-    fn from(v: i32) -> Self {
-        KernelArg::I32(v)
-    }
-}
-
-impl From<u32> for KernelArg {
-    fn from(v: u32) -> Self {
-        KernelArg::U32(v)
-    }
-}
-
-impl From<i64> for KernelArg {
-    fn from(v: i64) -> Self {
-        KernelArg::I64(v)
-    }
-}
-
-impl From<f32> for KernelArg {
-    fn from(v: f32) -> Self {
-        KernelArg::F32(v)
-    }
-}
-
-impl From<bool> for KernelArg {
-    /// C `int` flags.
-    fn from(v: bool) -> Self {
-        KernelArg::I32(i32::from(v))
-    }
-}
-
-/// `args![a, b, c]` → `[KernelArg; 3]`, each through `KernelArg::from` (device buffers,
-/// `Option<&DeviceBuffer>` for nullable pointers, i32, u32, i64, f32, bool).
-#[macro_export]
-macro_rules! args {
-    ($($a:expr),* $(,)?) => {
-        [$($crate::executor::KernelArg::from($a)),*]
-    };
 }
 
 /// Grid, block and dynamic shared memory of one launch.
@@ -214,6 +179,14 @@ pub trait Executor: Send + Sync {
     /// Launches `kernel`. The shape is checked against the device first ([`check_launch`]).
     fn launch(&self, kernel: &Kernel, launch: &Launch, args: &[KernelArg])
         -> Result<(), AttnError>;
+
+    /// Whether [`Executor::gemm`] can run here: cuBLAS loadable on a GPU; the simulator has
+    /// no BLAS library (its GEMMs are kernels it simulates).
+    fn blas_available(&self) -> Result<(), Unsupported>;
+    /// A strided-batched GEMM through the device's BLAS library, enqueued in order with the
+    /// executor's other work. `call`'s addresses must be this executor's allocations holding
+    /// `batch` matrices at the plan's strides.
+    fn gemm(&self, call: &GemmCall<'_>) -> Result<(), AttnError>;
 
     /// Device time of the work `work` enqueues (CUDA events on a GPU; host wall time on the
     /// simulator, which is not a GPU time).

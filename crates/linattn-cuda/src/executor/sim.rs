@@ -20,7 +20,9 @@ pub use linattn_ptxsim::Checks;
 pub use linattn_ptxsim::{model, Counters, InstrClass, SimArch};
 use linattn_ptxsim::{Arg, Device, LaunchConfig, Module, SimError};
 
-use super::{check_launch, report_for, DeviceInfo, Executor, Kernel, KernelArg, Launch, Platform};
+use super::{
+    check_launch, report_for, DeviceInfo, Executor, GemmCall, Kernel, KernelArg, Launch, Platform,
+};
 use crate::runtime::nvrtc::CompileKey;
 use crate::runtime::{compile, lock, nvrtc_available, nvrtc_version, Arch, KernelVariant};
 
@@ -394,6 +396,20 @@ impl Executor for SimExecutor {
             }
         }
         Ok(())
+    }
+
+    fn blas_available(&self) -> Result<(), Unsupported> {
+        Err(Unsupported::Unavailable(
+            "the simulator has no BLAS library; its GEMMs are simulated kernels".into(),
+        ))
+    }
+
+    fn gemm(&self, call: &GemmCall<'_>) -> Result<(), AttnError> {
+        self.blas_available()?;
+        Err(AttnError::State(format!(
+            "{}: no BLAS on the simulator",
+            call.what
+        )))
     }
 
     fn time(&self, work: &mut dyn FnMut() -> Result<(), AttnError>) -> Result<Duration, AttnError> {

@@ -1,5 +1,6 @@
-//! The five strided-batched products of softmax attention, planned once ([`RowMajorGemm`])
-//! and carried out by either GEMM engine of [`crate::cuda`].
+//! Strided-batched row-major GEMMs as one plan ([`RowMajorGemm`]), and the five products of
+//! softmax attention (`linattn-softmax`) planned with it, carried out by either GEMM engine:
+//! the executor's BLAS ([`super::Executor::gemm`], cuBLAS on a GPU) or the tiled GEMM kernel.
 //!
 //! A plan is the row-major product `C = op(A)·op(B)` with its sizes, transposes, leading
 //! dims and batch strides. It is the single source of truth for both engines:
@@ -17,6 +18,21 @@
 //! only a GPU can verify is the last step, the cuBLAS call built from [`ColumnMajorCall`]
 //! (argument order, the `cublasOperation_t` values, data and compute types): the
 //! `gemm_engines_match_f64_matmul` test does that when `cuda` is available.
+
+/// One strided-batched GEMM for [`super::Executor::gemm`]: `C_z = op(A_z)·op(B_z)` for
+/// `z < batch`, row-major as `plan` states, fp32 compute on `precision` storage in and out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GemmCall<'a> {
+    pub plan: RowMajorGemm,
+    pub batch: i32,
+    pub precision: linattn_core::Precision,
+    /// Device addresses of `batch` matrices each, at the plan's strides.
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    /// Names the product in errors (`S = QKᵀ`).
+    pub what: &'a str,
+}
 
 /// Whether cuBLAS transposes an operand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

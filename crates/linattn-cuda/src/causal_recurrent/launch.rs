@@ -1,0 +1,304 @@
+//! The recurrent kernels' typed launches: the forward scan and the whole backward.
+
+use std::sync::Arc;
+
+use linattn_core::{AttnError, Precision};
+
+use super::{grid_y, per_token_launch, scan_launch, CoreDims, ScanRole, COLUMNS_PER_BLOCK};
+use crate::executor::{Executor, Launch};
+use crate::memory::DeviceBuffer;
+use crate::params::{launch, ptr, Ptr};
+use crate::runtime::{as_i32, KernelVariant};
+
+/// The argument structs of causal_recurrent.cu's entry points.
+pub mod params {
+    use crate::kernel_params;
+    use crate::params::Ptr;
+
+    kernel_params! {
+        /// `cr_forward`: the forward scan, O and den.
+        pub struct Forward => "cr_forward" {
+            q: Ptr, k: Ptr, v: Ptr, out: Ptr, den_out: Ptr, q_log_scale: Ptr, k_log_scale: Ptr,
+            n: i32, c_dim: i32, m_dim: i32, decay: f32, eps: f32,
+        }
+        /// `cr_forward_go`: the forward scan writing only G·O partials (fp32 O for gd).
+        pub struct ForwardGo => "cr_forward_go" {
+            q: Ptr, k: Ptr, v: Ptr, g: Ptr, go: Ptr, q_log_scale: Ptr, k_log_scale: Ptr, n: i32,
+            c_dim: i32, m_dim: i32, decay: f32, eps: f32,
+        }
+        /// `cr_forward_stored`: the forward scan writing every S_i, z_i as well.
+        pub struct ForwardStored => "cr_forward_stored" {
+            q: Ptr, k: Ptr, v: Ptr, out: Ptr, den_out: Ptr, states: Ptr, z_states: Ptr,
+            q_log_scale: Ptr, k_log_scale: Ptr, n: i32, c_dim: i32, m_dim: i32, decay: f32,
+            eps: f32,
+        }
+        /// `cr_backward_dq`: the ∂Q scan.
+        pub struct BackwardDq => "cr_backward_dq" {
+            q: Ptr, k: Ptr, v: Ptr, g: Ptr, den: Ptr, gd: Ptr, dq: Ptr, n: i32, c_dim: i32,
+            m_dim: i32, decay: f32,
+        }
+        /// `cr_backward_dk`: the reverse ∂K scan.
+        pub struct BackwardDk => "cr_backward_dk" {
+            q: Ptr, k: Ptr, v: Ptr, g: Ptr, den: Ptr, gd: Ptr, dk: Ptr, n: i32, c_dim: i32,
+            m_dim: i32, decay: f32,
+        }
+        /// `cr_backward_dv`: the reverse ∂V scan.
+        pub struct BackwardDv => "cr_backward_dv" {
+            q: Ptr, k: Ptr, g: Ptr, den: Ptr, dv: Ptr, n: i32, c_dim: i32, m_dim: i32, decay: f32,
+        }
+        /// `cr_backward_prep`: gd = −G·O/den per token.
+        pub struct BackwardPrep => "cr_backward_prep" {
+            g: Ptr, out: Ptr, go: Ptr, slices: i32, den: Ptr, gd: Ptr, tokens: i64, m_dim: i32,
+        }
+        /// `cr_dq_from_states`: ∂Q (and gd) from the stored S_i, z_i.
+        pub struct DqFromStates => "cr_dq_from_states" {
+            q: Ptr, g: Ptr, den: Ptr, gd: Ptr, states: Ptr, z_states: Ptr, dq: Ptr, n: i32,
+            c_dim: i32, m_dim: i32,
+        }
+    }
+}
+
+/// The module a scan runs from: its precision, map class and the class of its rows.
+fn module(
+    precision: Precision,
+    dims: &CoreDims,
+    role: ScanRole,
+) -> Result<KernelVariant, AttnError> {
+    let class = role.class(dims.c, dims.m)?;
+    Ok(super::variant(precision, dims.map, class)?)
+}
+
+/// Enqueues the forward scan. `states` = (S_i, z_i) buffers for the stored-states variant.
+/// `Q` is the element type of q, k: `T`, or f32 after a φ stage. `log_scales` are FAVOR+'s
+/// ε scales (null otherwise; see `feature_map`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_forward<T, Q>(
+    exec: &Arc<dyn Executor>,
+    precision: Precision,
+    dims: &CoreDims,
+    q: &DeviceBuffer<Q>,
+    k: &DeviceBuffer<Q>,
+    v: &DeviceBuffer<T>,
+    out: &DeviceBuffer<T>,
+    den: &DeviceBuffer<f32>,
+    states: Option<(&DeviceBuffer<f32>, &DeviceBuffer<f32>)>,
+    (q_log_scale, k_log_scale): (Ptr, Ptr),
+) -> Result<(), AttnError> {
+    let variant = module(precision, dims, ScanRole::Forward)?;
+    let shape = scan_launch(
+        ScanRole::Forward,
+        dims.c,
+        dims.m,
+        dims.batch_heads,
+        dims.map.normalised(),
+    )?;
+    let (n, c_dim, m_dim) = dims.ints()?;
+    let (decay, eps) = (dims.decay, dims.eps);
+    // Buffers hold [B·H, N, ·] elements as the callers allocate them.
+    let (q, k, v, out, den_out) = (ptr(q), ptr(k), ptr(v), ptr(out), ptr(den));
+    let exec = exec.as_ref();
+    match states {
+        Some((states, z_states)) => {
+            let (states, z_states) = (ptr(states), ptr(z_states));
+            let params = params::ForwardStored {
+                q,
+                k,
+                v,
+                out,
+                den_out,
+                states,
+                z_states,
+                q_log_scale,
+                k_log_scale,
+                n,
+                c_dim,
+                m_dim,
+                decay,
+                eps,
+            };
+            launch(exec, &variant, &shape, &params)
+        }
+        None => {
+            let params = params::Forward {
+                q,
+                k,
+                v,
+                out,
+                den_out,
+                q_log_scale,
+                k_log_scale,
+                n,
+                c_dim,
+                m_dim,
+                decay,
+                eps,
+            };
+            launch(exec, &variant, &shape, &params)
+        }
+    }
+}
+
+/// Buffers the backward reads and writes.
+pub(crate) struct BackwardBuffers<'a, T, Q> {
+    pub q: &'a DeviceBuffer<Q>,
+    pub k: &'a DeviceBuffer<Q>,
+    pub v: &'a DeviceBuffer<T>,
+    pub d_out: &'a DeviceBuffer<T>,
+    pub out: &'a DeviceBuffer<T>,
+    pub den: &'a DeviceBuffer<f32>,
+    pub gd: &'a DeviceBuffer<f32>,
+    /// G·O partials from the fp32 O (`cr_forward_go`): ⌈M/32⌉ per token where
+    /// [`go_slices`] says so, else an empty placeholder.
+    pub go: &'a DeviceBuffer<f32>,
+    /// FAVOR+'s ε scales of the forward (null otherwise), for `cr_forward_go`.
+    pub log_scales: (Ptr, Ptr),
+    pub dq: &'a DeviceBuffer<Q>,
+    pub dk: &'a DeviceBuffer<Q>,
+    pub dv: &'a DeviceBuffer<T>,
+    /// (S_i, z_i) from `cr_forward_stored`: ∂Q read from them instead of a scan.
+    pub states: Option<(&'a DeviceBuffer<f32>, &'a DeviceBuffer<f32>)>,
+}
+
+/// G·O partials per token the backward needs from `cr_forward_go`: ⌈M/32⌉ (one per block of
+/// the forward scan) for 16-bit storage on the scan path, none for fp32 storage (O is exact
+/// there), the stored-states path (`cr_dq_from_states` takes gd from the fp32 states) or
+/// the identity map (no gd).
+pub(crate) fn go_slices(precision: Precision, dims: &CoreDims, stored_states: bool) -> usize {
+    if dims.map.normalised() && precision != Precision::F32 && !stored_states {
+        dims.m.div_ceil(COLUMNS_PER_BLOCK)
+    } else {
+        0
+    }
+}
+
+/// Enqueues the whole backward: gd (normalised maps), ∂Q (scan or stored states), ∂K, ∂V.
+/// gd = −G·O/den takes O in fp32: for 16-bit storage the forward scan runs again as
+/// `cr_forward_go` (G·O partials, nothing else written) before `cr_backward_prep`; the
+/// stored-states path computes gd inside `cr_dq_from_states`, before the ∂K scan reads it.
+pub(crate) fn launch_backward<T, Q>(
+    exec: &Arc<dyn Executor>,
+    precision: Precision,
+    dims: &CoreDims,
+    b: BackwardBuffers<'_, T, Q>,
+) -> Result<(), AttnError> {
+    let (n, c_dim, m_dim) = dims.ints()?;
+    let c_module = module(precision, dims, ScanRole::Dv)?;
+    let m_module = module(precision, dims, ScanRole::Dq)?;
+    let normalised = dims.map.normalised();
+    let decay = dims.decay;
+    let (q, k, v, g) = (ptr(b.q), ptr(b.k), ptr(b.v), ptr(b.d_out));
+    let (den, gd, go) = (ptr(b.den), ptr(b.gd), ptr(b.go));
+    let exec = exec.as_ref();
+
+    if normalised && b.states.is_none() {
+        let slices = go_slices(precision, dims, false);
+        if slices > 0 {
+            // q, k hold tokens·C elements, v and d_out tokens·M, go tokens·slices.
+            let params = params::ForwardGo {
+                q,
+                k,
+                v,
+                g,
+                go,
+                q_log_scale: b.log_scales.0,
+                k_log_scale: b.log_scales.1,
+                n,
+                c_dim,
+                m_dim,
+                decay,
+                eps: dims.eps,
+            };
+            let shape = scan_launch(ScanRole::Forward, dims.c, dims.m, dims.batch_heads, true)?;
+            launch(exec, &c_module, &shape, &params)?;
+        }
+        // g, out hold tokens·M elements, den and gd tokens, go tokens·slices.
+        let tokens = dims.tokens()?;
+        let params = params::BackwardPrep {
+            g,
+            out: ptr(b.out),
+            go,
+            slices: as_i32("G·O slices", slices)?,
+            den,
+            gd,
+            tokens: i64::try_from(tokens)
+                .map_err(|_| AttnError::SizeOverflow(format!("{tokens} tokens")))?,
+            m_dim,
+        };
+        launch(exec, &c_module, &per_token_launch(tokens)?, &params)?;
+    }
+
+    let feature_scan = |role| scan_launch(role, dims.c, dims.m, dims.batch_heads, normalised);
+    match b.states {
+        Some((states, z_states)) => {
+            // states hold tokens·C·M elements, z_states tokens·C; gd (written) tokens.
+            let grid = (as_u32_grid_x(dims.n)?, grid_y(dims.batch_heads)?, 1);
+            let params = params::DqFromStates {
+                q,
+                g,
+                den,
+                gd,
+                states: ptr(states),
+                z_states: ptr(z_states),
+                dq: ptr(b.dq),
+                n,
+                c_dim,
+                m_dim,
+            };
+            launch(exec, &c_module, &Launch::new(grid, 256), &params)?;
+        }
+        None => {
+            // ∂Q and ∂K scans run from the M-rows module, dq and dk hold tokens·C elements.
+            let dq = ptr(b.dq);
+            let params = params::BackwardDq {
+                q,
+                k,
+                v,
+                g,
+                den,
+                gd,
+                dq,
+                n,
+                c_dim,
+                m_dim,
+                decay,
+            };
+            launch(exec, &m_module, &feature_scan(ScanRole::Dq)?, &params)?;
+        }
+    }
+    let dk = ptr(b.dk);
+    let params = params::BackwardDk {
+        q,
+        k,
+        v,
+        g,
+        den,
+        gd,
+        dk,
+        n,
+        c_dim,
+        m_dim,
+        decay,
+    };
+    launch(exec, &m_module, &feature_scan(ScanRole::Dk)?, &params)?;
+
+    let dv = ptr(b.dv);
+    let params = params::BackwardDv {
+        q,
+        k,
+        g,
+        den,
+        dv,
+        n,
+        c_dim,
+        m_dim,
+        decay,
+    };
+    launch(exec, &c_module, &feature_scan(ScanRole::Dv)?, &params)
+}
+
+fn as_u32_grid_x(n: usize) -> Result<u32, AttnError> {
+    u32::try_from(n)
+        .ok()
+        .filter(|&x| x > 0 && x <= i32::MAX as u32)
+        .ok_or_else(|| AttnError::InvalidArgument(format!("grid x of {n} blocks")))
+}

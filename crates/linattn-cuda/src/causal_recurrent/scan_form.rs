@@ -1,0 +1,228 @@
+//! What the recurrent and cumsum forms share: the staging (core dims, the φ stage of a map
+//! that is not fused), what a forward keeps, and the memory-efficient backward of the
+//! recurrent kernels, which both forms run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use linattn_core::{AttnError, Precision, Problem};
+
+use super::launch::{go_slices, launch_backward, launch_forward, BackwardBuffers};
+use super::CoreDims;
+use crate::executor::Executor;
+use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
+use crate::form::{DeviceGrads, Forward, Run};
+use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+
+/// A staging of a scan form: the core's sizes and, for a map that is not fused, the φ stage
+/// (FAVOR+'s W uploaded with the inputs).
+pub struct ScanPlan {
+    pub(crate) dims: CoreDims,
+    pub(crate) features: Option<FeatureStage>,
+}
+
+impl ScanPlan {
+    pub(crate) fn new(
+        exec: &Arc<dyn Executor>,
+        problem: &Problem,
+        precision: Precision,
+        input_meter: &MemoryMeter,
+    ) -> Result<ScanPlan, AttnError> {
+        let features = if FeatureStage::needed(&problem.map) {
+            Some(FeatureStage::new(exec, problem, precision, input_meter)?)
+        } else {
+            None
+        };
+        Ok(ScanPlan {
+            dims: CoreDims::of(problem),
+            features,
+        })
+    }
+}
+
+/// What a scan form's forward keeps for the backward, beside O.
+pub struct ScanSaved {
+    /// den_i (normalised maps) or an empty placeholder.
+    pub(crate) den: DeviceBuffer<f32>,
+    /// (S_i, z_i) of the stored-states variant.
+    pub(crate) states: Option<(DeviceBuffer<f32>, DeviceBuffer<f32>)>,
+    /// φ(Q), φ(K) (fp32) of a map that is not fused, kept for the backward.
+    pub(crate) features: Option<DeviceFeatures>,
+}
+
+/// A buffer of `len` elements the kernels write in full, or an empty placeholder when
+/// `needed` is false (kernels take the pointer but never touch it).
+pub(crate) fn buffer_or_placeholder<E: StorageElem>(
+    exec: &Arc<dyn Executor>,
+    meter: &MemoryMeter,
+    needed: bool,
+    len: usize,
+) -> Result<DeviceBuffer<E>, AttnError> {
+    DeviceBuffer::uninit(exec, meter, if needed { len } else { 0 })
+}
+
+/// The φ stage's forward when the map needs one (inside the caller's timed region).
+pub(crate) fn run_feature_stage<T: StorageElem>(
+    run: &Run<'_, T>,
+    plan: &ScanPlan,
+) -> Result<Option<DeviceFeatures>, AttnError> {
+    match &plan.features {
+        Some(stage) => {
+            let dims = plan.dims;
+            let (q, k) = (&run.inputs.q, &run.inputs.k);
+            let features = stage.forward(run.meter, q, k, dims.batch_heads, dims.n)?;
+            if features.c != dims.c {
+                return Err(AttnError::State(format!(
+                    "φ stage wrote C = {} features, the core expects {}",
+                    features.c, dims.c
+                )));
+            }
+            Ok(Some(features))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The recurrent forward (φ stage first for maps that are not fused), its outputs allocated
+/// against the run's meter; `store_states` selects `cr_forward_stored`.
+pub(crate) fn recurrent_forward<T: StorageElem>(
+    run: &Run<'_, T>,
+    plan: &ScanPlan,
+    store_states: bool,
+) -> Result<(Forward<T, ScanSaved>, Duration), AttnError> {
+    let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
+    let dims = plan.dims;
+    let normalised = dims.map.normalised();
+    let out = DeviceBuffer::<T>::uninit(exec, meter, dims.len(dims.m)?)?;
+    let den = buffer_or_placeholder::<f32>(exec, meter, normalised, dims.tokens()?)?;
+    let states = if store_states {
+        let entries = dims
+            .c
+            .checked_mul(dims.m)
+            .ok_or_else(|| AttnError::SizeOverflow("C·M".into()))?;
+        let z_len = if normalised { dims.len(dims.c)? } else { 0 };
+        Some((
+            DeviceBuffer::<f32>::uninit(exec, meter, dims.len(entries)?)?,
+            DeviceBuffer::<f32>::uninit(exec, meter, z_len)?,
+        ))
+    } else {
+        None
+    };
+    let precision = T::PRECISION;
+    let mut features = None;
+    let elapsed = run.time(|| {
+        features = run_feature_stage(run, plan)?;
+        let state_args = states.as_ref().map(|(s, z)| (s, z));
+        let scales = log_scales(features.as_ref());
+        match &features {
+            Some(f) => launch_forward(
+                exec, precision, &dims, &f.q, &f.k, &inputs.v, &out, &den, state_args, scales,
+            ),
+            None => launch_forward(
+                exec, precision, &dims, &inputs.q, &inputs.k, &inputs.v, &out, &den, state_args,
+                scales,
+            ),
+        }
+    })?;
+    Ok((
+        Forward {
+            out,
+            saved: ScanSaved {
+                den,
+                states,
+                features,
+            },
+        },
+        elapsed,
+    ))
+}
+
+/// The recurrent kernels' backward of a forward `fwd` (recurrent or cumsum), then the φ
+/// stage's backward when there is one.
+pub(crate) fn recurrent_backward<T: StorageElem>(
+    run: &Run<'_, T>,
+    plan: &ScanPlan,
+    fwd: &Forward<T, ScanSaved>,
+    d_out: &DeviceBuffer<T>,
+) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+    let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
+    let dims = plan.dims;
+    let saved = &fwd.saved;
+    let gd = buffer_or_placeholder::<f32>(exec, meter, dims.map.normalised(), dims.tokens()?)?;
+    let precision = T::PRECISION;
+    let slices = go_slices(precision, &dims, saved.states.is_some());
+    let go = buffer_or_placeholder::<f32>(exec, meter, slices > 0, dims.len(slices)?)?;
+    let scales = log_scales(saved.features.as_ref());
+    let mut dq = DeviceBuffer::<T>::uninit(exec, meter, inputs.q.len())?;
+    let mut dk = DeviceBuffer::<T>::uninit(exec, meter, inputs.k.len())?;
+    let dv = DeviceBuffer::<T>::uninit(exec, meter, inputs.v.len())?;
+    let states = saved.states.as_ref().map(|(s, z)| (s, z));
+    let elapsed = match (&plan.features, &saved.features) {
+        (Some(stage), Some(features)) => {
+            // ∂φ(Q), ∂φ(K) in fp32, chained through φ by the stage.
+            let d_phi_q = DeviceBuffer::<f32>::uninit(exec, meter, dims.len(dims.c)?)?;
+            let d_phi_k = DeviceBuffer::<f32>::uninit(exec, meter, dims.len(dims.c)?)?;
+            run.time(|| {
+                launch_backward(
+                    exec,
+                    precision,
+                    &dims,
+                    BackwardBuffers {
+                        q: &features.q,
+                        k: &features.k,
+                        v: &inputs.v,
+                        d_out,
+                        out: &fwd.out,
+                        den: &saved.den,
+                        gd: &gd,
+                        go: &go,
+                        log_scales: scales,
+                        dq: &d_phi_q,
+                        dk: &d_phi_k,
+                        dv: &dv,
+                        states,
+                    },
+                )?;
+                stage.backward(
+                    &inputs.q,
+                    &inputs.k,
+                    features,
+                    &d_phi_q,
+                    &d_phi_k,
+                    &mut dq,
+                    &mut dk,
+                    dims.batch_heads,
+                    dims.n,
+                )
+            })?
+        }
+        (None, None) => run.time(|| {
+            launch_backward(
+                exec,
+                precision,
+                &dims,
+                BackwardBuffers {
+                    q: &inputs.q,
+                    k: &inputs.k,
+                    v: &inputs.v,
+                    d_out,
+                    out: &fwd.out,
+                    den: &saved.den,
+                    gd: &gd,
+                    go: &go,
+                    log_scales: scales,
+                    dq: &dq,
+                    dk: &dk,
+                    dv: &dv,
+                    states,
+                },
+            )
+        })?,
+        _ => {
+            return Err(AttnError::State(
+                "forward and staged inputs disagree about the φ stage".into(),
+            ))
+        }
+    };
+    Ok((DeviceGrads { dq, dk, dv }, elapsed))
+}

@@ -1,0 +1,213 @@
+//! Typed kernel launches: one argument struct per kernel entry point.
+//!
+//! A positional argument list (`[q, k, v, states, n, ...]`) lets the executor's PTX signature
+//! check catch a wrong count or a float where an int belongs, but not two buffers swapped.
+//! Every entry point therefore has a struct, declared with [`kernel_params!`], whose fields
+//! carry the names of the kernel's parameters in the `.cu` source, in signature order; the
+//! struct turns itself into the executor's [`KernelArg`] list. `tests/kernel_params.rs`
+//! holds every struct against its kernel: the field names against the parameter names of the
+//! source, and the field kinds against the PTX `.entry` signature of every variant.
+
+use linattn_core::AttnError;
+
+use crate::executor::{Executor, Kernel, KernelArg, Launch};
+use crate::memory::DeviceBuffer;
+use crate::runtime::KernelVariant;
+
+/// A device pointer argument: a buffer's address, or null for a parameter the kernel does
+/// not read in this configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ptr(pub u64);
+
+impl Ptr {
+    pub const NULL: Ptr = Ptr(0);
+}
+
+impl<T> From<&DeviceBuffer<T>> for Ptr {
+    fn from(buffer: &DeviceBuffer<T>) -> Ptr {
+        Ptr(buffer.address())
+    }
+}
+
+impl<T> From<&mut DeviceBuffer<T>> for Ptr {
+    fn from(buffer: &mut DeviceBuffer<T>) -> Ptr {
+        Ptr(buffer.address())
+    }
+}
+
+impl<T> From<Option<&DeviceBuffer<T>>> for Ptr {
+    fn from(buffer: Option<&DeviceBuffer<T>>) -> Ptr {
+        buffer.map_or(Ptr::NULL, Ptr::from)
+    }
+}
+
+/// `ptr(&buffer)`: shorthand for `Ptr::from(&buffer)` in struct literals.
+pub fn ptr(buffer: impl Into<Ptr>) -> Ptr {
+    buffer.into()
+}
+
+/// What a kernel parameter is, as the PTX signature and the C source both show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParamKind {
+    /// A pointer (64-bit address).
+    Ptr,
+    /// C `int` (flags included).
+    I32,
+    /// C `unsigned`.
+    U32,
+    /// C `long long` / `la_index_t`.
+    I64,
+    /// C `float`.
+    F32,
+}
+
+impl ParamKind {
+    /// Bytes in the parameter buffer.
+    pub fn bytes(self) -> u32 {
+        match self {
+            ParamKind::Ptr | ParamKind::I64 => 8,
+            ParamKind::I32 | ParamKind::U32 | ParamKind::F32 => 4,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        self == ParamKind::F32
+    }
+}
+
+/// A value that can be one kernel parameter.
+pub trait Param: Copy {
+    const KIND: ParamKind;
+    fn arg(self) -> KernelArg;
+}
+
+impl Param for Ptr {
+    const KIND: ParamKind = ParamKind::Ptr;
+    fn arg(self) -> KernelArg {
+        KernelArg::Ptr(self.0)
+    }
+}
+
+impl Param for i32 {
+    const KIND: ParamKind = ParamKind::I32;
+    fn arg(self) -> KernelArg {
+        KernelArg::I32(self)
+    }
+}
+
+impl Param for bool {
+    /// C `int` flags.
+    const KIND: ParamKind = ParamKind::I32;
+    fn arg(self) -> KernelArg {
+        KernelArg::I32(i32::from(self))
+    }
+}
+
+impl Param for u32 {
+    const KIND: ParamKind = ParamKind::U32;
+    fn arg(self) -> KernelArg {
+        KernelArg::U32(self)
+    }
+}
+
+impl Param for i64 {
+    const KIND: ParamKind = ParamKind::I64;
+    fn arg(self) -> KernelArg {
+        KernelArg::I64(self)
+    }
+}
+
+impl Param for f32 {
+    const KIND: ParamKind = ParamKind::F32;
+    fn arg(self) -> KernelArg {
+        KernelArg::F32(self)
+    }
+}
+
+/// The signature of one entry point as its argument struct states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamSpec {
+    pub entry: &'static str,
+    /// Parameter names, in signature order.
+    pub names: &'static [&'static str],
+    pub kinds: &'static [ParamKind],
+}
+
+/// The argument struct of one kernel entry point.
+pub trait KernelParams {
+    /// The entry point, and its parameters in signature order.
+    const SPEC: ParamSpec;
+    /// The executor's argument list, in signature order.
+    fn args(&self) -> Vec<KernelArg>;
+}
+
+/// Declares the argument struct of a kernel entry point: field names are the parameter names
+/// of the `.cu` source, in signature order (checked by `tests/kernel_params.rs`).
+///
+/// ```ignore
+/// kernel_params! {
+///     /// `cc_scan`: exclusive scan over chunk states.
+///     pub struct CcScan => "cc_scan" { states: Ptr, num_chunks: i32, chunk_decay: f32, reverse: bool }
+/// }
+/// ```
+#[macro_export]
+macro_rules! kernel_params {
+    ($(
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident => $entry:literal { $($field:ident : $ty:ty),* $(,)? }
+    )*) => {$(
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy)]
+        $vis struct $name { $(pub $field: $ty),* }
+
+        impl $crate::params::KernelParams for $name {
+            const SPEC: $crate::params::ParamSpec = $crate::params::ParamSpec {
+                entry: $entry,
+                names: &[$(stringify!($field)),*],
+                kinds: &[$(<$ty as $crate::params::Param>::KIND),*],
+            };
+            fn args(&self) -> Vec<$crate::executor::KernelArg> {
+                vec![$($crate::params::Param::arg(self.$field)),*]
+            }
+        }
+    )*};
+}
+
+/// Launches `params`' entry point, resolved in `variant` (compiled and loaded on first use).
+pub fn launch<P: KernelParams>(
+    exec: &dyn Executor,
+    variant: &KernelVariant,
+    launch: &Launch,
+    params: &P,
+) -> Result<(), AttnError> {
+    let kernel = exec.kernel(variant, P::SPEC.entry)?;
+    exec.launch(&kernel, launch, &params.args())
+}
+
+/// Launches an already resolved `kernel`, which must be `params`' entry point.
+pub fn launch_kernel<P: KernelParams>(
+    exec: &dyn Executor,
+    kernel: &Kernel,
+    launch: &Launch,
+    params: &P,
+) -> Result<(), AttnError> {
+    if kernel.entry != P::SPEC.entry {
+        return Err(AttnError::State(format!(
+            "arguments of {} passed to kernel {}",
+            P::SPEC.entry,
+            kernel.entry
+        )));
+    }
+    exec.launch(kernel, launch, &params.args())
+}
+
+/// The entry-point names of `specs`, for a variant's entry list.
+pub const fn entry_names<const N: usize>(specs: &[ParamSpec; N]) -> [&'static str; N] {
+    let mut names = [""; N];
+    let mut i = 0;
+    while i < N {
+        names[i] = specs[i].entry;
+        i += 1;
+    }
+    names
+}

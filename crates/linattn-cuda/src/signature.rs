@@ -1,0 +1,271 @@
+//! Holds every kernel argument struct ([`crate::params`]) against its kernel, two ways:
+//! * against the `.cu` source: the struct's field names and kinds are the parameter names
+//!   and C types of the `extern "C" __global__` declaration, in order, and every entry point
+//!   of the file has a struct (no NVRTC needed);
+//! * against the PTX of a compiled variant: the `.entry` parameter list has the struct's
+//!   count, sizes and float/integer kinds (what a launch actually passes).
+//!
+//! `tests/kernel_params.rs` runs both over every form of the registry; a swapped, missing or
+//! retyped field fails there instead of at a launch.
+
+use linattn_ptxsim::ir::Ty;
+
+use crate::params::{ParamKind, ParamSpec};
+use crate::registry::FormEntry;
+
+/// One `extern "C" __global__` declaration: entry name and (parameter name, kind) pairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSignature {
+    pub entry: String,
+    pub params: Vec<(String, ParamKind)>,
+}
+
+/// The kind of a C parameter declaration (`const la_storage_t* __restrict__ q`, `int n`,
+/// `long long rows`, `la_index_t stride_a`, `float eps`), or `None` for a type the structs
+/// have no kind for.
+fn c_kind(declaration: &str) -> Option<ParamKind> {
+    if declaration.contains('*') {
+        return Some(ParamKind::Ptr);
+    }
+    let words: Vec<&str> = declaration.split_whitespace().collect();
+    let ty = words[..words.len().saturating_sub(1)].join(" ");
+    match ty.as_str() {
+        "int" => Some(ParamKind::I32),
+        "unsigned" | "unsigned int" => Some(ParamKind::U32),
+        "long long" | "la_index_t" => Some(ParamKind::I64),
+        "float" => Some(ParamKind::F32),
+        _ => None,
+    }
+}
+
+/// Every `extern "C" __global__` declaration of a kernel source, in file order.
+pub fn source_signatures(source: &str) -> Result<Vec<SourceSignature>, String> {
+    const MARKER: &str = "extern \"C\" __global__ void";
+    let mut found = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find(MARKER) {
+        rest = &rest[at + MARKER.len()..];
+        let mut head = rest.trim_start();
+        // An optional __launch_bounds__(...) before the name.
+        if let Some(after) = head.strip_prefix("__launch_bounds__") {
+            let close = after
+                .find(')')
+                .ok_or("unclosed __launch_bounds__ in a kernel declaration")?;
+            head = after[close + 1..].trim_start();
+        }
+        let open = head.find('(').ok_or("a kernel declaration without '('")?;
+        let entry = head[..open].trim().to_string();
+        let close = head[open..]
+            .find(')')
+            .ok_or_else(|| format!("{entry}: unclosed parameter list"))?;
+        let mut params = Vec::new();
+        for declaration in head[open + 1..open + close].split(',') {
+            let declaration = declaration.split_whitespace().collect::<Vec<_>>().join(" ");
+            let name = declaration
+                .rsplit([' ', '*'])
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let kind = c_kind(&declaration)
+                .ok_or_else(|| format!("{entry}: no parameter kind for '{declaration}'"))?;
+            params.push((name, kind));
+        }
+        found.push(SourceSignature { entry, params });
+    }
+    Ok(found)
+}
+
+/// The form's argument structs against its source: same entries, names, kinds and order.
+pub fn check_against_source(form: &FormEntry) -> Result<(), String> {
+    let declared = source_signatures(form.source)?;
+    let mut problems = Vec::new();
+    for signature in &declared {
+        match form
+            .kernel_params
+            .iter()
+            .find(|s| s.entry == signature.entry)
+        {
+            None => problems.push(format!("{}: no argument struct", signature.entry)),
+            Some(spec) => {
+                let spec_params: Vec<(String, ParamKind)> = spec
+                    .names
+                    .iter()
+                    .zip(spec.kinds)
+                    .map(|(n, k)| (n.to_string(), *k))
+                    .collect();
+                if spec_params != signature.params {
+                    problems.push(format!(
+                        "{}: the struct has {spec_params:?}, the source {:?}",
+                        signature.entry, signature.params
+                    ));
+                }
+            }
+        }
+    }
+    for spec in form.kernel_params {
+        if !declared.iter().any(|s| s.entry == spec.entry) {
+            problems.push(format!("{}: not declared in {}.cu", spec.entry, form.name));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{}.cu:\n  {}", form.name, problems.join("\n  ")))
+    }
+}
+
+/// Whether a PTX parameter of type `ty` and `bytes` takes an argument of `kind`.
+fn ptx_takes(ty: Ty, bytes: u32, kind: ParamKind) -> bool {
+    let float = matches!(ty, Ty::F32 | Ty::F64 | Ty::F16 | Ty::Bf16);
+    bytes == kind.bytes() && float == kind.is_float()
+}
+
+/// The argument struct of every entry `variant_entries` lists against the PTX `.entry`
+/// declarations of one compiled variant (`label` names it in errors).
+pub fn check_against_ptx(
+    specs: &[ParamSpec],
+    variant_entries: &[String],
+    ptx: &str,
+    label: &str,
+) -> Result<(), String> {
+    let program = linattn_ptxsim::parse::parse_program(ptx, &mut |_| Ok(0))
+        .map_err(|e| format!("{label}: PTX does not parse: {e}"))?;
+    let mut problems = Vec::new();
+    for entry in variant_entries {
+        let Some(spec) = specs.iter().find(|s| s.entry == entry) else {
+            problems.push(format!("{entry}: no argument struct"));
+            continue;
+        };
+        let Some(kernel) = program.kernels.get(entry) else {
+            problems.push(format!("{entry}: no .entry in the PTX"));
+            continue;
+        };
+        if kernel.params.len() != spec.kinds.len() {
+            problems.push(format!(
+                "{entry}: the PTX takes {} parameters, the struct has {}",
+                kernel.params.len(),
+                spec.kinds.len()
+            ));
+            continue;
+        }
+        for ((param, kind), name) in kernel.params.iter().zip(spec.kinds).zip(spec.names) {
+            if !ptx_takes(param.ty, param.bytes, *kind) {
+                problems.push(format!(
+                    "{entry}.{name}: the struct passes {kind:?}, the PTX declares {:?} ({} bytes)",
+                    param.ty, param.bytes
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{label}:\n  {}", problems.join("\n  ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOURCE: &str = r#"
+extern "C" __global__ void __launch_bounds__(CC_THREADS)
+xx_scan(float* __restrict__ states, int num_chunks,
+        float chunk_decay, long long rows, la_index_t stride) {}
+extern "C" __global__ void xx_flag(const la_storage_t* q, unsigned count) {}
+"#;
+
+    #[test]
+    fn declarations_parse_with_and_without_launch_bounds() {
+        let found = source_signatures(SOURCE).unwrap();
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].entry, "xx_scan");
+        assert_eq!(
+            found[0].params,
+            vec![
+                ("states".into(), ParamKind::Ptr),
+                ("num_chunks".into(), ParamKind::I32),
+                ("chunk_decay".into(), ParamKind::F32),
+                ("rows".into(), ParamKind::I64),
+                ("stride".into(), ParamKind::I64),
+            ]
+        );
+        assert_eq!(
+            found[1].params,
+            vec![
+                ("q".into(), ParamKind::Ptr),
+                ("count".into(), ParamKind::U32)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_swapped_field_is_reported() {
+        const SPECS: [ParamSpec; 2] = [
+            ParamSpec {
+                entry: "xx_scan",
+                // chunk_decay and num_chunks swapped.
+                names: &["states", "chunk_decay", "num_chunks", "rows", "stride"],
+                kinds: &[
+                    ParamKind::Ptr,
+                    ParamKind::F32,
+                    ParamKind::I32,
+                    ParamKind::I64,
+                    ParamKind::I64,
+                ],
+            },
+            ParamSpec {
+                entry: "xx_flag",
+                names: &["q", "count"],
+                kinds: &[ParamKind::Ptr, ParamKind::U32],
+            },
+        ];
+        let form = FormEntry {
+            name: "xx",
+            source: SOURCE,
+            backends: |_| Vec::new(),
+            decoders: |_| Vec::new(),
+            variants: Vec::new,
+            kernel_params: &SPECS,
+        };
+        let error = check_against_source(&form).unwrap_err();
+        assert!(
+            error.contains("xx_scan") && !error.contains("xx_flag"),
+            "{error}"
+        );
+        let fixed = [
+            ParamSpec {
+                entry: "xx_scan",
+                names: &["states", "num_chunks", "chunk_decay", "rows", "stride"],
+                kinds: &[
+                    ParamKind::Ptr,
+                    ParamKind::I32,
+                    ParamKind::F32,
+                    ParamKind::I64,
+                    ParamKind::I64,
+                ],
+            },
+            SPECS[1],
+        ];
+        let form = FormEntry {
+            kernel_params: Box::leak(Box::new(fixed)),
+            ..form
+        };
+        assert_eq!(check_against_source(&form), Ok(()));
+    }
+
+    #[test]
+    fn a_missing_struct_is_reported() {
+        let form = FormEntry {
+            name: "xx",
+            source: SOURCE,
+            backends: |_| Vec::new(),
+            decoders: |_| Vec::new(),
+            variants: Vec::new,
+            kernel_params: &[],
+        };
+        let error = check_against_source(&form).unwrap_err();
+        assert!(error.contains("xx_scan: no argument struct"), "{error}");
+        assert!(error.contains("xx_flag: no argument struct"), "{error}");
+    }
+}
