@@ -1,8 +1,8 @@
 //! One PTX instruction statement → [`Instr`].
 
 use super::lex::{split_operands, Statement};
-use super::{error, Scope};
-use crate::error::SimError;
+use super::scope::Scope;
+use crate::error::{parse_error, SimError};
 use crate::ir::{
     Address, AtomOp, BinOp, BoolOp, Cmp, FloatMode, Instr, IntRounding, MmaInput, MmaOperands, Op,
     Reg, Rounding, ShflMode, Space, Src, Ty, UnOp,
@@ -19,7 +19,7 @@ struct Parts<'a> {
 
 impl Parts<'_> {
     fn fail(&self, message: impl Into<String>) -> SimError {
-        error(self.s.line, &self.s.text, message)
+        parse_error(self.s.line, &self.s.text, message)
     }
 
     fn has(&self, modifier: &str) -> bool {
@@ -145,14 +145,14 @@ pub(super) fn decode(s: &Statement, scope: &Scope<'_>) -> Result<Instr, SimError
     if let Some(rest) = text.strip_prefix('@') {
         let (pred, rest) = rest
             .split_once(char::is_whitespace)
-            .ok_or_else(|| error(s.line, &s.text, "guard without an instruction"))?;
+            .ok_or_else(|| parse_error(s.line, &s.text, "guard without an instruction"))?;
         let (negate, name) = match pred.strip_prefix('!') {
             Some(name) => (true, name),
             None => (false, pred),
         };
         let reg = scope
             .reg(name)
-            .ok_or_else(|| error(s.line, &s.text, format!("unknown predicate {name}")))?;
+            .ok_or_else(|| parse_error(s.line, &s.text, format!("unknown predicate {name}")))?;
         guard = Some((reg, negate));
         text = rest.trim();
     }
@@ -172,8 +172,8 @@ pub(super) fn decode(s: &Statement, scope: &Scope<'_>) -> Result<Instr, SimError
     let op = decode_op(&parts)?;
     Ok(Instr {
         guard,
-        class: crate::counters::InstrClass::of(&op),
-        fp32_flops: crate::counters::InstrClass::fp32_flops(&op),
+        class: op.class(),
+        fp32_flops: op.fp32_flops(),
         op,
         line: s.line,
     })
