@@ -4,14 +4,14 @@
 //! comparisons, shifts, widening multiplies, selects and bit-field insert.
 //!
 //! Each test runs a snippet once per thread on per-thread inputs (see
-//! `common::run_lanes`) and checks every lane against a reference written here from the
+//! `common::lanes::run_lanes`) and checks every lane against a reference written here from the
 //! PTX ISA, independently of the simulator's code.
 
 mod common;
 
 use std::cmp::Ordering;
 
-use common::*;
+use common::lanes::{run_lanes, run_lanes_f32};
 
 fn f(bits: u32) -> f32 {
     f32::from_bits(bits)
