@@ -12,13 +12,13 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
-use linattn_ptxsim::{Arg, Checks, Device, LaunchConfig, Module};
+use linattn_ptxsim::{Arg, Checks, Device, LaunchConfig};
 
 // The tests' kernel builder, device and copies, and the tiled matmul they also run.
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{download_f32, matmul, upload_f32, Entry};
+use common::{config, matmul, upload_f32, Entry, Loaded};
 
 fn device(checks: Checks) -> Device {
     common::device().with_checks(checks)
@@ -26,9 +26,7 @@ fn device(checks: Checks) -> Device {
 
 /// One benchmark case: a loaded kernel and its launch.
 struct Case {
-    dev: Device,
-    module: Module,
-    kernel: &'static str,
+    k: Loaded,
     config: LaunchConfig,
     args: Vec<Arg>,
 }
@@ -36,10 +34,8 @@ struct Case {
 impl Case {
     /// Runs once; returns the warp instructions executed.
     fn run(&self) -> u64 {
-        let stats = self
-            .dev
-            .launch(&self.module, self.kernel, &self.config, &self.args)
-            .unwrap_or_else(|e| panic!("{}: {e}", self.kernel));
+        let stats = (self.k.launch_with(&self.config, &self.args))
+            .unwrap_or_else(|e| panic!("{}: {e}", self.k.kernel));
         stats.counters.warp_instructions
     }
 }
@@ -101,23 +97,16 @@ fn fma_kernel() -> String {
 }
 
 fn fma_case() -> Case {
-    let dev = device(Checks::default());
-    let module = dev.load(&fma_kernel()).expect("fma kernel");
     const CTAS: u32 = 64;
     const BLOCK: u32 = 256;
+    let k = Loaded::on(device(Checks::default()), fma_kernel());
     let n = (CTAS * BLOCK) as usize;
     let x: Vec<f32> = (0..n).map(|i| 0.25 + (i % 97) as f32 / 400.0).collect();
-    let px = upload_f32(&dev, &x);
-    let out = dev.alloc(4 * n as u64).expect("alloc");
+    let px = upload_f32(&k.dev, &x);
+    let out = k.output(n);
     Case {
-        dev,
-        module,
-        kernel: "fma_chain",
-        config: LaunchConfig {
-            grid: [CTAS, 1, 1],
-            block: [BLOCK, 1, 1],
-            dynamic_shared_bytes: 0,
-        },
+        k,
+        config: config(CTAS, BLOCK),
         args: vec![Arg::U64(px), Arg::U64(out)],
     }
 }
@@ -127,20 +116,15 @@ fn fma_case() -> Case {
 const N: usize = 128;
 
 fn matmul_case(checks: Checks) -> Case {
-    let dev = device(checks);
-    let module = dev
-        .load(&matmul::kernel("bar.sync \t0;"))
-        .expect("matmul kernel");
-    let problem = matmul::Problem::new(&dev, N);
+    let k = Loaded::on(device(checks), matmul::kernel("bar.sync \t0;"));
+    let problem = matmul::Problem::new(&k.dev, N);
     let case = Case {
-        dev,
-        module,
-        kernel: "matmul",
+        k,
         config: problem.config,
         args: problem.args.clone(),
     };
     case.run();
-    problem.check(&download_f32(&case.dev, problem.c, N * N), 17);
+    problem.check(&case.k.download_f32(problem.c, N * N), 17);
     case
 }
 
@@ -195,20 +179,14 @@ $L__BB0_1:
 }
 
 fn mma_case() -> Case {
-    let dev = device(Checks::default());
-    let module = dev.load(&mma_kernel()).expect("mma kernel");
     const CTAS: u32 = 32;
     const BLOCK: u32 = 128;
-    let out = dev.alloc(16 * u64::from(CTAS * BLOCK)).expect("alloc");
+    let k = Loaded::on(device(Checks::default()), mma_kernel());
+    // Four f32 per thread.
+    let out = k.output(4 * (CTAS * BLOCK) as usize);
     Case {
-        dev,
-        module,
-        kernel: "mma_loop",
-        config: LaunchConfig {
-            grid: [CTAS, 1, 1],
-            block: [BLOCK, 1, 1],
-            dynamic_shared_bytes: 0,
-        },
+        k,
+        config: config(CTAS, BLOCK),
         args: vec![Arg::U64(out), Arg::U32(MMA_ITERATIONS)],
     }
 }

@@ -124,14 +124,12 @@ fn shared_read(write: bool) -> Loaded {
     } else {
         ""
     };
-    Loaded::new(
-        Entry {
-            name: "shared_read",
-            params: &[("u64", "%rd1")],
-            regs: &[("b32", 2), ("f32", 3), ("b64", 7)],
-            decls: "// demoted variable\n.shared .align 4 .b8 _ZZ11shared_readE4tile[256];",
-            body: &format!(
-                r#"	mov.u32 	%r1, %tid.x;
+    Loaded::new(out_only(
+        "shared_read",
+        &[("b32", 2), ("f32", 3), ("b64", 7)],
+        "// demoted variable\n.shared .align 4 .b8 _ZZ11shared_readE4tile[256];",
+        &format!(
+            r#"	mov.u32 	%r1, %tid.x;
 	cvt.rn.f32.s32 	%f1, %r1;
 	mul.wide.u32 	%rd2, %r1, 4;
 	mov.u64 	%rd3, _ZZ11shared_readE4tile;
@@ -143,11 +141,8 @@ fn shared_read(write: bool) -> Loaded {
 	st.global.f32 	[%rd6], %f2;
 	ret;
 "#
-            ),
-            ..Entry::default()
-        }
-        .ptx(),
-    )
+        ),
+    ))
 }
 
 #[test]

@@ -105,27 +105,16 @@ fn integer_given_for_an_f32_parameter() {
 #[test]
 fn float_given_for_an_integer_parameter_and_wrong_sizes() {
     let (k, out) = setup();
-    refused(
-        &k,
-        &config(1, 32),
-        &[Arg::U64(out), Arg::F32(2.0), Arg::F32(0.0)],
-    );
-    // A 32-bit value for the pointer, a 64-bit value for the .u32.
-    refused(
-        &k,
-        &config(1, 32),
-        &[Arg::U32(0), Arg::F32(2.0), Arg::U32(0)],
-    );
-    refused(
-        &k,
-        &config(1, 32),
-        &[Arg::U64(out), Arg::F32(2.0), Arg::U64(0)],
-    );
-    refused(
-        &k,
-        &config(1, 32),
-        &[Arg::U64(out), Arg::F64(2.0), Arg::U32(0)],
-    );
+    // A float for the .u32; a 32-bit value for the pointer; a 64-bit value for the .u32;
+    // an f64 for the .f32 (`refused` names the arguments of a launch that passes).
+    for args in [
+        [Arg::U64(out), Arg::F32(2.0), Arg::F32(0.0)],
+        [Arg::U32(0), Arg::F32(2.0), Arg::U32(0)],
+        [Arg::U64(out), Arg::F32(2.0), Arg::U64(0)],
+        [Arg::U64(out), Arg::F64(2.0), Arg::U32(0)],
+    ] {
+        refused(&k, &config(1, 32), &args);
+    }
 }
 
 #[test]
@@ -134,11 +123,7 @@ fn block_larger_than_maxntid() {
     let reason = refused(&k, &config(1, 257), &args(out));
     assert!(reason.contains(".maxntid"), "{reason}");
     // 16 x 16 = 256 is within .maxntid 256, 1, 1 (the product counts).
-    let square = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [16, 16, 1],
-        dynamic_shared_bytes: 0,
-    };
+    let square = config_3d([1, 1, 1], [16, 16, 1]);
     expect_ok(k.launch_with(&square, &args(out)));
 }
 
@@ -147,18 +132,10 @@ fn block_larger_than_the_architecture_allows() {
     let (k, out) = setup_on(device(), "", 2048);
     let reason = refused(&k, &config(1, 1025), &args(out));
     assert!(reason.contains("block dimension x = 1025"), "{reason}");
-    let wide = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [32, 33, 1],
-        dynamic_shared_bytes: 0,
-    };
+    let wide = config_3d([1, 1, 1], [32, 33, 1]);
     let reason = refused(&k, &wide, &args(out));
     assert!(reason.contains("1056 threads per block"), "{reason}");
-    let deep = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [1, 1, 65],
-        dynamic_shared_bytes: 0,
-    };
+    let deep = config_3d([1, 1, 1], [1, 1, 65]);
     refused(&k, &deep, &args(out));
     expect_ok(k.launch_with(&config(1, 1024), &args(out)));
 }
@@ -174,11 +151,7 @@ fn reqntid_must_match_exactly() {
 #[test]
 fn grid_y_over_65535() {
     let (k, out) = setup();
-    let tall = LaunchConfig {
-        grid: [1, 65_536, 1],
-        block: [32, 1, 1],
-        dynamic_shared_bytes: 0,
-    };
+    let tall = config_3d([1, 65_536, 1], [32, 1, 1]);
     let reason = refused(&k, &tall, &args(out));
     assert!(reason.contains("grid dimension y = 65536"), "{reason}");
     let tall_z = LaunchConfig {

@@ -156,14 +156,12 @@ fn misaligned_four_byte_load_is_a_memcheck_fault() {
 /// Each thread stores its id to `s[tid]` of a 32-word shared array, then the block's
 /// first warp copies it out. `stride` 4 is right; `stride` 5 walks off the array.
 fn shared_store(stride: u32) -> Loaded {
-    Loaded::new(
-        Entry {
-            name: "shared_store",
-            params: &[("u64", "%rd1")],
-            regs: &[("pred", 2), ("b32", 5), ("b64", 7)],
-            decls: "// demoted variable\n.shared .align 4 .b8 _ZZ12shared_storeE4tile[128];",
-            body: &format!(
-                r#"	mov.u32 	%r1, %tid.x;
+    Loaded::new(out_only(
+        "shared_store",
+        &[("pred", 2), ("b32", 5), ("b64", 7)],
+        "// demoted variable\n.shared .align 4 .b8 _ZZ12shared_storeE4tile[128];",
+        &format!(
+            r#"	mov.u32 	%r1, %tid.x;
 	mov.u64 	%rd2, _ZZ12shared_storeE4tile;
 	mul.wide.u32 	%rd3, %r1, {stride};
 	add.s64 	%rd4, %rd2, %rd3;
@@ -176,11 +174,8 @@ fn shared_store(stride: u32) -> Loaded {
 	st.global.u32 	[%rd5], %r2;
 	ret;
 "#
-            ),
-            ..Entry::default()
-        }
-        .ptx(),
-    )
+        ),
+    ))
 }
 
 #[test]
@@ -223,14 +218,12 @@ fn use_after_free_is_named() {
 /// Each thread loads a float4 from a 16-byte aligned shared array at byte offset
 /// `16 * tid + skew` and stores its sum.
 fn vector_load(skew: u32) -> Loaded {
-    Loaded::new(
-        Entry {
-            name: "vec4",
-            params: &[("u64", "%rd1")],
-            regs: &[("b32", 3), ("f32", 8), ("b64", 8)],
-            decls: "// demoted variable\n.shared .align 16 .b8 _ZZ4vec4E4tile[544];",
-            body: &format!(
-                r#"	mov.u32 	%r1, %tid.x;
+    Loaded::new(out_only(
+        "vec4",
+        &[("b32", 3), ("f32", 8), ("b64", 8)],
+        "// demoted variable\n.shared .align 16 .b8 _ZZ4vec4E4tile[544];",
+        &format!(
+            r#"	mov.u32 	%r1, %tid.x;
 	cvt.rn.f32.u32 	%f1, %r1;
 	mul.wide.u32 	%rd2, %r1, 16;
 	mov.u64 	%rd3, _ZZ4vec4E4tile;
@@ -250,11 +243,8 @@ fn vector_load(skew: u32) -> Loaded {
 	st.global.f32 	[%rd7], %f6;
 	ret;
 "#
-            ),
-            ..Entry::default()
-        }
-        .ptx(),
-    )
+        ),
+    ))
 }
 
 #[test]

@@ -12,15 +12,8 @@ const WORD: &str = "_ZZ4raceE4word";
 
 /// The one-pointer kernel `race` (`out` in `%rd2`) with `regs` and `body`.
 fn race(regs: &[(&str, u32)], decls: &str, body: &str) -> String {
-    Entry {
-        name: "race",
-        params: &[("u64", "%rd1")],
-        regs,
-        decls,
-        body: &format!("\tcvta.to.global.u64 \t%rd2, %rd1;\n{body}"),
-        ..Entry::default()
-    }
-    .ptx()
+    let body = format!("\tcvta.to.global.u64 \t%rd2, %rd1;\n{body}");
+    out_only("race", regs, decls, &body)
 }
 
 /// Thread `writer` stores 42 to a shared word, then (after `sync`, which may be empty)

@@ -201,35 +201,30 @@ fn worked_examples_in_width_16_segments() {
 /// The 5-step butterfly reduction the kernels use (`shfl.sync.bfly.b32 %r, %r, k, 31, -1`).
 #[test]
 fn butterfly_reduction_sums_the_warp() {
+    // Step i: f_{2i+1} -> r_{2i+2}, shuffled into r_{2i+3} -> f_{2i+2}, summed into f_{2i+3}.
+    let steps: String = [16, 8, 4, 2, 1]
+        .iter()
+        .enumerate()
+        .map(|(i, lane_mask)| {
+            let (f, r) = (2 * i + 1, 2 * i + 2);
+            format!(
+                "\tmov.b32 \t%r{r}, %f{f};\n\tshfl.sync.bfly.b32 \t%r{}, %r{r}, {lane_mask}, 31, -1;\n\
+                 \tmov.b32 \t%f{}, %r{};\n\tadd.f32 \t%f{}, %f{f}, %f{};\n",
+                r + 1,
+                f + 1,
+                r + 1,
+                f + 2,
+                f + 1
+            )
+        })
+        .collect();
     let k = Loaded::new(ptx(&in_out(
         "warp_sum",
         &[("b32", 16), ("f32", 12), ("b64", 8)],
-        r#"	add.s64 	%rd6, %rd3, %rd5;
-	ld.global.nc.f32 	%f1, [%rd6];
-	mov.b32 	%r2, %f1;
-	shfl.sync.bfly.b32 	%r3, %r2, 16, 31, -1;
-	mov.b32 	%f2, %r3;
-	add.f32 	%f3, %f1, %f2;
-	mov.b32 	%r4, %f3;
-	shfl.sync.bfly.b32 	%r5, %r4, 8, 31, -1;
-	mov.b32 	%f4, %r5;
-	add.f32 	%f5, %f3, %f4;
-	mov.b32 	%r6, %f5;
-	shfl.sync.bfly.b32 	%r7, %r6, 4, 31, -1;
-	mov.b32 	%f6, %r7;
-	add.f32 	%f7, %f5, %f6;
-	mov.b32 	%r8, %f7;
-	shfl.sync.bfly.b32 	%r9, %r8, 2, 31, -1;
-	mov.b32 	%f8, %r9;
-	add.f32 	%f9, %f7, %f8;
-	mov.b32 	%r10, %f9;
-	shfl.sync.bfly.b32 	%r11, %r10, 1, 31, -1;
-	mov.b32 	%f10, %r11;
-	add.f32 	%f11, %f9, %f10;
-	add.s64 	%rd7, %rd4, %rd5;
-	st.global.f32 	[%rd7], %f11;
-	ret;
-"#,
+        &format!(
+            "\tadd.s64 \t%rd6, %rd3, %rd5;\n\tld.global.nc.f32 \t%f1, [%rd6];\n{steps}\
+             \tadd.s64 \t%rd7, %rd4, %rd5;\n\tst.global.f32 \t[%rd7], %f11;\n\tret;\n"
+        ),
     )));
     // Four warps with different (exactly summable) values.
     let input: Vec<f32> = (0..128).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();

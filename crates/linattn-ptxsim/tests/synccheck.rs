@@ -12,23 +12,10 @@ fn launch(text: &str, block: u32) -> OutputRun {
     Loaded::new(text.to_string()).run_with_output(1, block, block as usize, true)
 }
 
-/// A kernel whose one parameter, `out`, is loaded into `%rd1`.
-fn out_kernel(name: &str, regs: &[(&str, u32)], decls: &str, body: &str) -> String {
-    Entry {
-        name,
-        params: &[("u64", "%rd1")],
-        regs,
-        decls,
-        body,
-        ..Entry::default()
-    }
-    .ptx()
-}
-
 /// Threads `tid < limit` write their id to shared memory and meet at `bar.sync 0`, then
 /// store their neighbour's id; the others return straight away.
 fn barrier_in_branch(limit: u32) -> String {
-    out_kernel(
+    out_only(
         "partial_barrier",
         &[("pred", 2), ("b32", 6), ("b64", 9)],
         "// demoted variable\n.shared .align 4 .b8 _ZZ15partial_barrierE1s[256];",
@@ -82,7 +69,7 @@ fn bar_sync_reached_by_every_thread_passes() {
 #[test]
 fn two_different_barriers_are_a_divergent_barrier() {
     // if (tid < 32) { bar.sync } else { bar.sync }: two distinct barrier instructions.
-    let text = out_kernel(
+    let text = out_only(
         "two_barriers",
         &[("pred", 2), ("b32", 3), ("b64", 5)],
         "",
@@ -123,7 +110,7 @@ fn divergent_shuffle(active: u32, exit_others: bool) -> String {
     } else {
         "$L__BB0_2"
     };
-    out_kernel(
+    out_only(
         "divergent_shfl",
         &[("pred", 2), ("b32", 5), ("b64", 5)],
         "",

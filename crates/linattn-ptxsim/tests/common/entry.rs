@@ -79,6 +79,20 @@ pub fn in_out(name: &str, regs: &[(&str, u32)], body: &str) -> String {
     .text()
 }
 
+/// The module of a kernel whose one parameter, `out`, is loaded into `%rd1`; `decls` and
+/// `body` as in [`Entry`].
+pub fn out_only(name: &str, regs: &[(&str, u32)], decls: &str, body: &str) -> String {
+    Entry {
+        name,
+        params: &[("u64", "%rd1")],
+        regs,
+        decls,
+        body,
+        ..Entry::default()
+    }
+    .ptx()
+}
+
 /// NVRTC's register names per declared type.
 fn register_prefix(ty: &str) -> &'static str {
     match ty {

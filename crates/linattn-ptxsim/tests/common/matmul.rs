@@ -2,7 +2,7 @@
 //! textbook kernel: racecheck's classic bug (tests/racecheck.rs) and the simulator's
 //! barrier-heavy benchmark (benches/throughput.rs).
 
-use super::{upload_f32, Entry};
+use super::{config_3d, upload_f32, Entry};
 use linattn_ptxsim::{Arg, Device, LaunchConfig};
 
 pub const TILE: u32 = 16;
@@ -119,11 +119,7 @@ impl Problem {
             a,
             b,
             c,
-            config: LaunchConfig {
-                grid: [tiles, tiles, 1],
-                block: [TILE, TILE, 1],
-                dynamic_shared_bytes: 0,
-            },
+            config: config_3d([tiles, tiles, 1], [TILE, TILE, 1]),
             args: vec![Arg::U64(pa), Arg::U64(pb), Arg::U64(c), Arg::U32(n as u32)],
         }
     }

@@ -15,7 +15,7 @@ pub mod matmul;
 
 // Not every test uses both.
 #[allow(unused_imports)]
-pub use entry::{in_out, Entry};
+pub use entry::{in_out, out_only, Entry};
 
 use linattn_ptxsim::{
     Arg, Checker, Device, Fault, LaunchConfig, LaunchStats, Module, SimArch, SimError,
@@ -53,7 +53,7 @@ pub struct Loaded {
     pub module: Module,
     /// The PTX text (for [`line_of`]).
     pub text: String,
-    kernel: String,
+    pub kernel: String,
 }
 
 impl Loaded {
@@ -153,9 +153,14 @@ impl OutputRun {
 
 /// A 1-D launch.
 pub fn config(grid: u32, block: u32) -> LaunchConfig {
+    config_3d([grid, 1, 1], [block, 1, 1])
+}
+
+/// A launch without dynamic shared memory.
+pub fn config_3d(grid: [u32; 3], block: [u32; 3]) -> LaunchConfig {
     LaunchConfig {
-        grid: [grid, 1, 1],
-        block: [block, 1, 1],
+        grid,
+        block,
         dynamic_shared_bytes: 0,
     }
 }
