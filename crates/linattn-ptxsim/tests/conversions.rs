@@ -30,6 +30,16 @@ fn single(values: &[f32]) -> Vec<[f32; 3]> {
     values.iter().map(|&v| [v, 0.0, 0.0]).collect()
 }
 
+/// `snippet` turns an f32 NaN into a 16-bit NaN: all `exponent` bits set, some `mantissa`
+/// bit set.
+fn assert_nan_stays_nan(snippet: &str, exponent: u32, mantissa: u32) {
+    let nan = run_lanes_f32(snippet, &single(&[f32::NAN]))[0];
+    assert!(
+        nan & exponent == exponent && nan & mantissa != 0,
+        "NaN → {nan:#06x}"
+    );
+}
+
 #[test]
 fn cvt_rn_f16_f32_rounds_to_nearest_even() {
     let p = |e: i32| 2f32.powi(e);
@@ -60,11 +70,7 @@ fn cvt_rn_f16_f32_rounds_to_nearest_even() {
     for (&(x, want), &g) in cases.iter().zip(&got) {
         assert_eq!(g, want, "cvt.rn.f16.f32 of {x:e}: {g:#06x} != {want:#06x}");
     }
-    let nan = run_lanes_f32(CVT_F16, &single(&[f32::NAN]))[0];
-    assert!(
-        nan & 0x7c00 == 0x7c00 && nan & 0x03ff != 0,
-        "NaN → {nan:#06x}"
-    );
+    assert_nan_stays_nan(CVT_F16, 0x7c00, 0x03ff);
 }
 
 #[test]
@@ -149,11 +155,7 @@ fn cvt_rn_bf16_f32_rounds_to_nearest_even() {
         let want = cases.get(k).map_or_else(|| bf16_reference(x), |c| c.1);
         assert_eq!(g, want, "cvt.rn.bf16.f32 of {x:e} ({:#010x})", x.to_bits());
     }
-    let nan = run_lanes_f32(CVT_BF16, &single(&[f32::NAN]))[0];
-    assert!(
-        nan & 0x7f80 == 0x7f80 && nan & 0x7f != 0,
-        "NaN → {nan:#06x}"
-    );
+    assert_nan_stays_nan(CVT_BF16, 0x7f80, 0x7f);
 }
 
 #[test]
