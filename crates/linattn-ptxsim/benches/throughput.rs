@@ -12,35 +12,21 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
-use linattn_ptxsim::{Arg, Checks, Device, LaunchConfig, Module, SimArch};
+use linattn_ptxsim::{Arg, Checks, Device, LaunchConfig};
 
-const HEADER: &str = ".version 9.0\n.target sm_90\n.address_size 64\n\n";
+// The tests' kernel builder, device and copies, and the tiled matmul they also run.
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{config, matmul, upload_f32, Entry, Loaded};
 
 fn device(checks: Checks) -> Device {
-    Device::new(SimArch::SM90, 256 << 20).with_checks(checks)
-}
-
-fn upload(dev: &Device, data: &[f32]) -> u64 {
-    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let ptr = dev.alloc(bytes.len() as u64).expect("alloc");
-    dev.write(ptr, &bytes).expect("write");
-    ptr
-}
-
-fn download(dev: &Device, ptr: u64, n: usize) -> Vec<f32> {
-    let mut bytes = vec![0u8; 4 * n];
-    dev.read(ptr, &mut bytes).expect("read");
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    common::device().with_checks(checks)
 }
 
 /// One benchmark case: a loaded kernel and its launch.
 struct Case {
-    dev: Device,
-    module: Module,
-    kernel: &'static str,
+    k: Loaded,
     config: LaunchConfig,
     args: Vec<Arg>,
 }
@@ -48,10 +34,8 @@ struct Case {
 impl Case {
     /// Runs once; returns the warp instructions executed.
     fn run(&self) -> u64 {
-        let stats = self
-            .dev
-            .launch(&self.module, self.kernel, &self.config, &self.args)
-            .unwrap_or_else(|e| panic!("{}: {e}", self.kernel));
+        let stats = (self.k.launch_with(&self.config, &self.args))
+            .unwrap_or_else(|e| panic!("{}: {e}", self.k.kernel));
         stats.counters.warp_instructions
     }
 }
@@ -73,20 +57,12 @@ fn fma_kernel() -> String {
             ));
         }
     }
-    format!(
-        r#"{HEADER}.visible .entry fma_chain(
-	.param .u64 fma_chain_param_0,
-	.param .u64 fma_chain_param_1
-)
-{{
-	.reg .b32 	%r<6>;
-	.reg .f32 	%f<32>;
-	.reg .b64 	%rd<8>;
-
-
-	ld.param.u64 	%rd1, [fma_chain_param_0];
-	ld.param.u64 	%rd2, [fma_chain_param_1];
-	mov.u32 	%r1, %ctaid.x;
+    Entry {
+        name: "fma_chain",
+        params: &[("u64", "%rd1"), ("u64", "%rd2")],
+        regs: &[("b32", 6), ("f32", 32), ("b64", 8)],
+        body: &format!(
+            r#"	mov.u32 	%r1, %ctaid.x;
 	mov.u32 	%r2, %ntid.x;
 	mov.u32 	%r3, %tid.x;
 	mad.lo.s32 	%r4, %r1, %r2, %r3;
@@ -113,156 +89,42 @@ fn fma_kernel() -> String {
 	add.s64 	%rd7, %rd6, %rd4;
 	st.global.f32 	[%rd7], %f26;
 	ret;
-
-}}
 "#
-    )
+        ),
+        ..Entry::default()
+    }
+    .ptx()
 }
 
 fn fma_case() -> Case {
-    let dev = device(Checks::default());
-    let module = dev.load(&fma_kernel()).expect("fma kernel");
     const CTAS: u32 = 64;
     const BLOCK: u32 = 256;
+    let k = Loaded::on(device(Checks::default()), fma_kernel());
     let n = (CTAS * BLOCK) as usize;
     let x: Vec<f32> = (0..n).map(|i| 0.25 + (i % 97) as f32 / 400.0).collect();
-    let px = upload(&dev, &x);
-    let out = dev.alloc(4 * n as u64).expect("alloc");
+    let px = upload_f32(&k.dev, &x);
+    let out = k.output(n);
     Case {
-        dev,
-        module,
-        kernel: "fma_chain",
-        config: LaunchConfig {
-            grid: [CTAS, 1, 1],
-            block: [BLOCK, 1, 1],
-            dynamic_shared_bytes: 0,
-        },
+        k,
+        config: config(CTAS, BLOCK),
         args: vec![Arg::U64(px), Arg::U64(out)],
     }
 }
 
 // ---------------------------------------------------------------------------------------
 
-const N: u32 = 128;
-const TILE: u32 = 16;
-
-fn matmul_kernel() -> String {
-    let mut inner = String::new();
-    for k in 0..TILE {
-        inner.push_str(&format!(
-            "\tld.shared.f32 \t%f{a}, [%rd11+{ao}];\n\tld.shared.f32 \t%f{b}, [%rd13+{bo}];\n\tfma.rn.f32 \t%f1, %f{a}, %f{b}, %f1;\n",
-            a = 4 + 2 * k,
-            b = 5 + 2 * k,
-            ao = 4 * k,
-            bo = 4 * TILE * k
-        ));
-    }
-    format!(
-        r#"{HEADER}.visible .entry matmul_tiled(
-	.param .u64 matmul_tiled_param_0,
-	.param .u64 matmul_tiled_param_1,
-	.param .u64 matmul_tiled_param_2,
-	.param .u32 matmul_tiled_param_3
-)
-{{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<20>;
-	.reg .f32 	%f<40>;
-	.reg .b64 	%rd<24>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ12matmul_tiledE2As[1024];
-	// demoted variable
-	.shared .align 4 .b8 _ZZ12matmul_tiledE2Bs[1024];
-
-	ld.param.u64 	%rd1, [matmul_tiled_param_0];
-	ld.param.u64 	%rd2, [matmul_tiled_param_1];
-	ld.param.u64 	%rd3, [matmul_tiled_param_2];
-	ld.param.u32 	%r1, [matmul_tiled_param_3];
-	cvta.to.global.u64 	%rd4, %rd1;
-	cvta.to.global.u64 	%rd20, %rd2;
-	cvta.to.global.u64 	%rd21, %rd3;
-	mov.u32 	%r2, %tid.x;
-	mov.u32 	%r3, %tid.y;
-	mov.u32 	%r4, %ctaid.x;
-	mov.u32 	%r5, %ctaid.y;
-	shl.b32 	%r6, %r5, 4;
-	add.s32 	%r7, %r6, %r3;
-	shl.b32 	%r8, %r4, 4;
-	add.s32 	%r9, %r8, %r2;
-	shl.b32 	%r10, %r3, 4;
-	add.s32 	%r11, %r10, %r2;
-	mul.wide.u32 	%rd5, %r11, 4;
-	mov.u64 	%rd6, _ZZ12matmul_tiledE2As;
-	add.s64 	%rd7, %rd6, %rd5;
-	mov.u64 	%rd8, _ZZ12matmul_tiledE2Bs;
-	add.s64 	%rd9, %rd8, %rd5;
-	mul.wide.u32 	%rd10, %r3, 64;
-	add.s64 	%rd11, %rd6, %rd10;
-	mul.wide.u32 	%rd12, %r2, 4;
-	add.s64 	%rd13, %rd8, %rd12;
-	mad.lo.s32 	%r12, %r7, %r1, %r2;
-	mul.wide.u32 	%rd14, %r12, 4;
-	add.s64 	%rd15, %rd4, %rd14;
-	mad.lo.s32 	%r13, %r3, %r1, %r9;
-	mul.wide.u32 	%rd16, %r13, 4;
-	add.s64 	%rd17, %rd20, %rd16;
-	shl.b32 	%r14, %r1, 6;
-	cvt.u64.u32 	%rd18, %r14;
-	mov.f32 	%f1, 0f00000000;
-	mov.u32 	%r15, 0;
-
-$L__BB0_1:
-	ld.global.nc.f32 	%f2, [%rd15];
-	st.shared.f32 	[%rd7], %f2;
-	ld.global.nc.f32 	%f3, [%rd17];
-	st.shared.f32 	[%rd9], %f3;
-	bar.sync 	0;
-{inner}	bar.sync 	0;
-	add.s64 	%rd15, %rd15, 64;
-	add.s64 	%rd17, %rd17, %rd18;
-	add.s32 	%r15, %r15, 16;
-	setp.lt.u32 	%p1, %r15, %r1;
-	@%p1 bra 	$L__BB0_1;
-
-	mad.lo.s32 	%r16, %r7, %r1, %r9;
-	mul.wide.u32 	%rd19, %r16, 4;
-	add.s64 	%rd22, %rd21, %rd19;
-	st.global.f32 	[%rd22], %f1;
-	ret;
-
-}}
-"#
-    )
-}
+const N: usize = 128;
 
 fn matmul_case(checks: Checks) -> Case {
-    let dev = device(checks);
-    let module = dev.load(&matmul_kernel()).expect("matmul kernel");
-    let n = N as usize;
-    // Small integers: every partial sum is exact, so the check below is exact.
-    let a: Vec<f32> = (0..n * n).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
-    let b: Vec<f32> = (0..n * n).map(|i| ((i * 5) % 13) as f32 - 6.0).collect();
-    let (pa, pb) = (upload(&dev, &a), upload(&dev, &b));
-    let pc = dev.alloc(4 * (n * n) as u64).expect("alloc");
+    let k = Loaded::on(device(checks), matmul::kernel("bar.sync \t0;"));
+    let problem = matmul::Problem::new(&k.dev, N);
     let case = Case {
-        dev,
-        module,
-        kernel: "matmul_tiled",
-        config: LaunchConfig {
-            grid: [N / TILE, N / TILE, 1],
-            block: [TILE, TILE, 1],
-            dynamic_shared_bytes: 0,
-        },
-        args: vec![Arg::U64(pa), Arg::U64(pb), Arg::U64(pc), Arg::U32(N)],
+        k,
+        config: problem.config,
+        args: problem.args.clone(),
     };
     case.run();
-    let c = download(&case.dev, pc, n * n);
-    for (r, row) in c.chunks_exact(n).enumerate().step_by(17) {
-        for (col, &v) in row.iter().enumerate() {
-            let want: f32 = (0..n).map(|k| a[r * n + k] * b[k * n + col]).sum();
-            assert_eq!(v, want, "C[{r}][{col}]");
-        }
-    }
+    problem.check(&case.k.download_f32(problem.c, N * N), 17);
     case
 }
 
@@ -273,21 +135,12 @@ const MMA_ITERATIONS: u32 = 64;
 fn mma_kernel() -> String {
     let mma = "\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1, %f2, %f3, %f4}, {%r2, %r3, %r4, %r5}, {%r6, %r7}, {%f1, %f2, %f3, %f4};\n";
     let body = mma.repeat(4);
-    format!(
-        r#"{HEADER}.visible .entry mma_loop(
-	.param .u64 mma_loop_param_0,
-	.param .u32 mma_loop_param_1
-)
-{{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<12>;
-	.reg .f32 	%f<8>;
-	.reg .b64 	%rd<8>;
-
-
-	ld.param.u64 	%rd1, [mma_loop_param_0];
-	ld.param.u32 	%r9, [mma_loop_param_1];
-	mov.u32 	%r1, %tid.x;
+    Entry {
+        name: "mma_loop",
+        params: &[("u64", "%rd1"), ("u32", "%r9")],
+        regs: &[("pred", 2), ("b32", 12), ("f32", 8), ("b64", 8)],
+        body: &format!(
+            r#"	mov.u32 	%r1, %tid.x;
 	and.b32 	%r8, %r1, 7;
 	// A = 2^-8 (f16 0x1c00) plus a lane-dependent low bit, B = 1.0
 	or.b32 	%r2, %r8, 469769216;
@@ -318,27 +171,22 @@ $L__BB0_1:
 	st.global.f32 	[%rd4+8], %f3;
 	st.global.f32 	[%rd4+12], %f4;
 	ret;
-
-}}
 "#
-    )
+        ),
+        ..Entry::default()
+    }
+    .ptx()
 }
 
 fn mma_case() -> Case {
-    let dev = device(Checks::default());
-    let module = dev.load(&mma_kernel()).expect("mma kernel");
     const CTAS: u32 = 32;
     const BLOCK: u32 = 128;
-    let out = dev.alloc(16 * u64::from(CTAS * BLOCK)).expect("alloc");
+    let k = Loaded::on(device(Checks::default()), mma_kernel());
+    // Four f32 per thread.
+    let out = k.output(4 * (CTAS * BLOCK) as usize);
     Case {
-        dev,
-        module,
-        kernel: "mma_loop",
-        config: LaunchConfig {
-            grid: [CTAS, 1, 1],
-            block: [BLOCK, 1, 1],
-            dynamic_shared_bytes: 0,
-        },
+        k,
+        config: config(CTAS, BLOCK),
         args: vec![Arg::U64(out), Arg::U32(MMA_ITERATIONS)],
     }
 }

@@ -78,33 +78,21 @@ impl SimArch {
         launch_overhead_us: 2.5,
     };
 
-    /// H100 SXM (compute capability 9.0).
+    /// H100 SXM (compute capability 9.0). The per-CTA and per-SM limits other than shared
+    /// memory are those of 8.0.
     pub const SM90: SimArch = SimArch {
         name: "sm_90",
         part: "H100",
         compute_capability: (9, 0),
         sm_count: 132,
         l2_bytes: 50 << 20,
-        max_threads_per_block: 1024,
-        max_block_dims: [1024, 1024, 64],
-        max_grid_dims: [i32::MAX as u32, 65_535, 65_535],
-        max_static_shared: 48 << 10,
         max_shared_optin: 227 << 10,
         shared_per_sm: 228 << 10,
-        registers_per_sm: 65_536,
-        max_registers_per_thread: 255,
-        max_threads_per_sm: 2048,
-        max_ctas_per_sm: 32,
-        max_warps_per_sm: 64,
-        register_alloc_unit: 256,
-        shared_alloc_unit: 128,
-        shared_reserved_per_cta: 1024,
-        schedulers_per_sm: 4,
         boost_clock_ghz: 1.98,
         hbm_gbps: 3352.0,
         tensor_tflops: 989.5,
         fp32_tflops: 66.9,
-        launch_overhead_us: 2.5,
+        ..Self::SM80
     };
 
     /// `sm_80` / `sm_90` (also `80`, `90`).

@@ -8,28 +8,11 @@ use rayon::prelude::*;
 
 use crate::arch::SimArch;
 use crate::counters::Counters;
-use crate::error::SimError;
+use crate::error::{Checks, SimError};
 use crate::exec::cta::{CtaRunner, LaunchCtx};
 use crate::exec::memory::GlobalMemory;
 use crate::ir::{Kernel, Program, Ty};
 use crate::parse::parse_program;
-
-/// Which checkers run. Memcheck and synccheck cannot be turned off: an access outside
-/// memory or a barrier that can never complete stops the kernel either way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Checks {
-    pub racecheck: bool,
-    pub initcheck: bool,
-}
-
-impl Default for Checks {
-    fn default() -> Self {
-        Checks {
-            racecheck: true,
-            initcheck: true,
-        }
-    }
-}
 
 /// A kernel argument as the host passes it (by value).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,5 +1,5 @@
 //! Typed errors: what went wrong, where in the PTX, and for the checkers, which thread of
-//! which CTA touched which address.
+//! which CTA touched which address; and which checkers run.
 
 use std::fmt;
 
@@ -24,6 +24,23 @@ impl fmt::Display for Checker {
             Checker::Initcheck => "initcheck",
             Checker::Synccheck => "synccheck",
         })
+    }
+}
+
+/// Which checkers run. Memcheck and synccheck cannot be turned off: an access outside
+/// memory or a barrier that can never complete stops the kernel either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checks {
+    pub racecheck: bool,
+    pub initcheck: bool,
+}
+
+impl Default for Checks {
+    fn default() -> Self {
+        Checks {
+            racecheck: true,
+            initcheck: true,
+        }
     }
 }
 
@@ -117,5 +134,14 @@ impl SimError {
             SimError::Fault(fault) => Some(fault.checker),
             _ => None,
         }
+    }
+}
+
+/// A [`SimError::Parse`] at `line`, quoting (the start of) the statement `text`.
+pub(crate) fn parse_error(line: u32, text: &str, message: impl Into<String>) -> SimError {
+    SimError::Parse {
+        line,
+        text: text.chars().take(160).collect(),
+        message: message.into(),
     }
 }

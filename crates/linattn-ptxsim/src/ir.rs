@@ -7,6 +7,8 @@
 
 use std::collections::HashMap;
 
+use crate::instr_class::InstrClass;
+
 /// Scalar types of PTX as far as the executor cares (sizes and interpretation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Ty {
@@ -448,6 +450,58 @@ pub enum Op {
     Mma(Box<MmaOperands>),
 }
 
+impl Op {
+    /// Its class for the counters.
+    pub fn class(&self) -> InstrClass {
+        let float = |ty: &Ty| matches!(ty, Ty::F32 | Ty::F64);
+        match self {
+            Op::Bin {
+                op: BinOp::Div, ty, ..
+            } if float(ty) => InstrClass::SpecialFunction,
+            Op::Bin { ty, .. } | Op::Fma { ty, .. } | Op::Setp { ty, .. } | Op::Selp { ty, .. }
+                if float(ty) =>
+            {
+                InstrClass::Fp32
+            }
+            Op::Un { op, ty, .. } if float(ty) => match op {
+                UnOp::Neg | UnOp::Abs => InstrClass::Fp32,
+                _ => InstrClass::SpecialFunction,
+            },
+            Op::Cvt { .. } | Op::CvtPack { .. } | Op::Cvta { .. } => InstrClass::Conversion,
+            Op::Mma(_) => InstrClass::Mma,
+            Op::Ld { space, .. } => match space {
+                Space::Global => InstrClass::GlobalLoad,
+                Space::Shared => InstrClass::SharedLoad,
+                Space::Param => InstrClass::Integer,
+                Space::Generic => InstrClass::GlobalLoad,
+            },
+            Op::St { space, .. } => match space {
+                Space::Shared => InstrClass::SharedStore,
+                _ => InstrClass::GlobalStore,
+            },
+            Op::Atom { .. } => InstrClass::Atomic,
+            Op::Shfl { .. } => InstrClass::Shuffle,
+            Op::BarSync { .. } | Op::WarpSync { .. } => InstrClass::Barrier,
+            Op::Bra { .. } | Op::Ret => InstrClass::Control,
+            _ => InstrClass::Integer,
+        }
+    }
+
+    /// Floating-point operations one active lane performs (fma = 2), for the fp32 roofline;
+    /// 0 for everything that is not fp32 arithmetic.
+    pub fn fp32_flops(&self) -> u32 {
+        match self {
+            Op::Fma { ty: Ty::F32, .. } => 2,
+            Op::Bin {
+                ty: Ty::F32,
+                op: BinOp::Add | BinOp::Sub | BinOp::MulLo | BinOp::Div,
+                ..
+            } => 1,
+            _ => 0,
+        }
+    }
+}
+
 /// The operands of an `mma`: 4 f32 results, 4 + 2 registers of packed 16-bit A and B, 4 f32
 /// accumulators.
 #[derive(Debug, Clone, PartialEq)]
@@ -468,7 +522,7 @@ pub struct Instr {
     /// 1-based line in the PTX text.
     pub line: u32,
     /// Its class for the counters, and the fp32 operations one lane performs.
-    pub class: crate::counters::InstrClass,
+    pub class: InstrClass,
     pub fp32_flops: u32,
 }
 

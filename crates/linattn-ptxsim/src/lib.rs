@@ -27,11 +27,13 @@ pub mod counters;
 mod device;
 pub mod error;
 pub mod exec;
+pub mod instr_class;
 pub mod ir;
 pub mod model;
 pub mod parse;
 
 pub use arch::SimArch;
-pub use counters::{Counters, InstrClass};
-pub use device::{Arg, Checks, Device, LaunchConfig, LaunchStats, Module};
-pub use error::{Checker, Fault, SimError, Site};
+pub use counters::Counters;
+pub use device::{Arg, Device, LaunchConfig, LaunchStats, Module};
+pub use error::{Checker, Checks, Fault, SimError, Site};
+pub use instr_class::InstrClass;

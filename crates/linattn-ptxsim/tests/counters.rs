@@ -8,22 +8,13 @@ use common::*;
 use linattn_ptxsim::{Arg, Counters, InstrClass};
 
 /// `out[tid] = in[tid * stride]` for one CTA of `threads` threads: one global load and one
-/// global store per warp.
-fn strided_copy() -> String {
-    ptx(r#".visible .entry strided(
-	.param .u64 strided_param_0,
-	.param .u64 strided_param_1,
-	.param .u32 strided_param_2
-)
-{
-	.reg .b32 	%r<5>;
-	.reg .f32 	%f<2>;
-	.reg .b64 	%rd<9>;
-
-	ld.param.u64 	%rd1, [strided_param_0];
-	ld.param.u64 	%rd2, [strided_param_1];
-	ld.param.u32 	%r1, [strided_param_2];
-	cvta.to.global.u64 	%rd3, %rd1;
+/// global store per warp. Loaded on a device that counts memory when `count_memory`.
+fn strided_copy(count_memory: bool) -> Loaded {
+    let text = Entry {
+        name: "strided",
+        params: &[("u64", "%rd1"), ("u64", "%rd2"), ("u32", "%r1")],
+        regs: &[("b32", 5), ("f32", 2), ("b64", 9)],
+        body: r#"	cvta.to.global.u64 	%rd3, %rd1;
 	cvta.to.global.u64 	%rd4, %rd2;
 	mov.u32 	%r2, %tid.x;
 	mul.lo.s32 	%r3, %r2, %r1;
@@ -34,23 +25,27 @@ fn strided_copy() -> String {
 	add.s64 	%rd8, %rd4, %rd7;
 	st.global.f32 	[%rd8], %f1;
 	ret;
+"#,
+        ..Entry::default()
+    }
+    .ptx();
+    let k = Loaded::new(text);
+    if count_memory {
+        k.dev.count_memory(true);
+    }
+    k
 }
-"#)
+
+/// The arguments of the strided copy.
+fn strided_args(input: u64, out: u64, stride: u32) -> [Arg; 3] {
+    [Arg::U64(input), Arg::U64(out), Arg::I32(stride as i32)]
 }
 
 fn run_strided(stride: u32, threads: u32) -> Counters {
-    let dev = device();
-    dev.count_memory(true);
-    let module = load(&dev, &strided_copy());
-    let input = upload_f32(&dev, &vec![1.0; (threads * stride) as usize]);
-    let out = output(&dev, threads as usize);
-    let stats = expect_ok(dev.launch(
-        &module,
-        "strided",
-        &config(1, threads),
-        &[Arg::U64(input), Arg::U64(out), Arg::I32(stride as i32)],
-    ));
-    stats.counters
+    let k = strided_copy(true);
+    let input = upload_f32(&k.dev, &vec![1.0; (threads * stride) as usize]);
+    let out = k.output(threads as usize);
+    expect_ok(k.launch(1, threads, &strided_args(input, out, stride))).counters
 }
 
 #[test]
@@ -94,20 +89,15 @@ fn instruction_classes_add_up() {
     assert_eq!(c.warp(InstrClass::Conversion), 4);
 }
 
-/// Each thread stores then loads the shared word `tid * stride` (stride in words).
-fn bank_kernel() -> String {
-    ptx(r#".visible .entry banks(
-	.param .u64 banks_param_0,
-	.param .u32 banks_param_1
-)
-{
-	.reg .b32 	%r<6>;
-	.reg .b64 	%rd<6>;
-	.shared .align 4 .b8 tile[4096];
-
-	ld.param.u64 	%rd1, [banks_param_0];
-	ld.param.u32 	%r1, [banks_param_1];
-	cvta.to.global.u64 	%rd2, %rd1;
+/// Each thread stores then loads the shared word `tid * stride` (stride in words); the
+/// counters of one warp doing so.
+fn run_banks(stride: u32) -> Counters {
+    let text = Entry {
+        name: "banks",
+        params: &[("u64", "%rd1"), ("u32", "%r1")],
+        regs: &[("b32", 6), ("b64", 6)],
+        decls: ".shared .align 4 .b8 tile[4096];",
+        body: r#"	cvta.to.global.u64 	%rd2, %rd1;
 	mov.u32 	%r2, %tid.x;
 	mul.lo.s32 	%r3, %r2, %r1;
 	mul.wide.u32 	%rd3, %r3, 4;
@@ -119,22 +109,15 @@ fn bank_kernel() -> String {
 	add.s64 	%rd5, %rd2, %rd3;
 	st.global.u32 	[%rd5], %r4;
 	ret;
-}
-"#)
-}
-
-fn run_banks(stride: u32) -> Counters {
-    let dev = device();
-    dev.count_memory(true);
-    let module = load(&dev, &bank_kernel());
-    let out = output(&dev, 32);
-    let stats = expect_ok(dev.launch(
-        &module,
-        "banks",
-        &config(1, 32),
-        &[Arg::U64(out), Arg::U32(stride)],
-    ));
-    assert_eq!(download_u32(&dev, out, 32), (0..32).collect::<Vec<u32>>());
+"#,
+        ..Entry::default()
+    }
+    .ptx();
+    let k = Loaded::new(text);
+    k.dev.count_memory(true);
+    let out = k.output(32);
+    let stats = expect_ok(k.launch(1, 32, &[Arg::U64(out), Arg::U32(stride)]));
+    assert_eq!(k.download_u32(out, 32), (0..32).collect::<Vec<u32>>());
     stats.counters
 }
 
@@ -155,17 +138,10 @@ fn a_32_way_bank_conflict_takes_32_wavefronts() {
 
 #[test]
 fn memory_counters_stay_off_unless_asked() {
-    let dev = device();
-    let module = load(&dev, &strided_copy());
-    let input = upload_f32(&dev, &[1.0; 32]);
-    let out = output(&dev, 32);
-    let c = expect_ok(dev.launch(
-        &module,
-        "strided",
-        &config(1, 32),
-        &[Arg::U64(input), Arg::U64(out), Arg::I32(1)],
-    ))
-    .counters;
+    let k = strided_copy(false);
+    let input = upload_f32(&k.dev, &[1.0; 32]);
+    let out = k.output(32);
+    let c = expect_ok(k.launch(1, 32, &strided_args(input, out, 1))).counters;
     assert_eq!(c.global_load_sectors, 0);
     assert_eq!(c.unique_load_sectors, 0);
     assert!(c.warp_instructions > 0);
@@ -203,30 +179,23 @@ fn mma_count_matches_the_flop_formula() {
 /// of their own buffers only (the touched-sector sets belong to the launch).
 #[test]
 fn concurrent_launches_count_their_own_unique_sectors() {
-    let dev = device();
-    dev.count_memory(true);
-    let module = load(&dev, &strided_copy());
+    let k = strided_copy(true);
     let threads = 256u32;
     let buffers: Vec<(u64, u64, u32)> = [1u32, 2, 4, 8, 16, 32]
         .iter()
         .map(|&stride| {
-            let input = upload_f32(&dev, &vec![1.0; (threads * stride) as usize]);
-            (input, output(&dev, threads as usize), stride)
+            let input = upload_f32(&k.dev, &vec![1.0; (threads * stride) as usize]);
+            (input, k.output(threads as usize), stride)
         })
         .collect();
     let counts: Vec<(u32, u64, u64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8)
             .flat_map(|_| buffers.iter())
             .map(|&(input, out, stride)| {
-                let (dev, module) = (&dev, &module);
+                let k = &k;
                 scope.spawn(move || {
-                    let c = expect_ok(dev.launch(
-                        module,
-                        "strided",
-                        &config(1, threads),
-                        &[Arg::U64(input), Arg::U64(out), Arg::I32(stride as i32)],
-                    ))
-                    .counters;
+                    let c =
+                        expect_ok(k.launch(1, threads, &strided_args(input, out, stride))).counters;
                     (stride, c.unique_load_sectors, c.unique_store_sectors)
                 })
             })

@@ -5,22 +5,16 @@
 mod common;
 
 use common::*;
-use linattn_ptxsim::Arg;
+use linattn_ptxsim::{Arg, Counters};
 
-const KERNEL: &str = r#".visible .entry diverge(
-	.param .u64 diverge_param_0,
-	.param .u64 diverge_param_1
-)
-{
-	.reg .pred 	%p<4>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<10>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ7divergeE6totals[32];
-
-	ld.param.u64 	%rd1, [diverge_param_0];
-	ld.param.u64 	%rd2, [diverge_param_1];
-	mov.u32 	%r1, %tid.x;
+fn kernel() -> Loaded {
+    Loaded::new(
+        Entry {
+            name: "diverge",
+            params: &[("u64", "%rd1"), ("u64", "%rd2")],
+            regs: &[("pred", 4), ("b32", 24), ("b64", 10)],
+            decls: "// demoted variable\n.shared .align 4 .b8 _ZZ7divergeE6totals[32];",
+            body: r#"	mov.u32 	%r1, %tid.x;
 	and.b32 	%r2, %r1, 31;
 	and.b32 	%r3, %r2, 1;
 	setp.eq.s32 	%p1, %r3, 0;
@@ -89,9 +83,25 @@ $L__BB0_8:
 	add.s64 	%rd9, %rd9, %rd4;
 	st.global.u32 	[%rd9], %r23;
 	ret;
-
+"#,
+            ..Entry::default()
+        }
+        .ptx(),
+    )
 }
-"#;
+
+/// Runs `ctas` CTAs of `threads` threads; each thread's value, each thread's total, the
+/// counters.
+fn run(ctas: u32, threads: usize) -> (Vec<u32>, Vec<u32>, Counters) {
+    let k = kernel();
+    let (values, totals) = (k.output(threads), k.output(threads));
+    let stats = expect_ok(k.launch(ctas, threads as u32, &[values, totals].map(Arg::U64)));
+    let (values, totals) = (
+        k.download_u32(values, threads),
+        k.download_u32(totals, threads),
+    );
+    (values, totals, stats.counters)
+}
 
 fn value(lane: u32) -> u32 {
     let base = if lane % 2 == 1 { 3 * lane } else { 1000 - lane };
@@ -101,26 +111,12 @@ fn value(lane: u32) -> u32 {
 #[test]
 fn if_else_loop_and_shuffle_reduction_reconverge() {
     const THREADS: usize = 128;
-    let text = ptx(KERNEL);
-    let dev = device();
-    let module = load(&dev, &text);
-    let values = output(&dev, THREADS);
-    let totals = output(&dev, THREADS);
-    let stats = expect_ok(dev.launch(
-        &module,
-        "diverge",
-        &config(2, THREADS as u32),
-        &[Arg::U64(values), Arg::U64(totals)],
-    ));
+    let (values, totals, c) = run(2, THREADS);
     let expected_values: Vec<u32> = (0..THREADS as u32).map(|t| value(t % 32)).collect();
-    assert_eq!(download_u32(&dev, values, THREADS), expected_values);
+    assert_eq!(values, expected_values);
     let warp_total: u32 = (0..32).map(value).sum();
-    assert_eq!(
-        download_u32(&dev, totals, THREADS),
-        vec![2 * warp_total; THREADS]
-    );
+    assert_eq!(totals, vec![2 * warp_total; THREADS]);
     // The paths really diverged: some warp instructions ran with part of the lanes.
-    let c = stats.counters;
     assert!(
         c.thread_instructions < 32 * c.warp_instructions,
         "no partial-mask warp instruction: {c:?}"
@@ -131,17 +127,7 @@ fn if_else_loop_and_shuffle_reduction_reconverge() {
 fn reconvergence_keeps_lanes_together_for_the_shuffle() {
     // Same kernel, one warp; each lane's input to the reduction differs, so a shuffle run by
     // a partial group (before the paths met) would give a different sum.
-    let text = ptx(KERNEL);
-    let dev = device();
-    let module = load(&dev, &text);
-    let values = output(&dev, 32);
-    let totals = output(&dev, 32);
-    expect_ok(dev.launch(
-        &module,
-        "diverge",
-        &config(1, 32),
-        &[Arg::U64(values), Arg::U64(totals)],
-    ));
+    let (_, totals, _) = run(1, 32);
     let warp_total: u32 = (0..32).map(value).sum();
-    assert_eq!(download_u32(&dev, totals, 32), vec![2 * warp_total; 32]);
+    assert_eq!(totals, vec![2 * warp_total; 32]);
 }

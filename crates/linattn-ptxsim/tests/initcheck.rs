@@ -4,25 +4,15 @@
 mod common;
 
 use common::*;
-use linattn_ptxsim::{Arg, Checker, Checks, Device};
+use linattn_ptxsim::{Arg, Checker, Checks, Device, LaunchStats, SimError};
 
 /// `out[i] = 2 * in[i]` for `i < n`.
-const SCALE: &str = r#".visible .entry scale(
-	.param .u64 scale_param_0,
-	.param .u64 scale_param_1,
-	.param .u32 scale_param_2
-)
-{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<3>;
-	.reg .f32 	%f<3>;
-	.reg .b64 	%rd<8>;
-
-
-	ld.param.u64 	%rd1, [scale_param_0];
-	ld.param.u64 	%rd2, [scale_param_1];
-	ld.param.u32 	%r2, [scale_param_2];
-	mov.u32 	%r1, %tid.x;
+fn scale() -> String {
+    Entry {
+        name: "scale",
+        params: &[("u64", "%rd1"), ("u64", "%rd2"), ("u32", "%r2")],
+        regs: &[("pred", 2), ("b32", 3), ("f32", 3), ("b64", 8)],
+        body: r#"	mov.u32 	%r1, %tid.x;
 	setp.ge.u32 	%p1, %r1, %r2;
 	@%p1 bra 	$L__BB0_2;
 
@@ -37,18 +27,16 @@ const SCALE: &str = r#".visible .entry scale(
 
 $L__BB0_2:
 	ret;
-
+"#,
+        ..Entry::default()
+    }
+    .ptx()
 }
-"#;
 
 const N: usize = 64;
 
-fn launch_scale(
-    dev: &Device,
-    input: u64,
-    out: u64,
-) -> Result<linattn_ptxsim::LaunchStats, linattn_ptxsim::SimError> {
-    let module = load(dev, &ptx(SCALE));
+fn launch_scale(dev: &Device, input: u64, out: u64) -> Result<LaunchStats, SimError> {
+    let module = load(dev, &scale());
     dev.launch(
         &module,
         "scale",
@@ -64,7 +52,7 @@ fn reading_an_allocation_never_written_is_reported() {
     let out = output(&dev, N);
     let fault = expect_fault(launch_scale(&dev, input, out), Checker::Initcheck);
     assert_eq!(fault.site.kernel, "scale");
-    assert_eq!(fault.site.line, line_of(&ptx(SCALE), "ld.global.nc.f32"));
+    assert_eq!(fault.site.line, line_of(&scale(), "ld.global.nc.f32"));
     assert_eq!(fault.site.thread, [0, 0, 0]);
     assert_eq!(fault.address, Some(input));
     assert!(fault.detail.contains("never written"), "{fault}");
@@ -130,25 +118,18 @@ fn initcheck_can_be_turned_off() {
 }
 
 /// Every thread reads `s[tid]` of a shared array; with `write`, it first stores there.
-fn shared_read(write: bool) -> String {
+fn shared_read(write: bool) -> Loaded {
     let store = if write {
         "st.shared.f32 	[%rd4], %f1;"
     } else {
         ""
     };
-    ptx(&format!(
-        r#".visible .entry shared_read(
-	.param .u64 shared_read_param_0
-)
-{{
-	.reg .b32 	%r<2>;
-	.reg .f32 	%f<3>;
-	.reg .b64 	%rd<7>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ11shared_readE4tile[256];
-
-	ld.param.u64 	%rd1, [shared_read_param_0];
-	mov.u32 	%r1, %tid.x;
+    Loaded::new(out_only(
+        "shared_read",
+        &[("b32", 2), ("f32", 3), ("b64", 7)],
+        "// demoted variable\n.shared .align 4 .b8 _ZZ11shared_readE4tile[256];",
+        &format!(
+            r#"	mov.u32 	%r1, %tid.x;
 	cvt.rn.f32.s32 	%f1, %r1;
 	mul.wide.u32 	%rd2, %r1, 4;
 	mov.u64 	%rd3, _ZZ11shared_readE4tile;
@@ -159,23 +140,19 @@ fn shared_read(write: bool) -> String {
 	add.s64 	%rd6, %rd5, %rd2;
 	st.global.f32 	[%rd6], %f2;
 	ret;
-
-}}
 "#
+        ),
     ))
 }
 
 #[test]
 fn reading_shared_memory_no_thread_wrote_is_reported() {
-    let text = shared_read(false);
-    let dev = device();
-    let module = load(&dev, &text);
-    let out = output(&dev, 64);
-    let fault = expect_fault(
-        dev.launch(&module, "shared_read", &config(2, 64), &[Arg::U64(out)]),
-        Checker::Initcheck,
-    );
-    assert_eq!(fault.site.line, line_of(&text, "ld.shared.f32"));
+    let k = shared_read(false);
+    let load = k.line_of("ld.shared.f32");
+    let fault = k
+        .run_with_output(2, 64, 64, false)
+        .fault(Checker::Initcheck);
+    assert_eq!(fault.site.line, load);
     assert_eq!(fault.site.thread, [0, 0, 0]);
     assert_eq!(fault.site.cta, [0, 0, 0]);
     assert_eq!(fault.address, Some(0));
@@ -187,13 +164,9 @@ fn reading_shared_memory_no_thread_wrote_is_reported() {
 
 #[test]
 fn shared_memory_written_first_passes() {
-    let text = shared_read(true);
-    let dev = device();
-    let module = load(&dev, &text);
-    let out = output(&dev, 64);
-    expect_ok(dev.launch(&module, "shared_read", &config(1, 64), &[Arg::U64(out)]));
+    let run = shared_read(true).run_with_output(1, 64, 64, false);
     let expected: Vec<f32> = (0..64).map(|t| t as f32).collect();
-    assert_eq!(download_f32(&dev, out, 64), expected);
+    assert_eq!(run.floats(64), expected);
 }
 
 #[test]
@@ -201,8 +174,8 @@ fn shared_memory_does_not_carry_over_between_ctas() {
     // CTA 0 writes its tile; CTA 1 of a kernel that only reads must still be reported,
     // even though the host thread that ran CTA 0 may reuse the same buffer.
     let dev = device();
-    let writer = load(&dev, &shared_read(true));
-    let reader = load(&dev, &shared_read(false));
+    let writer = load(&dev, &shared_read(true).text);
+    let reader = load(&dev, &shared_read(false).text);
     let out = output(&dev, 64);
     expect_ok(dev.launch(&writer, "shared_read", &config(1, 64), &[Arg::U64(out)]));
     expect_fault(

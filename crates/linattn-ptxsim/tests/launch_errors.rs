@@ -5,29 +5,18 @@
 mod common;
 
 use common::*;
-use linattn_ptxsim::{Arg, Device, LaunchConfig, Module, SimArch, SimError};
+use linattn_ptxsim::{Arg, Device, LaunchConfig, SimArch, SimError};
 
-/// `out[tid] = scale * tid` with `.maxntid 256, 1, 1`; if `n > 0` it also stores to
-/// `dyn_smem[tid]` (dynamic shared memory).
-const KERNEL: &str = r#".extern .shared .align 16 .b8 dyn_smem[];
-
-.visible .entry scaled(
-	.param .u64 scaled_param_0,
-	.param .f32 scaled_param_1,
-	.param .u32 scaled_param_2
-)
-.maxntid 256, 1, 1
-{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<4>;
-	.reg .f32 	%f<4>;
-	.reg .b64 	%rd<7>;
-
-
-	ld.param.u64 	%rd1, [scaled_param_0];
-	ld.param.f32 	%f1, [scaled_param_1];
-	ld.param.u32 	%r1, [scaled_param_2];
-	mov.u32 	%r2, %tid.x;
+/// `out[tid] = scale * tid` with the performance directive `directive` (`.maxntid 256, 1, 1`
+/// unless a test says otherwise); if `n > 0` it also stores to `dyn_smem[tid]` (dynamic
+/// shared memory).
+fn kernel(directive: &str) -> String {
+    let entry = Entry {
+        name: "scaled",
+        params: &[("u64", "%rd1"), ("f32", "%f1"), ("u32", "%r1")],
+        directives: directive,
+        regs: &[("pred", 2), ("b32", 4), ("f32", 4), ("b64", 7)],
+        body: r#"	mov.u32 	%r2, %tid.x;
 	cvt.rn.f32.u32 	%f2, %r2;
 	mul.f32 	%f3, %f1, %f2;
 	mul.wide.u32 	%rd4, %r2, 4;
@@ -43,25 +32,38 @@ $L__BB0_2:
 	add.s64 	%rd5, %rd3, %rd4;
 	st.global.f32 	[%rd5], %f3;
 	ret;
-
-}
-"#;
-
-fn setup() -> (Device, Module, u64) {
-    let dev = device();
-    let module = load(&dev, &ptx(KERNEL));
-    let out = output(&dev, 1024);
-    (dev, module, out)
+"#,
+        ..Entry::default()
+    };
+    ptx(&format!(
+        ".extern .shared .align 16 .b8 dyn_smem[];\n\n{}",
+        entry.text()
+    ))
 }
 
-fn launch_error(result: Result<linattn_ptxsim::LaunchStats, SimError>) -> String {
-    match result {
+const MAXNTID: &str = ".maxntid 256, 1, 1";
+
+/// The kernel with `directive` on `dev`, and an output of `words` words.
+fn setup_on(dev: Device, directive: &str, words: usize) -> (Loaded, u64) {
+    let k = Loaded::on(dev, kernel(directive));
+    let out = k.output(words);
+    (k, out)
+}
+
+/// The kernel with `.maxntid 256, 1, 1` and an output of 1024 words.
+fn setup() -> (Loaded, u64) {
+    setup_on(device(), MAXNTID, 1024)
+}
+
+/// The launch is refused with a `SimError::Launch` naming the kernel; its reason.
+fn refused(k: &Loaded, config: &LaunchConfig, args: &[Arg]) -> String {
+    match k.launch_with(config, args) {
         Err(SimError::Launch { kernel, reason }) => {
             assert_eq!(kernel, "scaled");
             reason
         }
-        Err(other) => panic!("expected a launch error, got: {other}"),
-        Ok(_) => panic!("expected a launch error, the launch passed"),
+        Err(other) => panic!("expected a launch error for {config:?} {args:?}, got: {other}"),
+        Ok(_) => panic!("expected a launch error for {config:?} {args:?}, the launch passed"),
     }
 }
 
@@ -71,193 +73,140 @@ fn args(out: u64) -> [Arg; 3] {
 
 #[test]
 fn a_valid_launch_passes() {
-    let (dev, module, out) = setup();
-    expect_ok(dev.launch(&module, "scaled", &config(1, 256), &args(out)));
-    let got = download_f32(&dev, out, 256);
+    let (k, out) = setup();
+    expect_ok(k.launch_with(&config(1, 256), &args(out)));
+    let got = k.download_f32(out, 256);
     assert_eq!(got[255], 510.0);
 }
 
 #[test]
 fn wrong_argument_count() {
-    let (dev, module, out) = setup();
-    let reason = launch_error(dev.launch(
-        &module,
-        "scaled",
-        &config(1, 32),
-        &[Arg::U64(out), Arg::F32(2.0)],
-    ));
+    let (k, out) = setup();
+    let reason = refused(&k, &config(1, 32), &[Arg::U64(out), Arg::F32(2.0)]);
     assert!(reason.contains("takes 3 parameters, 2 given"), "{reason}");
-    launch_error(dev.launch(
-        &module,
-        "scaled",
+    refused(
+        &k,
         &config(1, 32),
         &[Arg::U64(out), Arg::F32(2.0), Arg::U32(0), Arg::U32(0)],
-    ));
+    );
 }
 
 #[test]
 fn integer_given_for_an_f32_parameter() {
-    let (dev, module, out) = setup();
-    let reason = launch_error(dev.launch(
-        &module,
-        "scaled",
+    let (k, out) = setup();
+    let reason = refused(
+        &k,
         &config(1, 32),
         &[Arg::U64(out), Arg::I32(2), Arg::U32(0)],
-    ));
+    );
     assert!(reason.contains("parameter 1"), "{reason}");
 }
 
 #[test]
 fn float_given_for_an_integer_parameter_and_wrong_sizes() {
-    let (dev, module, out) = setup();
-    launch_error(dev.launch(
-        &module,
-        "scaled",
-        &config(1, 32),
-        &[Arg::U64(out), Arg::F32(2.0), Arg::F32(0.0)],
-    ));
-    // A 32-bit value for the pointer, a 64-bit value for the .u32.
-    launch_error(dev.launch(
-        &module,
-        "scaled",
-        &config(1, 32),
-        &[Arg::U32(0), Arg::F32(2.0), Arg::U32(0)],
-    ));
-    launch_error(dev.launch(
-        &module,
-        "scaled",
-        &config(1, 32),
-        &[Arg::U64(out), Arg::F32(2.0), Arg::U64(0)],
-    ));
-    launch_error(dev.launch(
-        &module,
-        "scaled",
-        &config(1, 32),
-        &[Arg::U64(out), Arg::F64(2.0), Arg::U32(0)],
-    ));
+    let (k, out) = setup();
+    // A float for the .u32; a 32-bit value for the pointer; a 64-bit value for the .u32;
+    // an f64 for the .f32 (`refused` names the arguments of a launch that passes).
+    for args in [
+        [Arg::U64(out), Arg::F32(2.0), Arg::F32(0.0)],
+        [Arg::U32(0), Arg::F32(2.0), Arg::U32(0)],
+        [Arg::U64(out), Arg::F32(2.0), Arg::U64(0)],
+        [Arg::U64(out), Arg::F64(2.0), Arg::U32(0)],
+    ] {
+        refused(&k, &config(1, 32), &args);
+    }
 }
 
 #[test]
 fn block_larger_than_maxntid() {
-    let (dev, module, out) = setup();
-    let reason = launch_error(dev.launch(&module, "scaled", &config(1, 257), &args(out)));
+    let (k, out) = setup();
+    let reason = refused(&k, &config(1, 257), &args(out));
     assert!(reason.contains(".maxntid"), "{reason}");
     // 16 x 16 = 256 is within .maxntid 256, 1, 1 (the product counts).
-    let square = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [16, 16, 1],
-        dynamic_shared_bytes: 0,
-    };
-    expect_ok(dev.launch(&module, "scaled", &square, &args(out)));
+    let square = config_3d([1, 1, 1], [16, 16, 1]);
+    expect_ok(k.launch_with(&square, &args(out)));
 }
 
 #[test]
 fn block_larger_than_the_architecture_allows() {
-    let dev = device();
-    let text = ptx(&KERNEL.replace(".maxntid 256, 1, 1\n", ""));
-    let module = load(&dev, &text);
-    let out = output(&dev, 2048);
-    let reason = launch_error(dev.launch(&module, "scaled", &config(1, 1025), &args(out)));
+    let (k, out) = setup_on(device(), "", 2048);
+    let reason = refused(&k, &config(1, 1025), &args(out));
     assert!(reason.contains("block dimension x = 1025"), "{reason}");
-    let wide = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [32, 33, 1],
-        dynamic_shared_bytes: 0,
-    };
-    let reason = launch_error(dev.launch(&module, "scaled", &wide, &args(out)));
+    let wide = config_3d([1, 1, 1], [32, 33, 1]);
+    let reason = refused(&k, &wide, &args(out));
     assert!(reason.contains("1056 threads per block"), "{reason}");
-    let deep = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [1, 1, 65],
-        dynamic_shared_bytes: 0,
-    };
-    launch_error(dev.launch(&module, "scaled", &deep, &args(out)));
-    expect_ok(dev.launch(&module, "scaled", &config(1, 1024), &args(out)));
+    let deep = config_3d([1, 1, 1], [1, 1, 65]);
+    refused(&k, &deep, &args(out));
+    expect_ok(k.launch_with(&config(1, 1024), &args(out)));
 }
 
 #[test]
 fn reqntid_must_match_exactly() {
-    let dev = device();
-    let text = ptx(&KERNEL.replace(".maxntid 256, 1, 1", ".reqntid 128, 1, 1"));
-    let module = load(&dev, &text);
-    let out = output(&dev, 256);
-    let reason = launch_error(dev.launch(&module, "scaled", &config(1, 64), &args(out)));
+    let (k, out) = setup_on(device(), ".reqntid 128, 1, 1", 256);
+    let reason = refused(&k, &config(1, 64), &args(out));
     assert!(reason.contains(".reqntid"), "{reason}");
-    expect_ok(dev.launch(&module, "scaled", &config(1, 128), &args(out)));
+    expect_ok(k.launch_with(&config(1, 128), &args(out)));
 }
 
 #[test]
 fn grid_y_over_65535() {
-    let (dev, module, out) = setup();
-    let tall = LaunchConfig {
-        grid: [1, 65_536, 1],
-        block: [32, 1, 1],
-        dynamic_shared_bytes: 0,
-    };
-    let reason = launch_error(dev.launch(&module, "scaled", &tall, &args(out)));
+    let (k, out) = setup();
+    let tall = config_3d([1, 65_536, 1], [32, 1, 1]);
+    let reason = refused(&k, &tall, &args(out));
     assert!(reason.contains("grid dimension y = 65536"), "{reason}");
     let tall_z = LaunchConfig {
         grid: [1, 1, 65_536],
         ..tall
     };
-    launch_error(dev.launch(&module, "scaled", &tall_z, &args(out)));
+    refused(&k, &tall_z, &args(out));
 }
 
 #[test]
 fn empty_grid_or_block() {
-    let (dev, module, out) = setup();
-    launch_error(dev.launch(&module, "scaled", &config(0, 32), &args(out)));
-    launch_error(dev.launch(&module, "scaled", &config(1, 0), &args(out)));
+    let (k, out) = setup();
+    refused(&k, &config(0, 32), &args(out));
+    refused(&k, &config(1, 0), &args(out));
 }
 
 #[test]
 fn dynamic_shared_memory_over_the_limit() {
-    let (dev, module, out) = setup();
+    let (k, out) = setup();
     let limit = SimArch::SM90.max_shared_optin;
     let over = LaunchConfig {
         grid: [1, 1, 1],
         block: [32, 1, 1],
         dynamic_shared_bytes: limit + 1,
     };
-    let reason = launch_error(dev.launch(&module, "scaled", &over, &args(out)));
+    let reason = refused(&k, &over, &args(out));
     assert!(reason.contains("shared memory"), "{reason}");
     // Exactly at the limit is fine, and the kernel may use it.
     let at = LaunchConfig {
         dynamic_shared_bytes: limit,
         ..over
     };
-    expect_ok(dev.launch(
-        &module,
-        "scaled",
-        &at,
-        &[Arg::U64(out), Arg::F32(2.0), Arg::U32(1)],
-    ));
+    expect_ok(k.launch_with(&at, &[Arg::U64(out), Arg::F32(2.0), Arg::U32(1)]));
     // sm_80 allows less.
-    let a100 = Device::new(SimArch::SM80, 1 << 20);
-    let module = load(&a100, &ptx(KERNEL));
-    let out = output(&a100, 32);
-    launch_error(a100.launch(&module, "scaled", &at, &args(out)));
+    let (a100, out) = setup_on(Device::new(SimArch::SM80, 1 << 20), MAXNTID, 32);
+    refused(&a100, &at, &args(out));
 }
 
 #[test]
 fn touching_dynamic_shared_memory_without_any_is_memcheck() {
-    let (dev, module, out) = setup();
+    let (k, out) = setup();
     let fault = expect_fault(
-        dev.launch(
-            &module,
-            "scaled",
-            &config(1, 32),
-            &[Arg::U64(out), Arg::F32(2.0), Arg::U32(1)],
-        ),
+        k.launch(1, 32, &[Arg::U64(out), Arg::F32(2.0), Arg::U32(1)]),
         linattn_ptxsim::Checker::Memcheck,
     );
-    assert_eq!(fault.site.line, line_of(&ptx(KERNEL), "st.shared.f32"));
+    assert_eq!(fault.site.line, k.line_of("st.shared.f32"));
 }
 
 #[test]
 fn unknown_kernel_name() {
-    let (dev, module, out) = setup();
-    match dev.launch(&module, "scaled_v2", &config(1, 32), &args(out)) {
+    let (k, out) = setup();
+    match k
+        .dev
+        .launch(&k.module, "scaled_v2", &config(1, 32), &args(out))
+    {
         Err(SimError::NoKernel { name, known }) => {
             assert_eq!(name, "scaled_v2");
             assert_eq!(known, "scaled");

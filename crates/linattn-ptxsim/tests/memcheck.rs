@@ -5,30 +5,22 @@
 mod common;
 
 use common::*;
-use linattn_ptxsim::{Arg, Checker};
+use linattn_ptxsim::{Arg, Checker, LaunchStats, SimError};
 
 /// `c[i] = a[i] + b[i]` for `i < n`, as NVRTC compiles it; `guard` is the comparison of
 /// the bound check (`ge` is right, `gt` lets thread `n` through).
 fn vadd(guard: &str) -> String {
-    ptx(&format!(
-        r#".visible .entry vadd(
-	.param .u64 vadd_param_0,
-	.param .u64 vadd_param_1,
-	.param .u64 vadd_param_2,
-	.param .u32 vadd_param_3
-)
-{{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<6>;
-	.reg .f32 	%f<4>;
-	.reg .b64 	%rd<11>;
-
-
-	ld.param.u64 	%rd1, [vadd_param_0];
-	ld.param.u64 	%rd2, [vadd_param_1];
-	ld.param.u64 	%rd3, [vadd_param_2];
-	ld.param.u32 	%r2, [vadd_param_3];
-	mov.u32 	%r3, %ctaid.x;
+    Entry {
+        name: "vadd",
+        params: &[
+            ("u64", "%rd1"),
+            ("u64", "%rd2"),
+            ("u64", "%rd3"),
+            ("u32", "%r2"),
+        ],
+        regs: &[("pred", 2), ("b32", 6), ("f32", 4), ("b64", 11)],
+        body: &format!(
+            r#"	mov.u32 	%r3, %ctaid.x;
 	mov.u32 	%r4, %ntid.x;
 	mov.u32 	%r5, %tid.x;
 	mad.lo.s32 	%r1, %r3, %r4, %r5;
@@ -49,43 +41,36 @@ fn vadd(guard: &str) -> String {
 
 $L__BB0_2:
 	ret;
-
-}}
 "#
-    ))
+        ),
+        ..Entry::default()
+    }
+    .ptx()
 }
 
 const N: usize = 100;
 
 struct VaddRun {
+    k: Loaded,
     b: u64,
     c: u64,
-    result: Result<linattn_ptxsim::LaunchStats, linattn_ptxsim::SimError>,
-    dev: linattn_ptxsim::Device,
-    text: String,
+    result: Result<LaunchStats, SimError>,
 }
 
 fn run_vadd(guard: &str) -> VaddRun {
-    let text = vadd(guard);
-    let dev = device();
-    let module = load(&dev, &text);
+    let k = Loaded::new(vadd(guard));
     let a: Vec<f32> = (0..N).map(|i| i as f32).collect();
     let b: Vec<f32> = (0..N).map(|i| 0.5 * i as f32 + 1.0).collect();
-    let (pa, pb) = (upload_f32(&dev, &a), upload_f32(&dev, &b));
-    let pc = output(&dev, N);
+    let (pa, pb) = (upload_f32(&k.dev, &a), upload_f32(&k.dev, &b));
+    let pc = k.output(N);
     // Two CTAs of 64 threads: thread N = 100 is thread 36 of CTA 1.
-    let result = dev.launch(
-        &module,
-        "vadd",
-        &config(2, 64),
-        &[Arg::U64(pa), Arg::U64(pb), Arg::U64(pc), Arg::U32(N as u32)],
-    );
+    let args = [Arg::U64(pa), Arg::U64(pb), Arg::U64(pc), Arg::U32(N as u32)];
+    let result = k.launch(2, 64, &args);
     VaddRun {
+        k,
         b: pb,
         c: pc,
         result,
-        dev,
-        text,
     }
 }
 
@@ -96,7 +81,7 @@ fn off_by_one_bound_check_reads_past_the_end() {
     assert_eq!(fault.site.kernel, "vadd");
     assert_eq!(
         fault.site.line,
-        line_of(&run.text, "load of b[i]"),
+        run.k.line_of("load of b[i]"),
         "the first out-of-bounds access is the load of b[N]: {fault}"
     );
     assert!(
@@ -123,86 +108,60 @@ fn correct_bound_check_passes_and_adds() {
     let stats = expect_ok(run.result);
     assert_eq!(stats.ctas, 2);
     assert!(stats.counters.warp_instructions > 0);
-    let c = download_f32(&run.dev, run.c, N);
+    let c = run.k.download_f32(run.c, N);
     for (i, &v) in c.iter().enumerate() {
         assert_eq!(v, i as f32 + (0.5 * i as f32 + 1.0), "c[{i}]");
     }
 }
 
+/// Every thread loads the word at byte `offset` of `in` and stores it to `out[tid]`.
 fn misaligned_kernel(offset: u32) -> String {
-    ptx(&format!(
-        r#".visible .entry misaligned(
-	.param .u64 misaligned_param_0,
-	.param .u64 misaligned_param_1
-)
-{{
-	.reg .b32 	%r<3>;
-	.reg .b64 	%rd<6>;
-
-
-	ld.param.u64 	%rd1, [misaligned_param_0];
-	ld.param.u64 	%rd2, [misaligned_param_1];
-	cvta.to.global.u64 	%rd3, %rd1;
-	cvta.to.global.u64 	%rd4, %rd2;
-	mov.u32 	%r1, %tid.x;
-	ld.global.u32 	%r2, [%rd3+{offset}];
-	mul.wide.u32 	%rd5, %r1, 4;
+    ptx(&in_out(
+        "misaligned",
+        &[("b32", 3), ("b64", 6)],
+        &format!(
+            r#"	ld.global.u32 	%r2, [%rd3+{offset}];
 	add.s64 	%rd5, %rd4, %rd5;
 	st.global.u32 	[%rd5], %r2;
 	ret;
-
-}}
 "#
+        ),
     ))
+}
+
+/// Launches [`misaligned_kernel`] on `input` with a 32-word output.
+fn run_misaligned(offset: u32, input: impl Fn(&Loaded) -> u64) -> (u64, OutputRun) {
+    let k = Loaded::new(misaligned_kernel(offset));
+    let input = input(&k);
+    let out = k.output(32);
+    let result = k.launch(1, 32, &[Arg::U64(input), Arg::U64(out)]);
+    (input, OutputRun { k, out, result })
 }
 
 #[test]
 fn misaligned_four_byte_load_is_a_memcheck_fault() {
-    let text = misaligned_kernel(2);
-    let dev = device();
-    let module = load(&dev, &text);
-    let input = upload_u32(&dev, &[1, 2, 3, 4]);
-    let out = output(&dev, 32);
-    let result = dev.launch(
-        &module,
-        "misaligned",
-        &config(1, 32),
-        &[Arg::U64(input), Arg::U64(out)],
-    );
-    let fault = expect_fault(result, Checker::Memcheck);
+    let (input, run) = run_misaligned(2, |k| upload_u32(&k.dev, &[1, 2, 3, 4]));
+    let text = run.k.text.clone();
+    let fault = run.fault(Checker::Memcheck);
     assert_eq!(fault.site.line, line_of(&text, "ld.global.u32"));
     assert_eq!(fault.site.thread, [0, 0, 0]);
     assert_eq!(fault.address, Some(input + 2));
     assert!(fault.detail.contains("misaligned"), "{fault}");
 
     // The same load at an aligned offset passes.
-    let text = misaligned_kernel(4);
-    let module = load(&dev, &text);
-    expect_ok(dev.launch(
-        &module,
-        "misaligned",
-        &config(1, 32),
-        &[Arg::U64(input), Arg::U64(out)],
-    ));
-    assert_eq!(download_u32(&dev, out, 32), vec![2; 32]);
+    let (_, run) = run_misaligned(4, |k| upload_u32(&k.dev, &[1, 2, 3, 4]));
+    assert_eq!(run.words(32), vec![2; 32]);
 }
 
 /// Each thread stores its id to `s[tid]` of a 32-word shared array, then the block's
 /// first warp copies it out. `stride` 4 is right; `stride` 5 walks off the array.
-fn shared_store(stride: u32) -> String {
-    ptx(&format!(
-        r#".visible .entry shared_store(
-	.param .u64 shared_store_param_0
-)
-{{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<5>;
-	.reg .b64 	%rd<7>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ12shared_storeE4tile[128];
-
-	ld.param.u64 	%rd1, [shared_store_param_0];
-	mov.u32 	%r1, %tid.x;
+fn shared_store(stride: u32) -> Loaded {
+    Loaded::new(out_only(
+        "shared_store",
+        &[("pred", 2), ("b32", 5), ("b64", 7)],
+        "// demoted variable\n.shared .align 4 .b8 _ZZ12shared_storeE4tile[128];",
+        &format!(
+            r#"	mov.u32 	%r1, %tid.x;
 	mov.u64 	%rd2, _ZZ12shared_storeE4tile;
 	mul.wide.u32 	%rd3, %r1, {stride};
 	add.s64 	%rd4, %rd2, %rd3;
@@ -214,34 +173,25 @@ fn shared_store(stride: u32) -> String {
 	add.s64 	%rd5, %rd5, %rd6;
 	st.global.u32 	[%rd5], %r2;
 	ret;
-
-}}
 "#
+        ),
     ))
 }
 
 #[test]
 fn shared_store_past_the_array_is_a_memcheck_fault() {
-    let dev = device();
-    let out = output(&dev, 32);
-    let text = shared_store(5);
-    let module = load(&dev, &text);
-    let fault = expect_fault(
-        dev.launch(&module, "shared_store", &config(1, 32), &[Arg::U64(out)]),
-        Checker::Memcheck,
-    );
+    let k = shared_store(5);
+    let store = k.line_of("st.shared.u32");
+    let fault = k.run_with_output(1, 32, 32, false).fault(Checker::Memcheck);
     // Stride 5: thread 1 stores 4 bytes at offset 5, misaligned.
-    assert_eq!(fault.site.line, line_of(&text, "st.shared.u32"));
+    assert_eq!(fault.site.line, store);
     assert_eq!(fault.site.thread, [1, 0, 0], "{fault}");
     assert_eq!(fault.address, Some(5));
 
     // Stride 8: aligned, but thread 16 stores at byte 128, just past the array.
-    let text = shared_store(8);
-    let module = load(&dev, &text);
-    let fault = expect_fault(
-        dev.launch(&module, "shared_store", &config(1, 32), &[Arg::U64(out)]),
-        Checker::Memcheck,
-    );
+    let fault = shared_store(8)
+        .run_with_output(1, 32, 32, false)
+        .fault(Checker::Memcheck);
     assert_eq!(fault.site.thread, [16, 0, 0], "{fault}");
     assert_eq!(fault.address, Some(128));
     assert!(
@@ -249,49 +199,31 @@ fn shared_store_past_the_array_is_a_memcheck_fault() {
         "{fault}"
     );
 
-    let text = shared_store(4);
-    let module = load(&dev, &text);
-    expect_ok(dev.launch(&module, "shared_store", &config(1, 32), &[Arg::U64(out)]));
-    assert_eq!(download_u32(&dev, out, 32), (0..32).collect::<Vec<u32>>());
+    let run = shared_store(4).run_with_output(1, 32, 32, false);
+    assert_eq!(run.words(32), (0..32).collect::<Vec<u32>>());
 }
 
 #[test]
 fn use_after_free_is_named() {
-    let text = misaligned_kernel(0);
-    let dev = device();
-    let module = load(&dev, &text);
-    let input = upload_u32(&dev, &[9; 4]);
-    let out = output(&dev, 32);
-    dev.free(input).expect("free");
-    let fault = expect_fault(
-        dev.launch(
-            &module,
-            "misaligned",
-            &config(1, 32),
-            &[Arg::U64(input), Arg::U64(out)],
-        ),
-        Checker::Memcheck,
-    );
+    let (input, run) = run_misaligned(0, |k| {
+        let input = upload_u32(&k.dev, &[9; 4]);
+        k.dev.free(input).expect("free");
+        input
+    });
+    let fault = run.fault(Checker::Memcheck);
     assert_eq!(fault.address, Some(input));
     assert!(fault.detail.contains("use after free"), "{fault}");
 }
 
 /// Each thread loads a float4 from a 16-byte aligned shared array at byte offset
 /// `16 * tid + skew` and stores its sum.
-fn vector_load(skew: u32) -> String {
-    ptx(&format!(
-        r#".visible .entry vec4(
-	.param .u64 vec4_param_0
-)
-{{
-	.reg .b32 	%r<3>;
-	.reg .f32 	%f<8>;
-	.reg .b64 	%rd<8>;
-	// demoted variable
-	.shared .align 16 .b8 _ZZ4vec4E4tile[544];
-
-	ld.param.u64 	%rd1, [vec4_param_0];
-	mov.u32 	%r1, %tid.x;
+fn vector_load(skew: u32) -> Loaded {
+    Loaded::new(out_only(
+        "vec4",
+        &[("b32", 3), ("f32", 8), ("b64", 8)],
+        "// demoted variable\n.shared .align 16 .b8 _ZZ4vec4E4tile[544];",
+        &format!(
+            r#"	mov.u32 	%r1, %tid.x;
 	cvt.rn.f32.u32 	%f1, %r1;
 	mul.wide.u32 	%rd2, %r1, 16;
 	mov.u64 	%rd3, _ZZ4vec4E4tile;
@@ -310,31 +242,23 @@ fn vector_load(skew: u32) -> String {
 	add.s64 	%rd7, %rd5, %rd6;
 	st.global.f32 	[%rd7], %f6;
 	ret;
-
-}}
 "#
+        ),
     ))
 }
 
 #[test]
 fn vector_loads_must_be_aligned_to_their_whole_size() {
-    let dev = device();
-    let out = output(&dev, 32);
     // 8-byte aligned is enough for each float, not for the float4.
-    let text = vector_load(8);
-    let module = load(&dev, &text);
-    let fault = expect_fault(
-        dev.launch(&module, "vec4", &config(1, 32), &[Arg::U64(out)]),
-        Checker::Memcheck,
-    );
-    assert_eq!(fault.site.line, line_of(&text, "ld.shared.v4.f32"));
+    let k = vector_load(8);
+    let load = k.line_of("ld.shared.v4.f32");
+    let fault = k.run_with_output(1, 32, 32, false).fault(Checker::Memcheck);
+    assert_eq!(fault.site.line, load);
     assert_eq!(fault.site.thread, [0, 0, 0]);
     assert_eq!(fault.address, Some(8));
     assert!(fault.detail.contains("misaligned 16-byte"), "{fault}");
 
-    let text = vector_load(0);
-    let module = load(&dev, &text);
-    expect_ok(dev.launch(&module, "vec4", &config(1, 32), &[Arg::U64(out)]));
+    let run = vector_load(0).run_with_output(1, 32, 32, false);
     let expected: Vec<f32> = (0..32).map(|t| 4.0 * t as f32).collect();
-    assert_eq!(download_f32(&dev, out, 32), expected);
+    assert_eq!(run.floats(32), expected);
 }

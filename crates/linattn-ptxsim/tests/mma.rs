@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use linattn_ptxsim::{Arg, Checker, Device};
+use linattn_ptxsim::{Arg, Checker, SimError};
 use serde_json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,24 +45,12 @@ impl Input {
 /// mma, and stores `d[4 tid..]`. Each warp of the block computes its own tile.
 fn mma_kernel(input: Input) -> String {
     let ty = input.name();
-    ptx(&format!(
-        r#".visible .entry mma_tile(
-	.param .u64 mma_tile_param_0,
-	.param .u64 mma_tile_param_1,
-	.param .u64 mma_tile_param_2,
-	.param .u64 mma_tile_param_3
-)
-{{
-	.reg .b32 	%r<8>;
-	.reg .f32 	%f<9>;
-	.reg .b64 	%rd<16>;
-
-
-	ld.param.u64 	%rd1, [mma_tile_param_0];
-	ld.param.u64 	%rd2, [mma_tile_param_1];
-	ld.param.u64 	%rd3, [mma_tile_param_2];
-	ld.param.u64 	%rd4, [mma_tile_param_3];
-	cvta.to.global.u64 	%rd5, %rd1;
+    Entry {
+        name: "mma_tile",
+        params: &[("u64", "%rd1"), ("u64", "%rd2"), ("u64", "%rd3"), ("u64", "%rd4")],
+        regs: &[("b32", 8), ("f32", 9), ("b64", 16)],
+        body: &format!(
+            r#"	cvta.to.global.u64 	%rd5, %rd1;
 	cvta.to.global.u64 	%rd6, %rd2;
 	cvta.to.global.u64 	%rd7, %rd3;
 	cvta.to.global.u64 	%rd8, %rd4;
@@ -89,10 +77,11 @@ fn mma_kernel(input: Input) -> String {
 	st.global.f32 	[%rd14+8], %f7;
 	st.global.f32 	[%rd14+12], %f8;
 	ret;
-
-}}
 "#
-    ))
+        ),
+        ..Entry::default()
+    }
+    .ptx()
 }
 
 /// Per-thread fragments of one launch.
@@ -103,26 +92,22 @@ struct Fragments {
 }
 
 /// Runs the mma kernel with `block` threads; returns d (4 per thread) or the error.
-fn run_mma(
-    dev: &Device,
-    input: Input,
-    block: u32,
-    f: &Fragments,
-) -> Result<Vec<f32>, linattn_ptxsim::SimError> {
-    let module = load(dev, &mma_kernel(input));
+fn run_mma(input: Input, block: u32, f: &Fragments) -> Result<Vec<f32>, SimError> {
+    run_mma_text(mma_kernel(input), block, f)
+}
+
+/// Runs `text` (the mma kernel or a variant) like [`run_mma`].
+fn run_mma_text(text: String, block: u32, f: &Fragments) -> Result<Vec<f32>, SimError> {
+    let k = Loaded::new(text);
+    let dev = &k.dev;
     let (pa, pb, pc) = (
         upload_u32(dev, &f.a),
         upload_u32(dev, &f.b),
         upload_f32(dev, &f.c),
     );
-    let pd = output(dev, 4 * block as usize);
-    dev.launch(
-        &module,
-        "mma_tile",
-        &config(1, block),
-        &[Arg::U64(pa), Arg::U64(pb), Arg::U64(pc), Arg::U64(pd)],
-    )?;
-    Ok(download_f32(dev, pd, 4 * block as usize))
+    let pd = k.output(4 * block as usize);
+    k.launch(1, block, &[pa, pb, pc, pd].map(Arg::U64))?;
+    Ok(k.download_f32(pd, 4 * block as usize))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -303,8 +288,7 @@ fn golden_cases(input: Input) -> usize {
             case["case"]
         );
 
-        let dev = device();
-        let d = run_mma(&dev, input, 32, &f)
+        let d = run_mma(input, 32, &f)
             .unwrap_or_else(|e| panic!("{} case {}: {e}", input.name(), case["case"]));
         for (k, (got, want)) in d.iter().zip(&expected).enumerate() {
             assert_eq!(
@@ -383,9 +367,8 @@ fn random_tile(rng: &mut Rng, mut value: impl FnMut(&mut Rng) -> f32) -> (MatA, 
 /// `exact`, else within one f32 ulp.
 fn check_random(input: Input, tiles: &[(MatA, MatB, MatC)], exact: bool) {
     let f = fragments(input, tiles);
-    let dev = device();
     let block = 32 * tiles.len() as u32;
-    let d = run_mma(&dev, input, block, &f).unwrap_or_else(|e| panic!("{e}"));
+    let d = run_mma(input, block, &f).unwrap_or_else(|e| panic!("{e}"));
     for (w, (a, b, c)) in tiles.iter().enumerate() {
         let want = reference(a, b, c);
         for lane in 0..32 {
@@ -414,35 +397,35 @@ fn check_random(input: Input, tiles: &[(MatA, MatB, MatC)], exact: bool) {
     }
 }
 
+/// `count` tiles from a generator seeded with `seed`.
+fn random_tiles(
+    seed: u64,
+    count: usize,
+    value: impl Fn(&mut Rng) -> f32,
+) -> Vec<(MatA, MatB, MatC)> {
+    let mut rng = Rng(seed);
+    (0..count).map(|_| random_tile(&mut rng, &value)).collect()
+}
+
 #[test]
 fn random_eighths_are_exact_f16() {
-    let mut rng = Rng(1);
-    let tiles: Vec<_> = (0..3).map(|_| random_tile(&mut rng, Rng::eighth)).collect();
-    check_random(Input::F16, &tiles, true);
+    check_random(Input::F16, &random_tiles(1, 3, Rng::eighth), true);
 }
 
 #[test]
 fn random_eighths_are_exact_bf16() {
-    let mut rng = Rng(2);
-    let tiles: Vec<_> = (0..3).map(|_| random_tile(&mut rng, Rng::eighth)).collect();
-    check_random(Input::Bf16, &tiles, true);
+    check_random(Input::Bf16, &random_tiles(2, 3, Rng::eighth), true);
 }
 
 #[test]
 fn random_full_mantissa_within_one_ulp_f16() {
-    let mut rng = Rng(3);
-    let tiles: Vec<_> = (0..4)
-        .map(|_| random_tile(&mut rng, |r| r.any(Input::F16)))
-        .collect();
+    let tiles = random_tiles(3, 4, |r| r.any(Input::F16));
     check_random(Input::F16, &tiles, false);
 }
 
 #[test]
 fn random_full_mantissa_within_one_ulp_bf16() {
-    let mut rng = Rng(4);
-    let tiles: Vec<_> = (0..4)
-        .map(|_| random_tile(&mut rng, |r| r.any(Input::Bf16)))
-        .collect();
+    let tiles = random_tiles(4, 4, |r| r.any(Input::Bf16));
     check_random(Input::Bf16, &tiles, false);
 }
 
@@ -454,7 +437,7 @@ fn identity_picks_out_the_layout() {
     let b: MatB = std::array::from_fn(|k| std::array::from_fn(|n| (k * 8 + n) as f32));
     let c: MatC = [[0.0; 8]; 16];
     let f = fragments(Input::F16, &[(a, b, c)]);
-    let d = run_mma(&device(), Input::F16, 32, &f).unwrap_or_else(|e| panic!("{e}"));
+    let d = run_mma(Input::F16, 32, &f).unwrap_or_else(|e| panic!("{e}"));
     for lane in 0..32 {
         for i in 0..4 {
             let (r, n) = d_position(lane, i);
@@ -478,7 +461,7 @@ fn mma_by_a_partial_warp_is_a_synccheck_fault() {
     f.c.truncate(16 * 4);
     let text = mma_kernel(Input::F16);
     let fault = expect_fault(
-        run_mma(&device(), Input::F16, 16, &f).map(|_| Default::default()),
+        run_mma(Input::F16, 16, &f).map(|_| Default::default()),
         Checker::Synccheck,
     );
     assert_eq!(fault.site.line, line_of(&text, "mma.sync.aligned"));
@@ -499,23 +482,10 @@ fn mma_in_a_branch_taken_by_half_the_warp_is_a_synccheck_fault() {
             "\t.reg .pred \t%p<2>;\n\t.reg .b32 \t%r<8>;",
         );
     assert!(text.contains("@%p1 bra"), "the branch was inserted");
-    let dev = device();
-    let module = load(&dev, &text);
     let mut rng = Rng(6);
     let f = fragments(Input::Bf16, &[random_tile(&mut rng, Rng::eighth)]);
-    let (pa, pb, pc) = (
-        upload_u32(&dev, &f.a),
-        upload_u32(&dev, &f.b),
-        upload_f32(&dev, &f.c),
-    );
-    let pd = output(&dev, 128);
     let fault = expect_fault(
-        dev.launch(
-            &module,
-            "mma_tile",
-            &config(1, 32),
-            &[Arg::U64(pa), Arg::U64(pb), Arg::U64(pc), Arg::U64(pd)],
-        ),
+        run_mma_text(text.clone(), 32, &f).map(|_| Default::default()),
         Checker::Synccheck,
     );
     assert_eq!(fault.site.line, line_of(&text, "mma.sync.aligned"));

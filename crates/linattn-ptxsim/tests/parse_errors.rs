@@ -23,40 +23,30 @@ fn parse_error(text: &str) -> (u32, String, String) {
     }
 }
 
-const GOOD: &str = r#".visible .entry copy(
-	.param .u64 copy_param_0,
-	.param .u64 copy_param_1
-)
-{
-	.reg .b32 	%r<3>;
-	.reg .b64 	%rd<7>;
-
-
-	ld.param.u64 	%rd1, [copy_param_0];
-	ld.param.u64 	%rd2, [copy_param_1];
-	cvta.to.global.u64 	%rd3, %rd1;
-	cvta.to.global.u64 	%rd4, %rd2;
-	mov.u32 	%r1, %tid.x;
-	mul.wide.u32 	%rd5, %r1, 4;
-	add.s64 	%rd6, %rd3, %rd5;
+/// `out[tid] = in[tid]`: the valid entry the tests break.
+fn good() -> String {
+    in_out(
+        "copy",
+        &[("b32", 3), ("b64", 7)],
+        r#"	add.s64 	%rd6, %rd3, %rd5;
 	ld.global.nc.u32 	%r2, [%rd6];
 	add.s64 	%rd6, %rd4, %rd5;
 	st.global.u32 	[%rd6], %r2;
 	ret;
-
+"#,
+    )
 }
-"#;
 
 #[test]
 fn the_reference_module_loads() {
-    let module = load(&device(), &ptx(GOOD));
+    let module = load(&device(), &ptx(&good()));
     assert_eq!(module.kernel_names(), vec!["copy"]);
     assert_eq!(module.target(), "sm_90");
 }
 
 #[test]
 fn unknown_opcode_names_its_line() {
-    let text = ptx(&GOOD.replace(
+    let text = ptx(&good().replace(
         "\tmov.u32 \t%r1, %tid.x;",
         "\tmov.u32 \t%r1, %tid.x;\n\tfrobnicate.b32 \t%r2, %r1;",
     ));
@@ -85,7 +75,7 @@ fn device_function_definition_is_refused_at_its_line() {
 
 }
 "#;
-    let text = ptx(&format!("{function}\n{GOOD}"));
+    let text = ptx(&format!("{function}\n{}", good()));
     let (line, _, message) = parse_error(&text);
     assert_eq!(line, line_of(&text, ".func"));
     assert!(message.contains(".func"), "{message}");
@@ -93,7 +83,7 @@ fn device_function_definition_is_refused_at_its_line() {
 
 #[test]
 fn call_is_refused_at_its_line() {
-    let text = ptx(&GOOD.replace("\tret;", "\tcall.uni \t_Z6helperv, ();\n\tret;"));
+    let text = ptx(&good().replace("\tret;", "\tcall.uni \t_Z6helperv, ();\n\tret;"));
     let (line, statement, message) = parse_error(&text);
     assert_eq!(line, line_of(&text, "call.uni"));
     assert!(statement.starts_with("call.uni"), "{statement}");
@@ -115,7 +105,7 @@ fn nvrtc_call_sequence_is_refused_inside_it() {
 	ld.param.b32 	%r2, [retval0];
 	} // callseq 0
 	ret;"#;
-    let text = ptx(&GOOD.replace("\tret;", callseq));
+    let text = ptx(&good().replace("\tret;", callseq));
     let (line, _, _) = parse_error(&text);
     let first = line_of(&text, "{ // callseq 0, 0");
     let last = line_of(&text, "} // callseq 0");
@@ -135,7 +125,7 @@ fn other_unsupported_forms_are_parse_errors() {
         ("\tbra.uni \t$L__BB0_99;", "$L__BB0_99"),
     ];
     for (statement, needle) in cases {
-        let text = ptx(&GOOD.replace("\tret;", &format!("{statement}\n\tret;")));
+        let text = ptx(&good().replace("\tret;", &format!("{statement}\n\tret;")));
         let (line, _, message) = parse_error(&text);
         assert_eq!(line, line_of(&text, needle), "{statement}: {message}");
     }
@@ -143,7 +133,7 @@ fn other_unsupported_forms_are_parse_errors() {
 
 #[test]
 fn missing_target_is_a_parse_error() {
-    let text = GOOD.to_string();
+    let text = good();
     let (_, _, message) = parse_error(&format!(".version 9.0\n.address_size 64\n{text}"));
     assert!(message.contains(".target"), "{message}");
 }
@@ -151,27 +141,20 @@ fn missing_target_is_a_parse_error() {
 /// A module using most of the syntax the parser handles: module-scope `.global` with an
 /// initialiser, `.extern .shared`, `.maxntid`, vector loads, `shfl.sync` with `|p`,
 /// `setp` with a combining predicate, `mma`, atomics, packed `mov`, hex floats.
-const RICH: &str = r#".global .align 4 .u32 CS_TILE = 64;
-.extern .shared .align 16 .b8 cc_smem[];
-
-.visible .entry rich(
-	.param .u64 rich_param_0,
-	.param .f32 rich_param_1,
-	.param .u32 rich_param_2
-)
-.maxntid 128, 1, 1
-{
-	.reg .pred 	%p<4>;
-	.reg .b16 	%rs<3>;
-	.reg .b32 	%r<12>;
-	.reg .f32 	%f<16>;
-	.reg .b64 	%rd<8>;
-	.shared .align 4 .u32 s_max;
-
-	ld.param.u64 	%rd1, [rich_param_0];
-	ld.param.f32 	%f1, [rich_param_1];
-	ld.param.u32 	%r1, [rich_param_2];
-	mov.u32 	%r2, %tid.x;
+fn rich() -> String {
+    let entry = Entry {
+        name: "rich",
+        params: &[("u64", "%rd1"), ("f32", "%f1"), ("u32", "%r1")],
+        directives: ".maxntid 128, 1, 1",
+        regs: &[
+            ("pred", 4),
+            ("b16", 3),
+            ("b32", 12),
+            ("f32", 16),
+            ("b64", 8),
+        ],
+        decls: ".shared .align 4 .u32 s_max;",
+        body: r#"	mov.u32 	%r2, %tid.x;
 	mov.u64 	%rd2, cc_smem;
 	mul.wide.u32 	%rd3, %r2, 16;
 	add.s64 	%rd4, %rd2, %rd3;
@@ -191,13 +174,17 @@ $L__BB0_2:
 	cvta.to.global.u64 	%rd5, %rd1;
 	st.global.v2.f32 	[%rd5+8], {%f7, %f8};
 	ret;
-
+"#,
+    };
+    ptx(&format!(
+        ".global .align 4 .u32 CS_TILE = 64;\n.extern .shared .align 16 .b8 cc_smem[];\n\n{}",
+        entry.text()
+    ))
 }
-"#;
 
 #[test]
 fn the_rich_module_loads() {
-    let module = load(&device(), &ptx(RICH));
+    let module = load(&device(), &rich());
     assert_eq!(module.kernel_names(), vec!["rich"]);
 }
 
@@ -211,7 +198,7 @@ fn load_without_panic(text: &str, what: &str) {
 
 #[test]
 fn truncated_modules_never_panic() {
-    for text in [ptx(GOOD), ptx(RICH)] {
+    for text in [ptx(&good()), rich()] {
         for end in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
             load_without_panic(&text[..end], &format!("truncated at byte {end}"));
         }
@@ -288,7 +275,7 @@ fn corrupted_modules_never_panic() {
         ".maxntid",
         "[]",
     ];
-    for module in [ptx(GOOD), ptx(RICH)] {
+    for module in [ptx(&good()), rich()] {
         let lines: Vec<&str> = module.lines().collect();
         // Each line removed.
         for k in 0..lines.len() {

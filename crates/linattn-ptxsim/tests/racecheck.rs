@@ -6,27 +6,24 @@
 mod common;
 
 use common::*;
-use linattn_ptxsim::{Arg, Checker, Checks, Device, Module};
+use linattn_ptxsim::{Arg, Checker, Checks, Device, LaunchStats, SimError};
 
 const WORD: &str = "_ZZ4raceE4word";
+
+/// The one-pointer kernel `race` (`out` in `%rd2`) with `regs` and `body`.
+fn race(regs: &[(&str, u32)], decls: &str, body: &str) -> String {
+    let body = format!("\tcvta.to.global.u64 \t%rd2, %rd1;\n{body}");
+    out_only("race", regs, decls, &body)
+}
 
 /// Thread `writer` stores 42 to a shared word, then (after `sync`, which may be empty)
 /// thread `reader` loads it and stores it to `out[0]`.
 fn write_then_read(writer: u32, reader: u32, sync: &str) -> String {
-    ptx(&format!(
-        r#".visible .entry race(
-	.param .u64 race_param_0
-)
-{{
-	.reg .pred 	%p<3>;
-	.reg .b32 	%r<4>;
-	.reg .b64 	%rd<4>;
-	// demoted variable
-	.shared .align 4 .u32 {WORD};
-
-	ld.param.u64 	%rd1, [race_param_0];
-	cvta.to.global.u64 	%rd2, %rd1;
-	mov.u64 	%rd3, {WORD};
+    race(
+        &[("pred", 3), ("b32", 4), ("b64", 4)],
+        &format!("// demoted variable\n.shared .align 4 .u32 {WORD};"),
+        &format!(
+            r#"	mov.u64 	%rd3, {WORD};
 	mov.u32 	%r1, %tid.x;
 	setp.ne.s32 	%p1, %r1, {writer};
 	@%p1 bra 	$L__BB0_2;
@@ -44,25 +41,28 @@ $L__BB0_2:
 
 $L__BB0_4:
 	ret;
-
-}}
 "#
-    ))
+        ),
+    )
 }
 
-fn run(
-    text: &str,
-    block: u32,
-) -> (
-    Device,
-    u64,
-    Result<linattn_ptxsim::LaunchStats, linattn_ptxsim::SimError>,
-) {
-    let dev = device();
-    let module: Module = load(&dev, text);
-    let out = dev.alloc_zeroed(4).expect("alloc");
-    let result = dev.launch(&module, "race", &config(1, block), &[Arg::U64(out)]);
-    (dev, out, result)
+/// Runs `text` (the `race` kernel) with one CTA of `block` threads and a zeroed `out`.
+fn run(text: &str, block: u32) -> (Loaded, u64, Result<LaunchStats, SimError>) {
+    run_on(device(), text, block)
+}
+
+fn run_on(dev: Device, text: &str, block: u32) -> (Loaded, u64, Result<LaunchStats, SimError>) {
+    let k = Loaded::on(dev, text.to_string());
+    let out = k.dev.alloc_zeroed(4).expect("alloc");
+    let result = k.launch(1, block, &[Arg::U64(out)]);
+    (k, out, result)
+}
+
+/// The launch passed and left `want` in `out[0]`.
+fn expect_word(run: (Loaded, u64, Result<LaunchStats, SimError>), want: u32) {
+    let (k, out, result) = run;
+    expect_ok(result);
+    assert_eq!(k.download_u32(out, 1), vec![want]);
 }
 
 #[test]
@@ -89,9 +89,7 @@ fn read_by_another_warp_without_bar_sync_races() {
 #[test]
 fn read_by_another_warp_after_bar_sync_is_ordered() {
     let text = write_then_read(0, 32, "bar.sync 	0;");
-    let (dev, out, result) = run(&text, 64);
-    expect_ok(result);
-    assert_eq!(download_u32(&dev, out, 1), vec![42]);
+    expect_word(run(&text, 64), 42);
 }
 
 #[test]
@@ -115,17 +113,13 @@ fn read_by_another_lane_without_bar_warp_sync_races() {
 #[test]
 fn read_by_another_lane_after_bar_warp_sync_is_ordered() {
     let text = write_then_read(0, 1, "bar.warp.sync 	-1;");
-    let (dev, out, result) = run(&text, 32);
-    expect_ok(result);
-    assert_eq!(download_u32(&dev, out, 1), vec![42]);
+    expect_word(run(&text, 32), 42);
 }
 
 #[test]
 fn same_thread_needs_no_barrier() {
     let text = write_then_read(5, 5, "");
-    let (dev, out, result) = run(&text, 64);
-    expect_ok(result);
-    assert_eq!(download_u32(&dev, out, 1), vec![42]);
+    expect_word(run(&text, 64), 42);
 }
 
 #[test]
@@ -135,29 +129,17 @@ fn racecheck_can_be_turned_off() {
         racecheck: false,
         initcheck: true,
     });
-    let module = load(&dev, &text);
-    let out = dev.alloc_zeroed(4).expect("alloc");
-    expect_ok(dev.launch(&module, "race", &config(1, 64), &[Arg::U64(out)]));
-    assert_eq!(download_u32(&dev, out, 1), vec![42]);
+    expect_word(run_on(dev, &text, 64), 42);
 }
 
 /// Thread 0 writes the word, everyone meets at a barrier, thread 0 reads it back, then
 /// thread 32 overwrites it — after `sync`, which may be empty (write-after-read race).
 fn read_then_overwrite(sync: &str) -> String {
-    ptx(&format!(
-        r#".visible .entry race(
-	.param .u64 race_param_0
-)
-{{
-	.reg .pred 	%p<4>;
-	.reg .b32 	%r<5>;
-	.reg .b64 	%rd<4>;
-	// demoted variable
-	.shared .align 4 .u32 {WORD};
-
-	ld.param.u64 	%rd1, [race_param_0];
-	cvta.to.global.u64 	%rd2, %rd1;
-	mov.u32 	%r1, %tid.x;
+    race(
+        &[("pred", 4), ("b32", 5), ("b64", 4)],
+        &format!("// demoted variable\n.shared .align 4 .u32 {WORD};"),
+        &format!(
+            r#"	mov.u32 	%r1, %tid.x;
 	setp.ne.s32 	%p1, %r1, 0;
 	@%p1 bra 	$L__BB0_2;
 
@@ -181,10 +163,9 @@ $L__BB0_4:
 
 $L__BB0_6:
 	ret;
-
-}}
 "#
-    ))
+        ),
+    )
 }
 
 #[test]
@@ -205,29 +186,19 @@ fn write_after_read_across_warps_without_barrier_races() {
 #[test]
 fn write_after_read_across_warps_with_barrier_passes() {
     let text = read_then_overwrite("bar.sync 	0;");
-    let (dev, out, result) = run(&text, 64);
-    expect_ok(result);
-    assert_eq!(download_u32(&dev, out, 1), vec![42]);
+    expect_word(run(&text, 64), 42);
 }
 
 /// The two-phase kernel: `s[tid] = in[tid]`, then `out[tid] = s[(tid + 1) % ntid]`, with
 /// or without the barrier between the phases.
 fn two_phase(barrier: &str) -> String {
-    ptx(&format!(
-        r#".visible .entry rotate(
-	.param .u64 rotate_param_0,
-	.param .u64 rotate_param_1
-)
-{{
-	.reg .b32 	%r<9>;
-	.reg .f32 	%f<3>;
-	.reg .b64 	%rd<14>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ6rotateE1s[512];
-
-	ld.param.u64 	%rd1, [rotate_param_0];
-	ld.param.u64 	%rd2, [rotate_param_1];
-	cvta.to.global.u64 	%rd3, %rd1;
+    Entry {
+        name: "rotate",
+        params: &[("u64", "%rd1"), ("u64", "%rd2")],
+        regs: &[("b32", 9), ("f32", 3), ("b64", 14)],
+        decls: "// demoted variable\n.shared .align 4 .b8 _ZZ6rotateE1s[512];",
+        body: &format!(
+            r#"	cvta.to.global.u64 	%rd3, %rd1;
 	mov.u32 	%r1, %tid.x;
 	mov.u32 	%r2, %ntid.x;
 	mov.u32 	%r3, %ctaid.x;
@@ -249,37 +220,37 @@ fn two_phase(barrier: &str) -> String {
 	add.s64 	%rd12, %rd11, %rd4;
 	st.global.f32 	[%rd12], %f2;
 	ret;
-
-}}
 "#
-    ))
+        ),
+        ..Entry::default()
+    }
+    .ptx()
 }
 
 const BLOCK: u32 = 128;
 const CTAS: u32 = 3;
 
-fn run_two_phase(text: &str) -> (Vec<f32>, Result<Vec<f32>, linattn_ptxsim::SimError>) {
-    let dev = device();
-    let module = load(&dev, text);
+/// Runs the two-phase kernel on `input`; the output, or the error.
+fn run_two_phase(dev: Device, text: &str, input: &[f32]) -> Result<Vec<f32>, SimError> {
+    let k = Loaded::on(dev, text.to_string());
     let n = (BLOCK * CTAS) as usize;
-    let input: Vec<f32> = (0..n).map(|i| (i * 3) as f32 - 7.5).collect();
-    let pin = upload_f32(&dev, &input);
-    let pout = output(&dev, n);
-    let result = dev
-        .launch(
-            &module,
-            "rotate",
-            &config(CTAS, BLOCK),
-            &[Arg::U64(pin), Arg::U64(pout)],
-        )
-        .map(|_| download_f32(&dev, pout, n));
-    (input, result)
+    assert_eq!(input.len(), n);
+    let pin = upload_f32(&k.dev, input);
+    let pout = k.output(n);
+    k.launch(CTAS, BLOCK, &[Arg::U64(pin), Arg::U64(pout)])
+        .map(|_| k.download_f32(pout, n))
+}
+
+fn two_phase_input() -> Vec<f32> {
+    (0..(BLOCK * CTAS) as usize)
+        .map(|i| (i * 3) as f32 - 7.5)
+        .collect()
 }
 
 #[test]
 fn two_phase_kernel_without_barrier_races() {
     let text = two_phase("");
-    let (_, result) = run_two_phase(&text);
+    let result = run_two_phase(device(), &text, &two_phase_input());
     let fault = expect_fault(result.map(|_| Default::default()), Checker::Racecheck);
     assert_eq!(fault.site.line, line_of(&text, "ld.shared.f32"));
     assert_eq!(fault.site.cta, [0, 0, 0]);
@@ -291,7 +262,8 @@ fn two_phase_kernel_without_barrier_races() {
 
 #[test]
 fn two_phase_kernel_with_barrier_rotates() {
-    let (input, result) = run_two_phase(&two_phase("bar.sync 	0;"));
+    let input = two_phase_input();
+    let result = run_two_phase(device(), &two_phase("bar.sync 	0;"), &input);
     let out = result.unwrap_or_else(|e| panic!("the launch should pass: {e}"));
     let block = BLOCK as usize;
     for cta in 0..CTAS as usize {
@@ -308,7 +280,7 @@ fn two_phase_kernel_with_only_bar_warp_sync_is_still_wrong_across_warps() {
     // which warp 1 writes. Warps run in index order here, so the read comes first and
     // initcheck reports it; with initcheck off, warp 1's write races with that read.
     let text = two_phase("bar.warp.sync 	-1;");
-    let (_, result) = run_two_phase(&text);
+    let result = run_two_phase(device(), &text, &two_phase_input());
     let fault = expect_fault(result.map(|_| Default::default()), Checker::Initcheck);
     assert_eq!(fault.site.thread, [31, 0, 0], "{fault}");
     assert_eq!(fault.address, Some(128));
@@ -317,19 +289,8 @@ fn two_phase_kernel_with_only_bar_warp_sync_is_still_wrong_across_warps() {
         racecheck: true,
         initcheck: false,
     });
-    let module = load(&dev, &text);
-    let n = (BLOCK * CTAS) as usize;
-    let pin = upload_f32(&dev, &vec![1.0; n]);
-    let pout = output(&dev, n);
-    let fault = expect_fault(
-        dev.launch(
-            &module,
-            "rotate",
-            &config(CTAS, BLOCK),
-            &[Arg::U64(pin), Arg::U64(pout)],
-        ),
-        Checker::Racecheck,
-    );
+    let result = run_two_phase(dev, &text, &vec![1.0; (BLOCK * CTAS) as usize]);
+    let fault = expect_fault(result.map(|_| Default::default()), Checker::Racecheck);
     assert_eq!(fault.site.line, line_of(&text, "st.shared.f32"));
     assert_eq!(fault.site.thread, [32, 0, 0], "{fault}");
     assert!(
@@ -348,18 +309,11 @@ fn two_phase_kernel_with_only_bar_warp_sync_is_still_wrong_across_warps() {
 #[test]
 fn an_atomic_races_with_an_unordered_plain_initialisation() {
     let text = |barrier: &str| {
-        ptx(&format!(
-            r#".visible .entry race(
-	.param .u64 race_param_0
-)
-{{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<6>;
-	.reg .b64 	%rd<3>;
-	.shared .align 4 .u32 s_max;
-
-	ld.param.u64 	%rd1, [race_param_0];
-	mov.u32 	%r1, %tid.x;
+        race(
+            &[("pred", 2), ("b32", 6), ("b64", 3)],
+            ".shared .align 4 .u32 s_max;",
+            &format!(
+                r#"	mov.u32 	%r1, %tid.x;
 	setp.ne.s32 	%p1, %r1, 0;
 	@%p1 bra 	$L__BB0_2;
 
@@ -374,15 +328,13 @@ $L__BB0_2:
 	@%p1 bra 	$L__BB0_4;
 
 	ld.shared.u32 	%r5, [s_max];
-	cvta.to.global.u64 	%rd2, %rd1;
 	st.global.u32 	[%rd2], %r5;
 
 $L__BB0_4:
 	ret;
-
-}}
 "#
-        ))
+            ),
+        )
     };
     let (_, _, result) = run(&text(""), 64);
     let fault = expect_fault(result, Checker::Racecheck);
@@ -393,151 +345,32 @@ $L__BB0_4:
     );
     // Lane 1 of warp 0 already races: lanes are unordered without bar.warp.sync.
     assert_eq!(fault.site.thread, [1, 0, 0]);
-    let (dev, out, result) = run(&text("\tbar.sync \t0;"), 64);
-    expect_ok(result);
-    assert_eq!(download_u32(&dev, out, 1), vec![63]);
+    expect_word(run(&text("\tbar.sync \t0;"), 64), 63);
 }
 
-/// C = A·B (n = 32) with 16×16 shared tiles: load a tile of A and of B, `bar.sync`, 16
-/// FMAs from shared memory, then `trailing` (the second `bar.sync`, or nothing) before the
-/// next iteration overwrites the tiles.
-fn tiled_matmul(trailing: &str) -> String {
-    let mut inner = String::new();
-    for k in 0..16 {
-        inner.push_str(&format!(
-            "\tld.shared.f32 \t%f{a}, [%rd11+{ao}];\n\tld.shared.f32 \t%f{b}, [%rd13+{bo}];\n\tfma.rn.f32 \t%f1, %f{a}, %f{b}, %f1;\n",
-            a = 4 + 2 * k,
-            b = 5 + 2 * k,
-            ao = 4 * k,
-            bo = 64 * k
-        ));
-    }
-    ptx(&format!(
-        r#".visible .entry matmul(
-	.param .u64 matmul_param_0,
-	.param .u64 matmul_param_1,
-	.param .u64 matmul_param_2,
-	.param .u32 matmul_param_3
-)
-{{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<20>;
-	.reg .f32 	%f<40>;
-	.reg .b64 	%rd<24>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ6matmulE2As[1024];
-	// demoted variable
-	.shared .align 4 .b8 _ZZ6matmulE2Bs[1024];
-
-	ld.param.u64 	%rd1, [matmul_param_0];
-	ld.param.u64 	%rd2, [matmul_param_1];
-	ld.param.u64 	%rd3, [matmul_param_2];
-	ld.param.u32 	%r1, [matmul_param_3];
-	cvta.to.global.u64 	%rd4, %rd1;
-	cvta.to.global.u64 	%rd20, %rd2;
-	cvta.to.global.u64 	%rd21, %rd3;
-	mov.u32 	%r2, %tid.x;
-	mov.u32 	%r3, %tid.y;
-	mov.u32 	%r4, %ctaid.x;
-	mov.u32 	%r5, %ctaid.y;
-	shl.b32 	%r6, %r5, 4;
-	add.s32 	%r7, %r6, %r3;
-	shl.b32 	%r8, %r4, 4;
-	add.s32 	%r9, %r8, %r2;
-	shl.b32 	%r10, %r3, 4;
-	add.s32 	%r11, %r10, %r2;
-	mul.wide.u32 	%rd5, %r11, 4;
-	mov.u64 	%rd6, _ZZ6matmulE2As;
-	add.s64 	%rd7, %rd6, %rd5;
-	mov.u64 	%rd8, _ZZ6matmulE2Bs;
-	add.s64 	%rd9, %rd8, %rd5;
-	mul.wide.u32 	%rd10, %r3, 64;
-	add.s64 	%rd11, %rd6, %rd10;
-	mul.wide.u32 	%rd12, %r2, 4;
-	add.s64 	%rd13, %rd8, %rd12;
-	mad.lo.s32 	%r12, %r7, %r1, %r2;
-	mul.wide.u32 	%rd14, %r12, 4;
-	add.s64 	%rd15, %rd4, %rd14;
-	mad.lo.s32 	%r13, %r3, %r1, %r9;
-	mul.wide.u32 	%rd16, %r13, 4;
-	add.s64 	%rd17, %rd20, %rd16;
-	shl.b32 	%r14, %r1, 6;
-	cvt.u64.u32 	%rd18, %r14;
-	mov.f32 	%f1, 0f00000000;
-	mov.u32 	%r15, 0;
-
-$L__BB0_1:
-	ld.global.nc.f32 	%f2, [%rd15];
-	st.shared.f32 	[%rd7], %f2;  // store of the A tile
-	ld.global.nc.f32 	%f3, [%rd17];
-	st.shared.f32 	[%rd9], %f3;  // store of the B tile
-	bar.sync 	0;
-{inner}	{trailing}
-	add.s64 	%rd15, %rd15, 64;
-	add.s64 	%rd17, %rd17, %rd18;
-	add.s32 	%r15, %r15, 16;
-	setp.lt.u32 	%p1, %r15, %r1;
-	@%p1 bra 	$L__BB0_1;
-
-	mad.lo.s32 	%r16, %r7, %r1, %r9;
-	mul.wide.u32 	%rd19, %r16, 4;
-	add.s64 	%rd22, %rd21, %rd19;
-	st.global.f32 	[%rd22], %f1;
-	ret;
-
-}}
-"#
-    ))
-}
-
-fn run_matmul(
-    text: &str,
-) -> (
-    Vec<f32>,
-    Vec<f32>,
-    Result<Vec<f32>, linattn_ptxsim::SimError>,
-) {
-    const N: usize = 32;
-    let dev = device();
-    let module = load(&dev, text);
-    let a: Vec<f32> = (0..N * N).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
-    let b: Vec<f32> = (0..N * N).map(|i| ((i * 5) % 13) as f32 - 6.0).collect();
-    let (pa, pb) = (upload_f32(&dev, &a), upload_f32(&dev, &b));
-    let pc = output(&dev, N * N);
-    let config = linattn_ptxsim::LaunchConfig {
-        grid: [2, 2, 1],
-        block: [16, 16, 1],
-        dynamic_shared_bytes: 0,
-    };
-    let result = dev
-        .launch(
-            &module,
-            "matmul",
-            &config,
-            &[Arg::U64(pa), Arg::U64(pb), Arg::U64(pc), Arg::U32(N as u32)],
-        )
-        .map(|_| download_f32(&dev, pc, N * N));
-    (a, b, result)
+/// Runs the tiled matmul (see `common::matmul`) for n = 32; the problem and C, or the error.
+fn run_matmul(text: &str) -> (matmul::Problem, Result<Vec<f32>, SimError>) {
+    let k = Loaded::new(text.to_string());
+    let problem = matmul::Problem::new(&k.dev, 32);
+    let result = k
+        .launch_with(&problem.config, &problem.args)
+        .map(|_| k.download_f32(problem.c, 32 * 32));
+    (problem, result)
 }
 
 #[test]
 fn tiled_matmul_with_both_barriers_passes_and_multiplies() {
-    let (a, b, result) = run_matmul(&tiled_matmul("bar.sync \t0;"));
+    let (problem, result) = run_matmul(&matmul::kernel("bar.sync \t0;"));
     let c = result.unwrap_or_else(|e| panic!("the launch should pass: {e}"));
-    for r in 0..32 {
-        for n in 0..32 {
-            let want: f32 = (0..32).map(|k| a[r * 32 + k] * b[k * 32 + n]).sum();
-            assert_eq!(c[r * 32 + n], want, "C[{r}][{n}]");
-        }
-    }
+    problem.check(&c, 1);
 }
 
 #[test]
 fn tiled_matmul_without_the_trailing_barrier_races() {
     // The classic bug: the next iteration overwrites the tiles while other threads may
     // still be reading them.
-    let text = tiled_matmul("");
-    let (_, _, result) = run_matmul(&text);
+    let text = matmul::kernel("");
+    let (_, result) = run_matmul(&text);
     let fault = expect_fault(result.map(|_| Default::default()), Checker::Racecheck);
     let stores = [
         line_of(&text, "store of the A tile"),

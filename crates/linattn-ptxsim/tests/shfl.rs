@@ -75,24 +75,11 @@ fn isa_shfl(mode: Mode, lane: u32, b: u32, c: u32) -> (u32, bool) {
 /// stores `d` to `out[l]` and `p` (0/1) to `out[32 + l]`.
 fn shfl_kernel(mode: Mode, c: u32) -> String {
     let mode = mode.name();
-    ptx(&format!(
-        r#".visible .entry shfl_test(
-	.param .u64 shfl_test_param_0,
-	.param .u64 shfl_test_param_1
-)
-{{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<6>;
-	.reg .b64 	%rd<8>;
-
-
-	ld.param.u64 	%rd1, [shfl_test_param_0];
-	ld.param.u64 	%rd2, [shfl_test_param_1];
-	cvta.to.global.u64 	%rd3, %rd1;
-	cvta.to.global.u64 	%rd4, %rd2;
-	mov.u32 	%r1, %tid.x;
-	mul.wide.u32 	%rd5, %r1, 4;
-	add.s64 	%rd6, %rd3, %rd5;
+    ptx(&in_out(
+        "shfl_test",
+        &[("pred", 2), ("b32", 6), ("b64", 8)],
+        &format!(
+            r#"	add.s64 	%rd6, %rd3, %rd5;
 	ld.global.nc.u32 	%r2, [%rd6];
 	add.s32 	%r3, %r1, 1000;
 	shfl.sync.{mode}.b32 	%r4|%p1, %r3, %r2, {c}, -1;
@@ -101,26 +88,18 @@ fn shfl_kernel(mode: Mode, c: u32) -> String {
 	st.global.u32 	[%rd7], %r4;
 	st.global.u32 	[%rd7+128], %r5;
 	ret;
-
-}}
 "#
+        ),
     ))
 }
 
 /// (d, p) per lane from the simulator.
 fn simulate(mode: Mode, bs: &[u32; 32], c: u32) -> Vec<(u32, bool)> {
-    let text = shfl_kernel(mode, c);
-    let dev = device();
-    let module = load(&dev, &text);
-    let pb = upload_u32(&dev, bs);
-    let out = output(&dev, 64);
-    expect_ok(dev.launch(
-        &module,
-        "shfl_test",
-        &config(1, 32),
-        &[Arg::U64(pb), Arg::U64(out)],
-    ));
-    let v = download_u32(&dev, out, 64);
+    let k = Loaded::new(shfl_kernel(mode, c));
+    let pb = upload_u32(&k.dev, bs);
+    let out = k.output(64);
+    expect_ok(k.launch(1, 32, &[Arg::U64(pb), Arg::U64(out)]));
+    let v = k.download_u32(out, 64);
     (0..32).map(|l| (v[l], v[32 + l] != 0)).collect()
 }
 
@@ -222,63 +201,37 @@ fn worked_examples_in_width_16_segments() {
 /// The 5-step butterfly reduction the kernels use (`shfl.sync.bfly.b32 %r, %r, k, 31, -1`).
 #[test]
 fn butterfly_reduction_sums_the_warp() {
-    let text = ptx(r#".visible .entry warp_sum(
-	.param .u64 warp_sum_param_0,
-	.param .u64 warp_sum_param_1
-)
-{
-	.reg .b32 	%r<16>;
-	.reg .f32 	%f<12>;
-	.reg .b64 	%rd<8>;
-
-
-	ld.param.u64 	%rd1, [warp_sum_param_0];
-	ld.param.u64 	%rd2, [warp_sum_param_1];
-	cvta.to.global.u64 	%rd3, %rd1;
-	cvta.to.global.u64 	%rd4, %rd2;
-	mov.u32 	%r1, %tid.x;
-	mul.wide.u32 	%rd5, %r1, 4;
-	add.s64 	%rd6, %rd3, %rd5;
-	ld.global.nc.f32 	%f1, [%rd6];
-	mov.b32 	%r2, %f1;
-	shfl.sync.bfly.b32 	%r3, %r2, 16, 31, -1;
-	mov.b32 	%f2, %r3;
-	add.f32 	%f3, %f1, %f2;
-	mov.b32 	%r4, %f3;
-	shfl.sync.bfly.b32 	%r5, %r4, 8, 31, -1;
-	mov.b32 	%f4, %r5;
-	add.f32 	%f5, %f3, %f4;
-	mov.b32 	%r6, %f5;
-	shfl.sync.bfly.b32 	%r7, %r6, 4, 31, -1;
-	mov.b32 	%f6, %r7;
-	add.f32 	%f7, %f5, %f6;
-	mov.b32 	%r8, %f7;
-	shfl.sync.bfly.b32 	%r9, %r8, 2, 31, -1;
-	mov.b32 	%f8, %r9;
-	add.f32 	%f9, %f7, %f8;
-	mov.b32 	%r10, %f9;
-	shfl.sync.bfly.b32 	%r11, %r10, 1, 31, -1;
-	mov.b32 	%f10, %r11;
-	add.f32 	%f11, %f9, %f10;
-	add.s64 	%rd7, %rd4, %rd5;
-	st.global.f32 	[%rd7], %f11;
-	ret;
-
-}
-"#);
-    let dev = device();
-    let module = load(&dev, &text);
+    // Step i: f_{2i+1} -> r_{2i+2}, shuffled into r_{2i+3} -> f_{2i+2}, summed into f_{2i+3}.
+    let steps: String = [16, 8, 4, 2, 1]
+        .iter()
+        .enumerate()
+        .map(|(i, lane_mask)| {
+            let (f, r) = (2 * i + 1, 2 * i + 2);
+            format!(
+                "\tmov.b32 \t%r{r}, %f{f};\n\tshfl.sync.bfly.b32 \t%r{}, %r{r}, {lane_mask}, 31, -1;\n\
+                 \tmov.b32 \t%f{}, %r{};\n\tadd.f32 \t%f{}, %f{f}, %f{};\n",
+                r + 1,
+                f + 1,
+                r + 1,
+                f + 2,
+                f + 1
+            )
+        })
+        .collect();
+    let k = Loaded::new(ptx(&in_out(
+        "warp_sum",
+        &[("b32", 16), ("f32", 12), ("b64", 8)],
+        &format!(
+            "\tadd.s64 \t%rd6, %rd3, %rd5;\n\tld.global.nc.f32 \t%f1, [%rd6];\n{steps}\
+             \tadd.s64 \t%rd7, %rd4, %rd5;\n\tst.global.f32 \t[%rd7], %f11;\n\tret;\n"
+        ),
+    )));
     // Four warps with different (exactly summable) values.
     let input: Vec<f32> = (0..128).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();
-    let pin = upload_f32(&dev, &input);
-    let out = output(&dev, 128);
-    expect_ok(dev.launch(
-        &module,
-        "warp_sum",
-        &config(1, 128),
-        &[Arg::U64(pin), Arg::U64(out)],
-    ));
-    let got = download_f32(&dev, out, 128);
+    let pin = upload_f32(&k.dev, &input);
+    let out = k.output(128);
+    expect_ok(k.launch(1, 128, &[Arg::U64(pin), Arg::U64(out)]));
+    let got = k.download_f32(out, 128);
     for w in 0..4 {
         let sum: f32 = input[32 * w..32 * w + 32].iter().sum();
         for l in 0..32 {

@@ -5,32 +5,22 @@
 mod common;
 
 use common::*;
-use linattn_ptxsim::{Arg, Checker, Device, LaunchStats, SimError};
+use linattn_ptxsim::Checker;
 
-fn launch(text: &str, kernel: &str, block: u32) -> (Device, u64, Result<LaunchStats, SimError>) {
-    let dev = device();
-    let module = load(&dev, text);
-    let out = dev.alloc_zeroed(4 * u64::from(block)).expect("alloc");
-    let result = dev.launch(&module, kernel, &config(1, block), &[Arg::U64(out)]);
-    (dev, out, result)
+/// One CTA of `block` threads, with a zeroed output of one word per thread.
+fn launch(text: &str, block: u32) -> OutputRun {
+    Loaded::new(text.to_string()).run_with_output(1, block, block as usize, true)
 }
 
 /// Threads `tid < limit` write their id to shared memory and meet at `bar.sync 0`, then
 /// store their neighbour's id; the others return straight away.
 fn barrier_in_branch(limit: u32) -> String {
-    ptx(&format!(
-        r#".visible .entry partial_barrier(
-	.param .u64 partial_barrier_param_0
-)
-{{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<6>;
-	.reg .b64 	%rd<9>;
-	// demoted variable
-	.shared .align 4 .b8 _ZZ15partial_barrierE1s[256];
-
-	ld.param.u64 	%rd1, [partial_barrier_param_0];
-	mov.u32 	%r1, %tid.x;
+    out_only(
+        "partial_barrier",
+        &[("pred", 2), ("b32", 6), ("b64", 9)],
+        "// demoted variable\n.shared .align 4 .b8 _ZZ15partial_barrierE1s[256];",
+        &format!(
+            r#"	mov.u32 	%r1, %tid.x;
 	setp.ge.u32 	%p1, %r1, {limit};
 	@%p1 bra 	$L__BB0_2;
 
@@ -50,17 +40,15 @@ fn barrier_in_branch(limit: u32) -> String {
 
 $L__BB0_2:
 	ret;
-
-}}
 "#
-    ))
+        ),
+    )
 }
 
 #[test]
 fn bar_sync_reached_by_part_of_the_cta() {
     let text = barrier_in_branch(16);
-    let (_, _, result) = launch(&text, "partial_barrier", 64);
-    let fault = expect_fault(result, Checker::Synccheck);
+    let fault = launch(&text, 64).fault(Checker::Synccheck);
     assert_eq!(fault.site.kernel, "partial_barrier");
     assert_eq!(fault.site.line, line_of(&text, "bar.sync"));
     assert_eq!(
@@ -74,26 +62,18 @@ fn bar_sync_reached_by_part_of_the_cta() {
 #[test]
 fn bar_sync_reached_by_every_thread_passes() {
     let text = barrier_in_branch(64);
-    let (dev, out, result) = launch(&text, "partial_barrier", 64);
-    expect_ok(result);
     let expected: Vec<u32> = (0..64).map(|t| (t + 1) % 64).collect();
-    assert_eq!(download_u32(&dev, out, 64), expected);
+    assert_eq!(launch(&text, 64).words(64), expected);
 }
 
 #[test]
 fn two_different_barriers_are_a_divergent_barrier() {
     // if (tid < 32) { bar.sync } else { bar.sync }: two distinct barrier instructions.
-    let text = ptx(r#".visible .entry two_barriers(
-	.param .u64 two_barriers_param_0
-)
-{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<3>;
-	.reg .b64 	%rd<5>;
-
-
-	ld.param.u64 	%rd1, [two_barriers_param_0];
-	mov.u32 	%r1, %tid.x;
+    let text = out_only(
+        "two_barriers",
+        &[("pred", 2), ("b32", 3), ("b64", 5)],
+        "",
+        r#"	mov.u32 	%r1, %tid.x;
 	setp.gt.u32 	%p1, %r1, 31;
 	@%p1 bra 	$L__BB0_2;
 
@@ -111,11 +91,9 @@ $L__BB0_3:
 	add.s64 	%rd4, %rd2, %rd3;
 	st.global.u32 	[%rd4], %r2;
 	ret;
-
-}
-"#);
-    let (_, _, result) = launch(&text, "two_barriers", 64);
-    let fault = expect_fault(result, Checker::Synccheck);
+"#,
+    );
+    let fault = launch(&text, 64).fault(Checker::Synccheck);
     assert!(fault.detail.contains("different bar.sync"), "{fault}");
     let lines = [
         line_of(&text, "then-branch barrier"),
@@ -132,18 +110,12 @@ fn divergent_shuffle(active: u32, exit_others: bool) -> String {
     } else {
         "$L__BB0_2"
     };
-    ptx(&format!(
-        r#".visible .entry divergent_shfl(
-	.param .u64 divergent_shfl_param_0
-)
-{{
-	.reg .pred 	%p<2>;
-	.reg .b32 	%r<5>;
-	.reg .b64 	%rd<5>;
-
-
-	ld.param.u64 	%rd1, [divergent_shfl_param_0];
-	mov.u32 	%r1, %tid.x;
+    out_only(
+        "divergent_shfl",
+        &[("pred", 2), ("b32", 5), ("b64", 5)],
+        "",
+        &format!(
+            r#"	mov.u32 	%r1, %tid.x;
 	add.s32 	%r4, %r1, 100;
 	setp.ge.u32 	%p1, %r1, {active};
 	@%p1 bra 	{skip};
@@ -158,17 +130,15 @@ $L__BB0_2:
 
 $L__BB0_3:
 	ret;
-
-}}
 "#
-    ))
+        ),
+    )
 }
 
 #[test]
 fn full_mask_shuffle_by_half_a_warp_whose_other_half_exits() {
     let text = divergent_shuffle(16, true);
-    let (_, _, result) = launch(&text, "divergent_shfl", 32);
-    let fault = expect_fault(result, Checker::Synccheck);
+    let fault = launch(&text, 32).fault(Checker::Synccheck);
     assert_eq!(fault.site.line, line_of(&text, "shfl.sync.bfly.b32"));
     assert!(
         fault.site.thread[0] < 16,
@@ -181,18 +151,15 @@ fn full_mask_shuffle_by_half_a_warp_whose_other_half_goes_on() {
     // The other half does not exit: it runs the store and then exits, never reaching the
     // shuffle either.
     let text = divergent_shuffle(16, false);
-    let (_, _, result) = launch(&text, "divergent_shfl", 32);
-    let fault = expect_fault(result, Checker::Synccheck);
+    let fault = launch(&text, 32).fault(Checker::Synccheck);
     assert_eq!(fault.site.line, line_of(&text, "shfl.sync.bfly.b32"));
 }
 
 #[test]
 fn full_mask_shuffle_by_the_whole_warp_passes() {
     let text = divergent_shuffle(32, true);
-    let (dev, out, result) = launch(&text, "divergent_shfl", 32);
-    expect_ok(result);
     let expected: Vec<u32> = (0..32).map(|l| 100 + (l ^ 1)).collect();
-    assert_eq!(download_u32(&dev, out, 32), expected);
+    assert_eq!(launch(&text, 32).words(32), expected);
 }
 
 #[test]
@@ -200,16 +167,14 @@ fn full_mask_shuffle_in_a_partial_warp() {
     // A block of 48 threads: warp 1 has 16 lanes, and lanes 16..31 of a full member mask do
     // not exist.
     let text = divergent_shuffle(64, true);
-    let (_, _, result) = launch(&text, "divergent_shfl", 48);
-    let fault = expect_fault(result, Checker::Synccheck);
+    let fault = launch(&text, 48).fault(Checker::Synccheck);
     assert_eq!(fault.site.thread[0] / 32, 1, "{fault}");
 }
 
 #[test]
 fn lane_outside_the_member_mask_executing_the_shuffle() {
     let text = divergent_shuffle(32, true).replace(", 31, -1;", ", 31, 0x0000ffff;");
-    let (_, _, result) = launch(&text, "divergent_shfl", 32);
-    let fault = expect_fault(result, Checker::Synccheck);
+    let fault = launch(&text, 32).fault(Checker::Synccheck);
     assert_eq!(fault.site.thread, [16, 0, 0], "{fault}");
     assert!(fault.detail.contains("excludes it"), "{fault}");
 }
@@ -218,12 +183,10 @@ fn lane_outside_the_member_mask_executing_the_shuffle() {
 fn half_warp_member_mask_matching_the_branch_passes() {
     // __shfl_xor_sync(0xffff, x, 1) inside `if (lane < 16)`: legal.
     let text = divergent_shuffle(16, false).replace(", 31, -1;", ", 31, 0x0000ffff;");
-    let (dev, out, result) = launch(&text, "divergent_shfl", 32);
-    expect_ok(result);
     let expected: Vec<u32> = (0..32)
         .map(|l| if l < 16 { 100 + (l ^ 1) } else { 100 + l })
         .collect();
-    assert_eq!(download_u32(&dev, out, 32), expected);
+    assert_eq!(launch(&text, 32).words(32), expected);
 }
 
 #[test]
@@ -232,7 +195,6 @@ fn bar_warp_sync_missed_by_exited_lanes() {
         "shfl.sync.bfly.b32 	%r4, %r4, 1, 31, -1;",
         "bar.warp.sync 	-1;",
     );
-    let (_, _, result) = launch(&text, "divergent_shfl", 32);
-    let fault = expect_fault(result, Checker::Synccheck);
+    let fault = launch(&text, 32).fault(Checker::Synccheck);
     assert_eq!(fault.site.line, line_of(&text, "bar.warp.sync"));
 }

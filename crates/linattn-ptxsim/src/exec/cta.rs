@@ -17,9 +17,8 @@ use super::memory::MemoryView;
 use super::shared::SharedMemory;
 use super::warp::{each, lanes, Uniforms, Warp, LANES};
 use crate::counters::Counters;
-use crate::error::{Checker, SimError, Site};
+use crate::error::{Checker, Checks, SimError, Site};
 use crate::ir::{Instr, Kernel, Op, Src};
-use crate::Checks;
 
 /// Everything a CTA needs from its launch.
 pub struct LaunchCtx<'a> {
@@ -186,14 +185,8 @@ impl CtaRunner {
                     self.counters.barriers += 1;
                     let ids = warp.read32(id, u);
                     if let Some(l) = lanes(active).find(|&l| ids[l] != 0) {
-                        return Err(lane_fault(
-                            ctx,
-                            cta,
-                            warp,
-                            pc,
-                            l,
-                            Checker::Synccheck,
-                            None,
+                        return Err(synccheck(
+                            site(ctx, cta, warp, pc, l),
                             format!("bar.sync {} is not simulated (only barrier 0)", ids[l]),
                         ));
                     }
@@ -331,14 +324,8 @@ impl CtaRunner {
             .fold(0u32, |m, l| m | 1 << l);
         let arrived = active | parked_here;
         if let Some(l) = lanes(active).find(|&l| members >> l & 1 == 0) {
-            return Err(lane_fault(
-                ctx,
-                cta,
-                warp,
-                pc,
-                l,
-                Checker::Synccheck,
-                None,
+            return Err(synccheck(
+                site(ctx, cta, warp, pc, l),
                 format!(
                     "lane {l} executes a collective whose member mask {members:#010x} excludes it"
                 ),
@@ -347,14 +334,8 @@ impl CtaRunner {
         let gone = members & warp.exited;
         if gone != 0 {
             let l = active.trailing_zeros() as usize;
-            return Err(lane_fault(
-                ctx,
-                cta,
-                warp,
-                pc,
-                l,
-                Checker::Synccheck,
-                None,
+            return Err(synccheck(
+                site(ctx, cta, warp, pc, l),
                 format!(
                     "lanes {} of member mask {members:#010x} have exited (or do not exist) and \
                      can never reach this collective",
@@ -384,14 +365,8 @@ impl CtaRunner {
             } => {
                 let stray = collective::shfl(warp, *mode, *d, *p, a, b, c, arrived, members, u);
                 if let Some((lane, src)) = stray {
-                    return Err(lane_fault(
-                        ctx,
-                        cta,
-                        warp,
-                        pc,
-                        lane as usize,
-                        Checker::Synccheck,
-                        None,
+                    return Err(synccheck(
+                        site(ctx, cta, warp, pc, lane as usize),
                         format!(
                             "shfl.sync reads lane {src}, which is not in the member mask \
                              {members:#010x} (undefined value)"
@@ -455,14 +430,8 @@ fn uniform_mask(
         return Ok(0);
     }
     if let Some(l) = lanes(active).find(|&l| values[l] != values[first]) {
-        return Err(lane_fault(
-            ctx,
-            cta,
-            warp,
-            pc,
-            l,
-            Checker::Synccheck,
-            None,
+        return Err(synccheck(
+            site(ctx, cta, warp, pc, l),
             format!(
                 "member mask {:#010x} differs from lane {first}'s {:#010x} at the same \
                  collective (not simulated)",
@@ -489,14 +458,8 @@ fn release_barrier(ctx: &LaunchCtx<'_>, cta: [u32; 3], warps: &mut [Warp]) -> Re
     for w in warps.iter() {
         let present = w.valid & !w.exited;
         if let Some(l) = lanes(w.barrier).find(|&l| w.pc[l] != pc) {
-            return Err(lane_fault(
-                ctx,
-                cta,
-                w,
-                w.pc[l],
-                l,
-                Checker::Synccheck,
-                None,
+            return Err(synccheck(
+                site(ctx, cta, w, w.pc[l], l),
                 format!(
                     "waits at a different bar.sync than thread {} (PTX line {}): divergent \
                      barrier",
@@ -584,20 +547,16 @@ fn site(ctx: &LaunchCtx<'_>, cta: [u32; 3], warp: &Warp, pc: u32, lane: usize) -
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn lane_fault(
-    ctx: &LaunchCtx<'_>,
-    cta: [u32; 3],
-    warp: &Warp,
-    pc: u32,
-    lane: usize,
-    checker: Checker,
-    address: Option<u64>,
-    detail: String,
-) -> SimError {
-    SimError::fault(checker, site(ctx, cta, warp, pc, lane), address, detail)
+/// A synccheck fault at `site`: a barrier or collective part of its threads cannot complete.
+fn synccheck(site: Site, detail: String) -> SimError {
+    SimError::fault(Checker::Synccheck, site, None, detail)
 }
 
 fn dress(ctx: &LaunchCtx<'_>, cta: [u32; 3], warp: &Warp, pc: u32, f: LaneFault) -> SimError {
-    lane_fault(ctx, cta, warp, pc, f.lane, f.checker, f.address, f.detail)
+    SimError::fault(
+        f.checker,
+        site(ctx, cta, warp, pc, f.lane),
+        f.address,
+        f.detail,
+    )
 }

@@ -212,22 +212,10 @@ pub fn min(a: f32, b: f32) -> f32 {
     }
 }
 
+/// The mirror of [`min`]: negation swaps the order, +0 and −0, and keeps NaNs NaN.
 #[inline]
 pub fn max(a: f32, b: f32) -> f32 {
-    if a.is_nan() {
-        return b;
-    }
-    if b.is_nan() {
-        return a;
-    }
-    if a == b {
-        return if a.is_sign_negative() { b } else { a };
-    }
-    if a > b {
-        a
-    } else {
-        b
-    }
+    -min(-a, -b)
 }
 
 /// Rounds to an integral value (cvt.{rni,rzi,rmi,rpi}; float → integer conversions round

@@ -6,20 +6,14 @@
 
 mod instr;
 pub mod lex;
+mod scope;
 
 use std::collections::HashMap;
 
-use crate::error::SimError;
-use crate::ir::{Address, Bank, GlobalVar, Kernel, Param, Program, Reg, Special, Src, Ty};
+use crate::error::{parse_error, SimError};
+use crate::ir::{GlobalVar, Kernel, Param, Program, Ty};
 use lex::{parse_float, parse_int, Statement, StatementKind};
-
-fn error(line: u32, text: &str, message: impl Into<String>) -> SimError {
-    SimError::Parse {
-        line,
-        text: text.chars().take(160).collect(),
-        message: message.into(),
-    }
-}
+use scope::{Registers, Scope};
 
 /// Parses a whole module. `place_global` gives each module-scope `.global` variable its
 /// device address (the caller allocates and initialises it).
@@ -53,20 +47,20 @@ pub fn parse_program(
                     i += 1;
                 }
                 if depth > 0 {
-                    return Err(error(s.line, &s.text, "entry body is not closed"));
+                    return Err(parse_error(s.line, &s.text, "entry body is not closed"));
                 }
                 let kernel = build_kernel(s, &statements[body_start..i - 1], &module)?;
                 program.kernels.insert(kernel.name.clone(), kernel);
             }
             StatementKind::Open if s.text.contains(".func") => {
-                return Err(error(
+                return Err(parse_error(
                     s.line,
                     &s.text,
                     "device functions (.func) are not simulated: kernels must be fully inlined",
                 ))
             }
             _ => {
-                return Err(error(
+                return Err(parse_error(
                     s.line,
                     &s.text,
                     "unexpected statement at module scope",
@@ -75,7 +69,7 @@ pub fn parse_program(
         }
     }
     if program.target.is_empty() {
-        return Err(error(1, "", "no .target directive"));
+        return Err(parse_error(1, "", "no .target directive"));
     }
     Ok(program)
 }
@@ -102,7 +96,11 @@ fn module_directive(
         Some(".target") => program.target = words[1..].join(" "),
         Some(".address_size") => {
             if words.get(1) != Some(&"64") {
-                return Err(error(s.line, &s.text, "only .address_size 64 is simulated"));
+                return Err(parse_error(
+                    s.line,
+                    &s.text,
+                    "only .address_size 64 is simulated",
+                ));
             }
         }
         Some(".file") | Some(".section") => {}
@@ -127,7 +125,7 @@ fn module_directive(
                     module.dynamic.insert(decl.name, decl.align.max(16));
                 }
                 _ => {
-                    return Err(error(
+                    return Err(parse_error(
                         s.line,
                         &s.text,
                         format!("module-scope {} is not simulated", decl.space),
@@ -171,19 +169,20 @@ impl VarDecl {
                     align = words
                         .next()
                         .and_then(|a| a.parse().ok())
-                        .ok_or_else(|| error(s.line, &s.text, "bad .align"))?
+                        .ok_or_else(|| parse_error(s.line, &s.text, "bad .align"))?
                 }
                 _ if w.starts_with('.') => {
-                    ty = Some(
-                        Ty::parse(&w[1..])
-                            .ok_or_else(|| error(s.line, &s.text, format!("unknown type {w}")))?,
-                    )
+                    ty =
+                        Some(Ty::parse(&w[1..]).ok_or_else(|| {
+                            parse_error(s.line, &s.text, format!("unknown type {w}"))
+                        })?)
                 }
                 _ => name = Some(w.to_string()),
             }
         }
-        let ty = ty.ok_or_else(|| error(s.line, &s.text, "declaration without a type"))?;
-        let name = name.ok_or_else(|| error(s.line, &s.text, "declaration without a name"))?;
+        let ty = ty.ok_or_else(|| parse_error(s.line, &s.text, "declaration without a type"))?;
+        let name =
+            name.ok_or_else(|| parse_error(s.line, &s.text, "declaration without a name"))?;
         let (name, count) = match name.split_once('[') {
             Some((base, rest)) => {
                 let inside = rest.trim_end_matches(']');
@@ -193,7 +192,7 @@ impl VarDecl {
                     Some(
                         inside
                             .parse()
-                            .map_err(|_| error(s.line, &s.text, "bad array size"))?,
+                            .map_err(|_| parse_error(s.line, &s.text, "bad array size"))?,
                     )
                 };
                 (base.to_string(), count)
@@ -231,18 +230,19 @@ impl VarDecl {
                 let bits = if self.ty.is_float() {
                     let x = parse_float(value)
                         .or_else(|| parse_int(value).map(|v| v as i64 as f64))
-                        .ok_or_else(|| error(s.line, &s.text, "bad initialiser"))?;
+                        .ok_or_else(|| parse_error(s.line, &s.text, "bad initialiser"))?;
                     if width == 4 {
                         u64::from((x as f32).to_bits())
                     } else {
                         x.to_bits()
                     }
                 } else {
-                    parse_int(value).ok_or_else(|| error(s.line, &s.text, "bad initialiser"))?
+                    parse_int(value)
+                        .ok_or_else(|| parse_error(s.line, &s.text, "bad initialiser"))?
                 };
                 let at = k * width;
                 if at + width > size {
-                    return Err(error(
+                    return Err(parse_error(
                         s.line,
                         &s.text,
                         "initialiser longer than the variable",
@@ -255,201 +255,6 @@ impl VarDecl {
     }
 }
 
-/// Register names of one entry: `%r<N>` ranges by prefix, plus single names.
-#[derive(Default)]
-struct Registers {
-    ranges: HashMap<String, (Bank, u32, u32)>,
-    single: HashMap<String, Reg>,
-    counts: [u32; 3],
-}
-
-impl Registers {
-    fn bank_of(ty: Ty) -> Bank {
-        match ty {
-            Ty::Pred => Bank::Pred,
-            t if t.bytes() == 8 => Bank::R64,
-            _ => Bank::R32,
-        }
-    }
-
-    fn slot(bank: Bank) -> usize {
-        match bank {
-            Bank::Pred => 0,
-            Bank::R32 => 1,
-            Bank::R64 => 2,
-        }
-    }
-
-    fn declare(&mut self, s: &Statement) -> Result<(), SimError> {
-        // .reg .f32 %f<647>;   .reg .b32 %r1, %r2;
-        let rest = s.text.trim_start_matches(".reg").trim();
-        let (ty_word, names) = rest
-            .split_once(char::is_whitespace)
-            .ok_or_else(|| error(s.line, &s.text, "bad .reg"))?;
-        let ty = ty_word
-            .strip_prefix('.')
-            .and_then(Ty::parse)
-            .ok_or_else(|| error(s.line, &s.text, "bad .reg type"))?;
-        let bank = Self::bank_of(ty);
-        for name in names.split(',').map(str::trim) {
-            if let Some((prefix, count)) = name.split_once('<') {
-                let count: u32 = count
-                    .trim_end_matches('>')
-                    .parse()
-                    .map_err(|_| error(s.line, &s.text, "bad register count"))?;
-                let base = self.counts[Self::slot(bank)];
-                self.counts[Self::slot(bank)] += count;
-                self.ranges.insert(prefix.to_string(), (bank, base, count));
-            } else {
-                let index = self.counts[Self::slot(bank)];
-                self.counts[Self::slot(bank)] += 1;
-                self.single.insert(name.to_string(), Reg { bank, index });
-            }
-        }
-        Ok(())
-    }
-
-    fn get(&self, name: &str) -> Option<Reg> {
-        if let Some(reg) = self.single.get(name) {
-            return Some(*reg);
-        }
-        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
-            return None;
-        }
-        let (prefix, number) = name.split_at(name.len() - digits);
-        let number: u32 = number.parse().ok()?;
-        let &(bank, base, count) = self.ranges.get(prefix)?;
-        (number < count).then_some(Reg {
-            bank,
-            index: base + number,
-        })
-    }
-}
-
-/// What an instruction's operands may name.
-pub(crate) struct Scope<'a> {
-    regs: Registers,
-    labels: HashMap<String, u32>,
-    params: HashMap<String, u32>,
-    /// Shared symbols → offset in the CTA's shared window.
-    shared: HashMap<String, u64>,
-    globals: &'a HashMap<String, u64>,
-}
-
-impl Scope<'_> {
-    pub(crate) fn reg(&self, name: &str) -> Option<Reg> {
-        self.regs.get(name)
-    }
-
-    pub(crate) fn label(&self, name: &str) -> Option<u32> {
-        self.labels.get(name).copied()
-    }
-
-    /// A symbol used as a value (`mov.u64 %rd, sym`): its address.
-    fn symbol(&self, name: &str) -> Option<u64> {
-        self.shared
-            .get(name)
-            .or_else(|| self.globals.get(name))
-            .copied()
-    }
-
-    /// A source operand of type `ty`.
-    pub(crate) fn src(&self, text: &str, ty: Ty) -> Option<Src> {
-        let t = text.trim();
-        if let Some(special) = special(t) {
-            return Some(Src::Special(special));
-        }
-        if t.starts_with('%') {
-            return self.reg(t).map(Src::Reg);
-        }
-        if ty.is_float() {
-            if let Some(x) = parse_float(t) {
-                return Some(Src::Imm(match ty.bytes() {
-                    8 => x.to_bits(),
-                    _ => u64::from((x as f32).to_bits()),
-                }));
-            }
-        }
-        if let Some(bits) = parse_int(t) {
-            let bits = match ty.bytes() {
-                1 => bits & 0xff,
-                2 => bits & 0xffff,
-                4 => bits & 0xffff_ffff,
-                _ => bits,
-            };
-            return Some(Src::Imm(bits));
-        }
-        self.symbol(t).map(Src::Imm)
-    }
-
-    /// `[reg]`, `[reg+imm]`, `[reg+-imm]`, `[symbol]`, `[symbol+imm]`, `[imm]`.
-    pub(crate) fn address(&self, text: &str) -> Option<Address> {
-        let inner = text.trim().strip_prefix('[')?.strip_suffix(']')?.trim();
-        let (base, offset) = match inner.find('+') {
-            Some(at) => (
-                inner[..at].trim(),
-                parse_int(inner[at + 1..].trim())? as i64,
-            ),
-            // `get`: an empty `[]` (or a multi-byte first character) must not panic.
-            None => match inner.get(1..).and_then(|rest| rest.find('-')) {
-                Some(at) => (
-                    inner[..at + 1].trim(),
-                    (parse_int(inner[at + 2..].trim())? as i64).wrapping_neg(),
-                ),
-                None => (inner, 0),
-            },
-        };
-        if base.starts_with('%') {
-            return Some(Address {
-                base: Some(self.reg(base)?),
-                offset,
-            });
-        }
-        if let Some(&param) = self.params.get(base) {
-            return Some(Address {
-                base: None,
-                offset: i64::from(param) + offset,
-            });
-        }
-        if let Some(address) = self.symbol(base) {
-            return Some(Address {
-                base: None,
-                offset: address as i64 + offset,
-            });
-        }
-        parse_int(base).map(|a| Address {
-            base: None,
-            offset: a as i64 + offset,
-        })
-    }
-}
-
-fn special(name: &str) -> Option<Special> {
-    let axis = |s: &str| match s {
-        "x" => Some(0u8),
-        "y" => Some(1),
-        "z" => Some(2),
-        _ => None,
-    };
-    if let Some((base, dim)) = name.split_once('.') {
-        let a = axis(dim)?;
-        return Some(match base {
-            "%tid" => Special::Tid(a),
-            "%ntid" => Special::Ntid(a),
-            "%ctaid" => Special::Ctaid(a),
-            "%nctaid" => Special::Nctaid(a),
-            _ => return None,
-        });
-    }
-    match name {
-        "%laneid" => Some(Special::LaneId),
-        "%warpid" => Some(Special::WarpId),
-        "%nwarpid" => Some(Special::NWarpId),
-        _ => None,
-    }
-}
-
 /// An entry header: name, parameters, parameter bytes, [`.maxntid`, `.reqntid`].
 type Header = (String, Vec<Param>, u32, [Option<[u32; 3]>; 2]);
 
@@ -458,14 +263,14 @@ fn parse_header(s: &Statement) -> Result<Header, SimError> {
     let text = &s.text;
     let after_entry = text
         .split_once(".entry")
-        .ok_or_else(|| error(s.line, text, "no .entry"))?
+        .ok_or_else(|| parse_error(s.line, text, "no .entry"))?
         .1;
     let open = after_entry.find('(').unwrap_or(after_entry.len());
     let name = after_entry[..open].trim().to_string();
     let (param_text, directives) = if open < after_entry.len() {
         let close = after_entry
             .rfind(')')
-            .ok_or_else(|| error(s.line, text, "parameter list not closed"))?;
+            .ok_or_else(|| parse_error(s.line, text, "parameter list not closed"))?;
         (&after_entry[open + 1..close], &after_entry[close + 1..])
     } else {
         ("", after_entry)
@@ -483,7 +288,7 @@ fn parse_header(s: &Statement) -> Result<Header, SimError> {
             kind: StatementKind::Plain,
         })?;
         if decl.space != ".param" {
-            return Err(error(s.line, p, "kernel parameter must be .param"));
+            return Err(parse_error(s.line, p, "kernel parameter must be .param"));
         }
         let bytes = decl.size();
         let align = decl.align.max(1);
@@ -559,14 +364,18 @@ fn build_kernel(
                     }
                     ".pragma" | ".loc" | ".maxnreg" => {}
                     ".local" | ".const" | ".param" => {
-                        return Err(error(
+                        return Err(parse_error(
                             s.line,
                             &s.text,
                             format!("{first} variables are not simulated"),
                         ))
                     }
                     _ if first.starts_with('.') => {
-                        return Err(error(s.line, &s.text, "unknown directive in a kernel body"))
+                        return Err(parse_error(
+                            s.line,
+                            &s.text,
+                            "unknown directive in a kernel body",
+                        ))
                     }
                     _ => instructions.push(s),
                 }
@@ -606,7 +415,8 @@ fn build_kernel(
         text.push(s.text.clone());
     }
     let fits = |v: u64| {
-        u32::try_from(v).map_err(|_| error(header.line, &header.text, "shared memory too large"))
+        u32::try_from(v)
+            .map_err(|_| parse_error(header.line, &header.text, "shared memory too large"))
     };
     let static_shared_bytes = fits(static_shared_bytes)?;
     let dynamic_shared_offset = fits(dynamic_shared_offset)?;

@@ -1,12 +1,23 @@
-//! Shared helpers of the simulator's integration tests: the PTX module header, a device,
-//! host <-> device copies, launch shorthands, fault expectations, and a "lanes" harness
-//! that runs an instruction snippet once per thread on per-thread inputs.
+//! Shared helpers of the simulator's integration tests (and its benchmark): the PTX module
+//! header, a device, host <-> device copies, launch shorthands, fault expectations; an
+//! `.entry` builder ([`entry`]), a "lanes" harness that runs an instruction snippet once per
+//! thread on per-thread inputs ([`lanes`]), IEEE helpers for the references ([`ieee`]), and
+//! the tiled matmul kernel ([`matmul`]).
 //!
 //! Every kernel the tests run is hand-written PTX in the shape NVRTC emits
 //! (`ld.param.u64`, `cvta.to.global.u64`, `mov.u32 %r1, %tid.x;`, `$L__BB0_n:` labels), so
 //! the tests need neither NVRTC nor a GPU.
 
 #![allow(dead_code)]
+
+pub mod entry;
+pub mod ieee;
+pub mod lanes;
+pub mod matmul;
+
+// Not every test uses both.
+#[allow(unused_imports)]
+pub use entry::{in_out, out_only, Entry};
 
 use linattn_ptxsim::{
     Arg, Checker, Device, Fault, LaunchConfig, LaunchStats, Module, SimArch, SimError,
@@ -38,11 +49,120 @@ pub fn load(dev: &Device, text: &str) -> Module {
         .unwrap_or_else(|e| panic!("the test PTX does not load: {e}\n{text}"))
 }
 
+/// A module of one kernel, loaded on a device: launches by grid and block size.
+pub struct Loaded {
+    pub dev: Device,
+    pub module: Module,
+    /// The PTX text (for [`line_of`]).
+    pub text: String,
+    pub kernel: String,
+}
+
+impl Loaded {
+    /// `text` (one `.entry`) on a fresh [`device`].
+    pub fn new(text: String) -> Loaded {
+        Loaded::on(device(), text)
+    }
+
+    /// `text` (one `.entry`) on `dev`.
+    pub fn on(dev: Device, text: String) -> Loaded {
+        let module = load(&dev, &text);
+        let names = module.kernel_names();
+        assert_eq!(names.len(), 1, "one kernel per test module: {names:?}");
+        let kernel = names[0].to_string();
+        Loaded {
+            dev,
+            module,
+            text,
+            kernel,
+        }
+    }
+
+    /// A 1-D launch of `grid` CTAs of `block` threads.
+    pub fn launch(&self, grid: u32, block: u32, args: &[Arg]) -> Result<LaunchStats, SimError> {
+        self.launch_with(&config(grid, block), args)
+    }
+
+    pub fn launch_with(
+        &self,
+        config: &LaunchConfig,
+        args: &[Arg],
+    ) -> Result<LaunchStats, SimError> {
+        self.dev.launch(&self.module, &self.kernel, config, args)
+    }
+
+    /// The 1-based line of the text that contains `needle` (see [`line_of`]).
+    pub fn line_of(&self, needle: &str) -> u32 {
+        line_of(&self.text, needle)
+    }
+
+    /// An output buffer of `words` 32-bit words (see [`output`]).
+    pub fn output(&self, words: usize) -> u64 {
+        output(&self.dev, words)
+    }
+
+    pub fn download_u32(&self, ptr: u64, n: usize) -> Vec<u32> {
+        download_u32(&self.dev, ptr, n)
+    }
+
+    pub fn download_f32(&self, ptr: u64, n: usize) -> Vec<f32> {
+        download_f32(&self.dev, ptr, n)
+    }
+
+    /// One launch of a kernel whose only parameter is an output buffer: a fresh one of
+    /// `words` words, zero-filled when `zeroed` (else never written: reading it is an
+    /// initcheck fault).
+    pub fn run_with_output(self, grid: u32, block: u32, words: usize, zeroed: bool) -> OutputRun {
+        let out = if zeroed {
+            self.dev.alloc_zeroed(4 * words as u64).expect("alloc")
+        } else {
+            self.output(words)
+        };
+        let result = self.launch(grid, block, &[Arg::U64(out)]);
+        OutputRun {
+            k: self,
+            out,
+            result,
+        }
+    }
+}
+
+/// A launch by [`Loaded::run_with_output`].
+pub struct OutputRun {
+    pub k: Loaded,
+    pub out: u64,
+    pub result: Result<LaunchStats, SimError>,
+}
+
+impl OutputRun {
+    /// The launch stopped with a fault of `checker` (see [`expect_fault`]).
+    pub fn fault(self, checker: Checker) -> Fault {
+        expect_fault(self.result, checker)
+    }
+
+    /// The launch passed; the first `n` words of the output.
+    pub fn words(self, n: usize) -> Vec<u32> {
+        expect_ok(self.result);
+        self.k.download_u32(self.out, n)
+    }
+
+    /// The launch passed; the first `n` words of the output as f32.
+    pub fn floats(self, n: usize) -> Vec<f32> {
+        expect_ok(self.result);
+        self.k.download_f32(self.out, n)
+    }
+}
+
 /// A 1-D launch.
 pub fn config(grid: u32, block: u32) -> LaunchConfig {
+    config_3d([grid, 1, 1], [block, 1, 1])
+}
+
+/// A launch without dynamic shared memory.
+pub fn config_3d(grid: [u32; 3], block: [u32; 3]) -> LaunchConfig {
     LaunchConfig {
-        grid: [grid, 1, 1],
-        block: [block, 1, 1],
+        grid,
+        block,
         dynamic_shared_bytes: 0,
     }
 }
@@ -66,11 +186,9 @@ pub fn output(dev: &Device, words: usize) -> u64 {
 }
 
 pub fn download_u32(dev: &Device, ptr: u64, n: usize) -> Vec<u32> {
-    let mut bytes = vec![0u8; 4 * n];
-    dev.read(ptr, &mut bytes).expect("read");
-    bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+    download_words::<4>(dev, ptr, n)
+        .into_iter()
+        .map(u32::from_le_bytes)
         .collect()
 }
 
@@ -82,11 +200,19 @@ pub fn download_f32(dev: &Device, ptr: u64, n: usize) -> Vec<f32> {
 }
 
 pub fn download_u64(dev: &Device, ptr: u64, n: usize) -> Vec<u64> {
-    let mut bytes = vec![0u8; 8 * n];
+    download_words::<8>(dev, ptr, n)
+        .into_iter()
+        .map(u64::from_le_bytes)
+        .collect()
+}
+
+/// `n` words of `B` bytes from `ptr`.
+fn download_words<const B: usize>(dev: &Device, ptr: u64, n: usize) -> Vec<[u8; B]> {
+    let mut bytes = vec![0u8; B * n];
     dev.read(ptr, &mut bytes).expect("read");
     bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .chunks_exact(B)
+        .map(|c| c.try_into().expect("B bytes"))
         .collect()
 }
 
@@ -121,105 +247,4 @@ pub fn line_of(text: &str, needle: &str) -> u32 {
         "`{needle}` should be on exactly one line of the test PTX, found on lines {hits:?}"
     );
     hits[0] as u32
-}
-
-/// A kernel for instruction-semantics tests. Thread `i < n` loads `%r1`, `%r2`, `%r3` from
-/// `a[i]`, `b[i]`, `c[i]` (.b32 each), runs `snippet`, then stores `%r4` to `out32[i]` and
-/// `%rd20` to `out64[i]`.
-///
-/// The snippet may use `%r7..%r31`, `%f0..%f31`, `%rs0..%rs15`, `%p0..%p14` and
-/// `%rd20..%rd31` freely (the harness owns `%r1..%r6`, `%rd1..%rd19` and `%p15`; `%r4` and
-/// `%rd20` start at zero).
-pub fn lanes_kernel(name: &str, snippet: &str) -> String {
-    format!(
-        r#".visible .entry {name}(
-	.param .u64 {name}_param_0,
-	.param .u64 {name}_param_1,
-	.param .u64 {name}_param_2,
-	.param .u64 {name}_param_3,
-	.param .u64 {name}_param_4,
-	.param .u32 {name}_param_5
-)
-{{
-	.reg .pred 	%p<16>;
-	.reg .b16 	%rs<16>;
-	.reg .b32 	%r<32>;
-	.reg .f32 	%f<32>;
-	.reg .b64 	%rd<32>;
-
-
-	ld.param.u64 	%rd1, [{name}_param_0];
-	ld.param.u64 	%rd2, [{name}_param_1];
-	ld.param.u64 	%rd3, [{name}_param_2];
-	ld.param.u64 	%rd4, [{name}_param_3];
-	ld.param.u64 	%rd5, [{name}_param_4];
-	ld.param.u32 	%r5, [{name}_param_5];
-	mov.u32 	%r6, %tid.x;
-	setp.ge.u32 	%p15, %r6, %r5;
-	@%p15 bra 	$L__BB0_2;
-
-	cvta.to.global.u64 	%rd6, %rd1;
-	mul.wide.u32 	%rd7, %r6, 4;
-	add.s64 	%rd8, %rd6, %rd7;
-	ld.global.nc.u32 	%r1, [%rd8];
-	cvta.to.global.u64 	%rd9, %rd2;
-	add.s64 	%rd10, %rd9, %rd7;
-	ld.global.nc.u32 	%r2, [%rd10];
-	cvta.to.global.u64 	%rd11, %rd3;
-	add.s64 	%rd12, %rd11, %rd7;
-	ld.global.nc.u32 	%r3, [%rd12];
-{snippet}
-	cvta.to.global.u64 	%rd13, %rd4;
-	add.s64 	%rd14, %rd13, %rd7;
-	st.global.u32 	[%rd14], %r4;
-	cvta.to.global.u64 	%rd15, %rd5;
-	mul.wide.u32 	%rd16, %r6, 8;
-	add.s64 	%rd17, %rd15, %rd16;
-	st.global.u64 	[%rd17], %rd20;
-
-$L__BB0_2:
-	ret;
-
-}}
-"#
-    )
-}
-
-/// Runs `snippet` (see [`lanes_kernel`]) on one CTA with one thread per input triple;
-/// returns `(out32, out64)`.
-pub fn run_lanes(snippet: &str, inputs: &[[u32; 3]]) -> (Vec<u32>, Vec<u64>) {
-    let n = inputs.len();
-    assert!((1..=1024).contains(&n));
-    let text = ptx(&lanes_kernel("lanes", snippet));
-    let dev = device();
-    let module = load(&dev, &text);
-    let column = |k: usize| -> Vec<u32> { inputs.iter().map(|t| t[k]).collect() };
-    let a = upload_u32(&dev, &column(0));
-    let b = upload_u32(&dev, &column(1));
-    let c = upload_u32(&dev, &column(2));
-    let out32 = output(&dev, n);
-    let out64 = output(&dev, 2 * n);
-    let result = dev.launch(
-        &module,
-        "lanes",
-        &config(1, n as u32),
-        &[
-            Arg::U64(a),
-            Arg::U64(b),
-            Arg::U64(c),
-            Arg::U64(out32),
-            Arg::U64(out64),
-            Arg::U32(n as u32),
-        ],
-    );
-    if let Err(e) = result {
-        panic!("the snippet failed: {e}\n{snippet}");
-    }
-    (download_u32(&dev, out32, n), download_u64(&dev, out64, n))
-}
-
-/// Like [`run_lanes`] for f32 inputs; returns `out32` as the raw bits.
-pub fn run_lanes_f32(snippet: &str, inputs: &[[f32; 3]]) -> Vec<u32> {
-    let bits: Vec<[u32; 3]> = inputs.iter().map(|t| t.map(f32::to_bits)).collect();
-    run_lanes(snippet, &bits).0
 }
