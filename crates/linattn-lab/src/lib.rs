@@ -15,6 +15,7 @@ mod display;
 mod kernels;
 mod kv_cache;
 mod npy;
+mod plot;
 mod profile;
 mod registry;
 mod report;
