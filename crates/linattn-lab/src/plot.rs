@@ -9,6 +9,7 @@
 //! the lower-left corner show at a glance which rows grow linearly.
 
 use linattn_core::AttnError;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -52,6 +53,45 @@ pub(crate) fn render_svg(
     })();
     drawn.map_err(|e| AttnError::State(format!("plot '{title}': {e}")))?;
     Ok(svg)
+}
+
+/// A chart on an SVG canvas with plain f64 axes (log-space values where the plot is log).
+pub(crate) type Chart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A line through `points`, `width` pixels wide, with a dot on each point, named `label`
+/// in the legend.
+pub(crate) fn draw_dotted_line(
+    chart: &mut Chart,
+    points: &[(f64, f64)],
+    label: String,
+    color: RGBColor,
+    width: u32,
+) -> DrawResult {
+    chart
+        .draw_series(LineSeries::new(
+            points.to_vec(),
+            ShapeStyle::from(&color).stroke_width(width),
+        ))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    Ok(())
+}
+
+/// The legend at `position`, boxed, over the plot behind it faded to `opacity` of white.
+pub(crate) fn draw_legend<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    position: SeriesLabelPosition,
+    opacity: f64,
+) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(opacity))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
 }
 
 /// What a plot's y axis shows: seconds (decade ticks) or bytes (binary ticks).
@@ -251,14 +291,7 @@ pub(crate) fn log_log_svg(
             let color = line_color(i);
             let xy: Vec<(f64, f64)> = line.points.iter().map(to_xy).collect();
             let width = if line.thin { 1 } else { 2 };
-            chart
-                .draw_series(LineSeries::new(
-                    xy.clone(),
-                    ShapeStyle::from(&color).stroke_width(width),
-                ))?
-                .label(line.label.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            chart.draw_series(xy.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            draw_dotted_line(&mut chart, &xy, line.label.clone(), color, width)?;
             for p in &line.points {
                 let Some((lo, hi)) = p.range else { continue };
                 let x = p.n.log2();
@@ -289,13 +322,7 @@ pub(crate) fn log_log_svg(
                 )))?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
-        Ok(())
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft, 0.85)
     })?;
     Ok(Some(svg))
 }

@@ -2,7 +2,7 @@
 //! lines (±2 se bars), the closed form as a thin line of the same colour.
 
 use super::record::{SparsityRecord, Sweep};
-use crate::plot::{line_color, power_of_two_label, render_svg};
+use crate::plot::{draw_dotted_line, draw_legend, line_color, power_of_two_label, render_svg};
 use linattn_core::AttnError;
 use plotters::prelude::*;
 
@@ -67,14 +67,7 @@ pub fn svg(records: &[SparsityRecord], sweep: Sweep) -> Result<Option<String>, A
             let color = line_color(i);
             let mine: Vec<&&SparsityRecord> = rows.iter().filter(|r| r.case == *case).collect();
             let measured: Vec<(f64, f64)> = mine.iter().map(|r| (x_of(r), r.measured)).collect();
-            chart
-                .draw_series(LineSeries::new(
-                    measured.clone(),
-                    ShapeStyle::from(&color).stroke_width(2),
-                ))?
-                .label(case.to_string())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            chart.draw_series(measured.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            draw_dotted_line(&mut chart, &measured, case.to_string(), color, 2)?;
             chart.draw_series(mine.iter().map(|r| {
                 let x = x_of(r);
                 PathElement::new(
@@ -91,13 +84,7 @@ pub fn svg(records: &[SparsityRecord], sweep: Sweep) -> Result<Option<String>, A
                 ShapeStyle::from(&color.mix(0.6)).stroke_width(1),
             ))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-        Ok(())
+        draw_legend(&mut chart, SeriesLabelPosition::LowerLeft, 0.8)
     })?;
     Ok(Some(svg))
 }
