@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """File-level import circles of a Rust crate.
 
-Reads every .rs file under <crate>/src, maps each to its module path (src/a/b.rs and
-src/a/b/mod.rs are `a::b`), and draws an edge from a file to every file it names through
-`crate::…`, `super::…` or `self::…` paths, or paths that start at a child module the file declares
-(`use record::X` beside `mod record;`), in `use` items and inline paths alike (inline
-`mod x { … }` blocks such as `mod tests` are followed, so their `super` is the file itself).
-A path points at the deepest file module it spells out: `crate::results::schema::Cell` is an
-edge to results/schema.rs, `crate::results::Cell` one to results/mod.rs (re-exports count
-as the imports they are). `mod x;` declarations are not edges: a parent owning a child is
-not an import.
+Reads every .rs file of the library under <crate>/src, maps each to its module path
+(src/a/b.rs and src/a/b/mod.rs are `a::b`), and draws an edge from a file to every file it
+names: through `crate::`, `super::` or `self::` paths, or paths starting at a child module
+the file declares (`use record::X` beside `mod record;`), in `use` trees and inline paths
+alike. Inline `mod x { ... }` blocks such as `mod tests` are followed, so their `super` is
+the file itself. A path points at the deepest file module it spells out:
+`crate::results::schema::Cell` is an edge to results/schema.rs, `crate::results::Cell` one
+to results/mod.rs (a re-export counts as the import it is). `mod x;` is not an edge: a
+parent owning a child is not an import.
 
-Prints each strongly connected component of more than one file (and the edges that close
-it); exits 1 when there is one. Usage: scripts/import_cycles.py crates/linattn-lab [...]
+Prints each strongly connected component of more than one file and the edges that close
+it; exits 1 when there is one. Usage: scripts/import_cycles.py crates/linattn-lab [...]
 """
 
 import re
@@ -22,8 +22,8 @@ from pathlib import Path
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 # A path that starts at crate/super/self, e.g. `crate::a::b`, `super::super::x`.
 PATH_RE = re.compile(rf"\b(crate|super|self)((?:\s*::\s*{IDENT})+)")
-# `use` groups: `crate::a::{b, c::d}` names a::b and a::c::d.
-GROUP_RE = re.compile(rf"\b(crate|super|self)((?:\s*::\s*{IDENT})*)\s*::\s*\{{([^{{}}]*)\}}")
+# A `use` item's tree: `use crate::a::{b, c::{d, e as f}, *};`.
+USE_RE = re.compile(r"\buse\s+([^;]*);")
 CHILD_MOD_RE = re.compile(rf"\bmod\s+({IDENT})\s*;")
 INLINE_MOD_RE = re.compile(rf"\bmod\s+({IDENT})\s*\{{")
 
@@ -67,12 +67,49 @@ def strip_comments_and_strings(text):
     return "".join(out)
 
 
+def expand_use_tree(tree):
+    """The paths a use tree names, as segment lists: `a::{b, c::{d, self}, *}` gives
+    [a, b], [a, c, d], [a, c], [a]. `as` renames and globs end a path where they stand."""
+    tree = re.sub(r"\s+", "", re.sub(r"\s+as\s+\w+", "", tree)).lstrip(":")
+
+    def parse(text, i):
+        """Paths of the tree starting at text[i], and the index after it."""
+        prefix = []
+        while i < len(text):
+            m = re.match(IDENT + "|\\*", text[i:])
+            if m:
+                word = m.group(0)
+                i += len(word)
+                if word not in ("*", "self"):
+                    prefix.append(word)
+                if text.startswith("::", i):
+                    i += 2
+                    continue
+                return [prefix], i
+            if text[i] == "{":
+                paths, i = [], i + 1
+                while i < len(text) and text[i] != "}":
+                    sub, i = parse(text, i)
+                    paths += [prefix + p for p in sub]
+                    if i < len(text) and text[i] == ",":
+                        i += 1
+                return paths or [prefix], i + 1
+            break
+        return [prefix], i
+
+    paths, _ = parse(tree, 0)
+    return paths
+
+
 def file_modules(src):
-    """{module path tuple: file} for every .rs file under src."""
+    """{module path tuple: file} for every .rs file of the library crate under src."""
     mods = {}
     for f in src.rglob("*.rs"):
         rel = f.relative_to(src).with_suffix("")
         parts = list(rel.parts)
+        # Binary roots (main.rs beside lib.rs, src/bin/) are crates of their own.
+        if parts[0] == "bin" or (parts == ["main"] and (src / "lib.rs").exists()):
+            continue
         if parts[-1] == "mod" or (len(parts) == 1 and parts[0] in ("lib", "main")):
             parts = parts[:-1]
         mods[tuple(parts)] = f
@@ -128,26 +165,20 @@ def edges_of(path, here, mods):
     def segments(s):
         return [p for p in re.split(r"\s*::\s*", s.strip()) if p]
 
-    for m in GROUP_RE.finditer(text):
-        prefix = segments(m.group(2))
-        for item in m.group(3).split(","):
-            item = re.sub(r"\s+as\s+\w+", "", item).strip()
-            if item and item != "self" and item != "*":
-                add(m.group(1), prefix + segments(item), m.start())
-            else:
-                add(m.group(1), prefix, m.start())
+    children = set(CHILD_MOD_RE.findall(text))
+
+    for m in USE_RE.finditer(text):
+        for path in expand_use_tree(m.group(1)):
+            if path and path[0] in ("crate", "super", "self"):
+                add(path[0], path[1:], m.start())
+            elif path and path[0] in children:
+                add("self", path, m.start())
     for m in PATH_RE.finditer(text):
         add(m.group(1), segments(m.group(2)), m.start())
-    # Paths relative to the file's own module: `use record::X;`, `cell::run(...)` where
-    # `mod record;` / `mod cell;` are declared here.
-    for child in CHILD_MOD_RE.findall(text):
+    # Inline paths relative to the file's own module: `cell::run(...)` beside `mod cell;`.
+    for child in children:
         for m in re.finditer(rf"(?<![\w:])({child}(?:\s*::\s*{IDENT})+)", text):
             add("self", segments(m.group(1)), m.start())
-        for m in re.finditer(rf"(?<![\w:]){child}\s*::\s*\{{([^{{}}]*)\}}", text):
-            for item in m.group(1).split(","):
-                item = re.sub(r"\s+as\s+\w+", "", item).strip()
-                if item and item not in ("self", "*"):
-                    add("self", [child] + segments(item), m.start())
     return found
 
 
