@@ -11,7 +11,7 @@
 
 use crate::display::fmt_bytes;
 use crate::kv_cache::KvCache;
-use crate::report::{log_log_svg, Point, Quantity, Series};
+use crate::plot::{log_log_svg, Point, Quantity, Series};
 use crate::stats::SampleStats;
 use linattn_core::{AttnError, Causality, DecodeSpec, Decoder, FeatureMap, Inputs, Problem, Shape};
 use serde::Serialize;

@@ -12,9 +12,11 @@ mod compare;
 mod decode;
 mod decode_bench;
 mod display;
+mod exit;
 mod kernels;
 mod kv_cache;
 mod npy;
+mod plot;
 mod profile;
 mod registry;
 mod report;
@@ -25,7 +27,10 @@ mod term;
 
 pub mod fuzz_entry;
 
+pub use exit::EXIT_UNAVAILABLE;
+
 use clap::{Parser, Subcommand};
+use exit::exit_unavailable;
 use linattn_core::AttnError;
 use std::process::ExitCode;
 
@@ -111,25 +116,4 @@ pub fn run_cli() -> ExitCode {
             ExitCode::from(if e.is_user_error() { 2 } else { 1 })
         }
     }
-}
-
-/// Exit status when nothing could run because the machine lacks what it needs (GPU, CUDA
-/// driver, NVRTC): distinct from bad input (2) and failures (1), so scripts can tell "not
-/// here" from "wrong".
-pub const EXIT_UNAVAILABLE: u8 = 3;
-
-/// Prints how to get what is missing and returns [`EXIT_UNAVAILABLE`].
-pub(crate) fn exit_unavailable(reason: &str) -> ExitCode {
-    if reason.contains("NVRTC") {
-        eprintln!(
-            "hint: `just nvrtc` installs the pinned NVRTC wheel into .nvrtc/ (found there \
-             without LD_LIBRARY_PATH); the sim/* backends need only that, no GPU."
-        );
-    } else {
-        eprintln!(
-            "hint: cuda/* backends need an NVIDIA GPU and its driver; on this machine use \
-             sim/* (the PTX simulator; `just nvrtc` provides the NVRTC it needs) or cpu/*."
-        );
-    }
-    ExitCode::from(EXIT_UNAVAILABLE)
 }

@@ -325,6 +325,14 @@ mod tests {
         buf.into_inner()
     }
 
+    /// Every file of `cases` is refused with a reason containing its needle.
+    fn assert_all_refused(cases: Vec<(Vec<u8>, &str)>) {
+        for (bytes, needle) in cases {
+            let reason = parse_npy(&bytes).unwrap_err();
+            assert!(reason.contains(needle), "expected '{needle}' in '{reason}'");
+        }
+    }
+
     /// Replaces the header of a version-1 file produced by [`encode_npy`] with `dict`.
     fn with_header(dict: &str, data: &[u8]) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
@@ -452,10 +460,7 @@ mod tests {
                 "malformed",
             ),
         ];
-        for (bytes, needle) in cases {
-            let reason = parse_npy(&bytes).unwrap_err();
-            assert!(reason.contains(needle), "expected '{needle}' in '{reason}'");
-        }
+        assert_all_refused(cases);
     }
 
     /// Inputs the fuzzer (fuzz/, target npy_reader) found to panic or to allocate without
@@ -527,10 +532,7 @@ mod tests {
                 "nested more than 4 deep",
             ),
         ];
-        for (bytes, needle) in cases {
-            let reason = parse_npy(&bytes).unwrap_err();
-            assert!(reason.contains(needle), "expected '{needle}' in '{reason}'");
-        }
+        assert_all_refused(cases);
     }
 
     #[test]

@@ -3,8 +3,11 @@
 //! quadratic loops sharing no code with the crates under test. Bad inputs must exit with
 //! status 2 and a message naming the problem.
 
+mod cli_common;
+
+use cli_common::{assert_ok, linattn, stderr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const EPS: f64 = 1e-6;
 
@@ -173,17 +176,6 @@ fn relative_error(want: &[f64], got: &[f64]) -> f64 {
         .zip(got)
         .fold(0.0f64, |acc, (w, g)| acc.max((w - g).abs()));
     diff / scale
-}
-
-fn linattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_linattn"))
-        .args(args)
-        .output()
-        .expect("the linattn binary runs")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// A temp dir holding q.npy, k.npy, v.npy, do.npy of one random problem.
@@ -358,7 +350,7 @@ fn gradients_are_written_and_dv_matches_the_definition() {
             &d_out,
             causality_flag(causal),
         ]);
-        assert!(out.status.success(), "{}", stderr(&out));
+        assert_ok(&out);
         for (file, dims) in [("dq.npy", [1, 2, 17, 4]), ("dk.npy", [1, 2, 17, 4])] {
             let (descr, got_dims, values) = read_npy(&case.out_dir().join(file));
             assert_eq!((descr.as_str(), got_dims), ("<f8", dims.to_vec()));
@@ -411,42 +403,12 @@ fn bad_inputs_exit_2_naming_the_problem() {
 
     // k with another head dim than q.
     write_npy(&dir.join("k_wide.npy"), &[1, 2, 5, 6], &[0.5; 60], false);
-    let k_wide = case.path("k_wide.npy");
-    expect_refusal(
-        &case,
-        &q,
-        &k_wide,
-        &v,
-        &cpu_ref,
-        &["shape mismatch", "k has dims"],
-    );
-
     // v with another sequence length.
     write_npy(&dir.join("v_short.npy"), &[1, 2, 4, 3], &[0.5; 24], false);
-    let v_short = case.path("v_short.npy");
-    expect_refusal(
-        &case,
-        &q,
-        &k,
-        &v_short,
-        &cpu_ref,
-        &["shape mismatch", "v has dims"],
-    );
-
     // A NaN in v.
     let mut with_nan = case.v.clone();
     with_nan[7] = f64::NAN;
     write_npy(&dir.join("v_nan.npy"), &[1, 2, 5, 3], &with_nan, false);
-    let v_nan = case.path("v_nan.npy");
-    expect_refusal(
-        &case,
-        &q,
-        &k,
-        &v_nan,
-        &cpu_ref,
-        &["non-finite", "v", "index 7"],
-    );
-
     // An int64 array.
     let ints: Vec<u8> = (0..40i64).flat_map(|x| x.to_le_bytes()).collect();
     write_raw_npy(
@@ -454,87 +416,72 @@ fn bad_inputs_exit_2_naming_the_problem() {
         "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2, 5, 4), }",
         &ints,
     );
-    let q_int = case.path("q_int.npy");
-    expect_refusal(&case, &q_int, &k, &v, &cpu_ref, &["q_int.npy", "'<i8'"]);
-
     // Not a .npy file at all.
     std::fs::write(dir.join("garbage.npy"), b"this is not an array").unwrap();
-    let garbage = case.path("garbage.npy");
-    expect_refusal(
-        &case,
-        &q,
-        &garbage,
-        &v,
-        &cpu_ref,
-        &["garbage.npy", "not a .npy file"],
-    );
-
     // A 3-D array.
     write_npy(&dir.join("q_3d.npy"), &[2, 5, 4], &[0.5; 40], false);
-    let q_3d = case.path("q_3d.npy");
-    expect_refusal(&case, &q_3d, &k, &v, &cpu_ref, &["q_3d.npy", "4-D"]);
-
     // Mixed dtypes.
     write_npy(&dir.join("v32.npy"), &[1, 2, 5, 3], &case.v, true);
-    let v32 = case.path("v32.npy");
-    expect_refusal(&case, &q, &k, &v32, &cpu_ref, &["v32.npy", "one dtype"]);
-
     // A zero-length dimension.
     write_npy(&dir.join("q0.npy"), &[1, 0, 5, 4], &[], false);
     write_npy(&dir.join("k0.npy"), &[1, 0, 5, 4], &[], false);
     write_npy(&dir.join("v0.npy"), &[1, 0, 5, 3], &[], false);
-    let (q0, k0, v0) = (
-        case.path("q0.npy"),
-        case.path("k0.npy"),
-        case.path("v0.npy"),
-    );
-    expect_refusal(
-        &case,
-        &q0,
-        &k0,
-        &v0,
-        &cpu_ref,
-        &["empty dimension", "heads"],
-    );
 
-    // Options softmax attention does not have are refused, not ignored.
-    let softmax_relu = ["--backend", "cpu/softmax/f32", "--map", "relu"];
-    expect_refusal(
-        &case,
-        &q,
-        &k,
-        &v,
-        &softmax_relu,
-        &["softmax attention", "feature map (map=relu)"],
-    );
+    // The q, k, v files of each run (with cpu-ref) and what stderr must name.
+    for ([q_file, k_file, v_file], needles) in [
+        (
+            ["q.npy", "k_wide.npy", "v.npy"],
+            &["shape mismatch", "k has dims"][..],
+        ),
+        (
+            ["q.npy", "k.npy", "v_short.npy"],
+            &["shape mismatch", "v has dims"],
+        ),
+        (
+            ["q.npy", "k.npy", "v_nan.npy"],
+            &["non-finite", "v", "index 7"],
+        ),
+        (["q_int.npy", "k.npy", "v.npy"], &["q_int.npy", "'<i8'"]),
+        (
+            ["q.npy", "garbage.npy", "v.npy"],
+            &["garbage.npy", "not a .npy file"],
+        ),
+        (["q_3d.npy", "k.npy", "v.npy"], &["q_3d.npy", "4-D"]),
+        (["q.npy", "k.npy", "v32.npy"], &["v32.npy", "one dtype"]),
+        (
+            ["q0.npy", "k0.npy", "v0.npy"],
+            &["empty dimension", "heads"],
+        ),
+    ] {
+        let (q, k, v) = (case.path(q_file), case.path(k_file), case.path(v_file));
+        expect_refusal(&case, &q, &k, &v, &cpu_ref, needles);
+    }
 
-    // Unknown names.
-    let unknown_map = ["--backend", "cpu-ref", "--map", "gelu"];
-    expect_refusal(
-        &case,
-        &q,
-        &k,
-        &v,
-        &unknown_map,
-        &["unknown feature map 'gelu'"],
-    );
-    let unknown_form = ["--backend", "cpu-ref", "--form", "spiral"];
-    expect_refusal(&case, &q, &k, &v, &unknown_form, &["unknown form 'spiral'"]);
-    let unknown_backend = ["--backend", "tpu"];
-    expect_refusal(
-        &case,
-        &q,
-        &k,
-        &v,
-        &unknown_backend,
-        &["unknown backend 'tpu'", "cpu-ref"],
-    );
-
-    // A form that cannot compute the requested causality.
-    let wrong_form = ["--backend", "cpu-ref", "--form", "parallel", "--causal"];
-    expect_refusal(&case, &q, &k, &v, &wrong_form, &["parallel"]);
-
-    // Options out of range.
-    let bad_decay = ["--backend", "cpu-ref", "--decay", "1.5"];
-    expect_refusal(&case, &q, &k, &v, &bad_decay, &["decay"]);
+    // Options on good inputs, and what stderr must name.
+    for (options, needles) in [
+        // Options softmax attention does not have are refused, not ignored.
+        (
+            &["--backend", "cpu/softmax/f32", "--map", "relu"][..],
+            &["softmax attention", "feature map (map=relu)"][..],
+        ),
+        // Unknown names.
+        (
+            &["--backend", "cpu-ref", "--map", "gelu"],
+            &["unknown feature map 'gelu'"],
+        ),
+        (
+            &["--backend", "cpu-ref", "--form", "spiral"],
+            &["unknown form 'spiral'"],
+        ),
+        (&["--backend", "tpu"], &["unknown backend 'tpu'", "cpu-ref"]),
+        // A form that cannot compute the requested causality.
+        (
+            &["--backend", "cpu-ref", "--form", "parallel", "--causal"],
+            &["parallel"],
+        ),
+        // Options out of range.
+        (&["--backend", "cpu-ref", "--decay", "1.5"], &["decay"]),
+    ] {
+        expect_refusal(&case, &q, &k, &v, options, needles);
+    }
 }

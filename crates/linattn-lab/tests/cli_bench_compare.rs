@@ -1,15 +1,11 @@
 //! The `bench`, `compare` and `report` subcommands end to end, through the binary.
 
+mod cli_common;
+
+use cli_common::{assert_ok, linattn, linattn_in, linattn_ok, read_json};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn linattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_linattn"))
-        .args(args)
-        .output()
-        .expect("the linattn binary runs")
-}
+use std::process::Output;
 
 fn cell(seq: u64, median: f64, rel_stdev: f64) -> Value {
     json!({
@@ -61,14 +57,22 @@ fn compare(base: &Path, new: &Path) -> Output {
     linattn(&["compare", base.to_str().unwrap(), new.to_str().unwrap()])
 }
 
-#[test]
-fn one_cell_twenty_percent_slower_is_the_one_regression() {
+/// The base cells (on "cpu X") compared with a copy whose N = 1024 cell is 20% slower with
+/// `rel_stdev` noise, measured on `device`.
+fn compare_one_slower_cell(rel_stdev: f64, device: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let base = write(dir.path(), "base.json", &results(base_cells(), "cpu X"));
     let mut cells = base_cells();
     cells[2]["median_s"] = json!(1.2e-6 * 1024.0);
-    let new = write(dir.path(), "new.json", &results(cells, "cpu X"));
-    let out = compare(&base, &new);
+    cells[2]["rel_stdev"] = json!(rel_stdev);
+    let new = write(dir.path(), "new.json", &results(cells, device));
+    compare(&base, &new)
+}
+
+#[test]
+fn one_cell_twenty_percent_slower_is_the_one_regression() {
+    // The base cells' own 1% noise.
+    let out = compare_one_slower_cell(0.01, "cpu X");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert_eq!(stdout.matches("REGRESSION").count(), 1, "{stdout}");
@@ -80,13 +84,7 @@ fn one_cell_twenty_percent_slower_is_the_one_regression() {
 
 #[test]
 fn a_slowdown_inside_the_noise_is_not_flagged() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = write(dir.path(), "base.json", &results(base_cells(), "cpu X"));
-    let mut cells = base_cells();
-    cells[2]["median_s"] = json!(1.2e-6 * 1024.0);
-    cells[2]["rel_stdev"] = json!(0.25);
-    let new = write(dir.path(), "new.json", &results(cells, "cpu Y"));
-    let out = compare(&base, &new);
+    let out = compare_one_slower_cell(0.25, "cpu Y");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(!stdout.contains("REGRESSION"), "{stdout}");
@@ -129,11 +127,7 @@ fn compare_auto_finds_the_baseline_from_a_subdirectory_of_the_checkout() {
     let new = write(root, "new.json", &results(base_cells(), "cpu X"));
     let sub = root.join("crates").join("deep");
     std::fs::create_dir_all(&sub).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_linattn"))
-        .args(["compare", "auto", new.to_str().unwrap()])
-        .current_dir(&sub)
-        .output()
-        .unwrap();
+    let out = linattn_in(&sub, &["compare", "auto", new.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("cpu-x/baseline.json"), "{stderr}");
@@ -158,33 +152,14 @@ fn unreadable_input_exits_2() {
 fn bench_writes_a_results_file_that_compare_and_report_read() {
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("sub").join("bench.json");
-    let out = linattn(&[
-        "bench",
-        "--n",
+    let out = small_bench_in(
+        dir.path(),
         "16,32",
-        "--batch",
-        "1",
-        "--heads",
-        "1",
-        "--dk",
-        "8",
-        "--precision",
-        "f32",
-        "--warmup",
-        "0",
-        "--repeats",
         "2",
-        "--no-progress",
-        "--out",
-        out_path.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        &["--precision", "f32", "--out", out_path.to_str().unwrap()],
     );
-    let text = std::fs::read_to_string(&out_path).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_ok(&out);
+    let v = read_json(&out_path);
     assert_eq!(v["schema_version"], 3);
     let cells = v["cells"].as_array().unwrap();
     assert!(!cells.is_empty());
@@ -237,17 +212,12 @@ fn bench_writes_a_results_file_that_compare_and_report_read() {
     assert_eq!(compare(&out_path, &out_path).status.code(), Some(0));
 
     let report_dir = dir.path().join("report");
-    let out = linattn(&[
+    linattn_ok(&[
         "report",
         out_path.to_str().unwrap(),
         "--out-dir",
         report_dir.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let md = std::fs::read_to_string(report_dir.join("REPORT.md")).unwrap();
     assert!(md.contains("N=16") || md.contains("Not run ("), "{md}");
 }
@@ -261,12 +231,13 @@ fn bench_rejects_bad_flags_with_exit_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// A tiny sweep of one CPU backend, run with `cwd` as working directory.
-fn tiny_bench_in(cwd: &Path, extra: &[&str]) -> Output {
+/// A small sweep (B = H = 1, D = 8, no warm-up) over `n` with `repeats` samples a cell, run
+/// with `cwd` as working directory; `extra` adds flags.
+fn small_bench_in(cwd: &Path, n: &str, repeats: &str, extra: &[&str]) -> Output {
     let mut args = vec![
         "bench",
         "--n",
-        "16",
+        n,
         "--batch",
         "1",
         "--heads",
@@ -276,17 +247,18 @@ fn tiny_bench_in(cwd: &Path, extra: &[&str]) -> Output {
         "--warmup",
         "0",
         "--repeats",
-        "1",
-        "--mode",
-        "forward",
+        repeats,
         "--no-progress",
     ];
     args.extend_from_slice(extra);
-    Command::new(env!("CARGO_BIN_EXE_linattn"))
-        .args(&args)
-        .current_dir(cwd)
-        .output()
-        .unwrap()
+    linattn_in(cwd, &args)
+}
+
+/// A tiny forward sweep (N = 16, one sample), run with `cwd` as working directory.
+fn tiny_bench_in(cwd: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["--mode", "forward"];
+    args.extend_from_slice(extra);
+    small_bench_in(cwd, "16", "1", &args)
 }
 
 #[test]
@@ -298,11 +270,7 @@ fn plain_bench_writes_under_the_ignored_latest_dir_of_the_checkout() {
     let sub = root.join("crates");
     std::fs::create_dir_all(&sub).unwrap();
     let out = tiny_bench_in(&sub, &["--backends", "cpu/causal_recurrent/f32"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let latest: Vec<_> = std::fs::read_dir(root.join("bench-results").join("latest"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -353,11 +321,7 @@ fn options_that_do_not_apply_are_errors_or_na() {
             "-",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let cell = &v["cells"][0];
     assert_eq!(cell["status"], "unsupported", "{cell}");
@@ -371,7 +335,7 @@ fn options_that_do_not_apply_are_errors_or_na() {
 fn bench_mode_decode_writes_its_sweep_and_refuses_mixing() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("decode");
-    let out = linattn(&[
+    linattn_ok(&[
         "bench",
         "--mode",
         "decode",
@@ -384,14 +348,7 @@ fn bench_mode_decode_writes_its_sweep_and_refuses_mixing() {
         "--out",
         out_dir.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("decode.json")).unwrap())
-            .unwrap();
+    let v = read_json(&out_dir.join("decode.json"));
     assert!(v["environment"]["commit"].is_string(), "{v}");
     let cells = v["cells"].as_array().unwrap();
     // cpu/decode/f32 and the softmax KV-cache baseline at both context lengths.
@@ -415,32 +372,21 @@ fn bench_stages_inputs_in_the_backend_precision() {
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("bench.json");
     let (n, d) = (4096u64, 8u64);
-    let out = linattn(&[
-        "bench",
-        "--n",
+    let out = small_bench_in(
+        dir.path(),
         "4096",
-        "--heads",
         "1",
-        "--dk",
-        "8",
-        "--mode",
-        "forward",
-        "--backends",
-        "cpu/causal_recurrent/f32,cpu-ref/causal_recurrent/f64",
-        "--warmup",
-        "0",
-        "--repeats",
-        "1",
-        "--no-progress",
-        "--out",
-        out_path.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        &[
+            "--mode",
+            "forward",
+            "--backends",
+            "cpu/causal_recurrent/f32,cpu-ref/causal_recurrent/f64",
+            "--out",
+            out_path.to_str().unwrap(),
+        ],
     );
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    assert_ok(&out);
+    let v = read_json(&out_path);
     let cell = |name: &str| {
         v["cells"]
             .as_array()

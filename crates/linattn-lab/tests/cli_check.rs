@@ -2,14 +2,9 @@
 //! are skipped visibly on a machine without a GPU, bad selections are refused, and the JSON
 //! report agrees with the table.
 
-use std::process::{Command, Output};
+mod cli_common;
 
-fn linattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_linattn"))
-        .args(args)
-        .output()
-        .expect("the linattn binary runs")
-}
+use cli_common::{linattn, read_json};
 
 /// Data rows of the summary table: lines whose first cell is a backend name.
 fn table_rows(stdout: &str) -> Vec<Vec<String>> {
@@ -73,8 +68,7 @@ fn reference_backends_pass_the_default_grid() {
     }
 
     // The JSON report holds the same backends and one record per case run or n/a.
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report = read_json(&json);
     let backends = report["backends"].as_array().unwrap();
     assert_eq!(backends.len(), rows.len());
     let cases = report["cases"].as_array().unwrap();

@@ -2,45 +2,44 @@
 //! plots whose records agree with the printed table and with the SPEC §7 closed forms; bad
 //! parameters exit with status 2, name the problem and write nothing.
 
-use std::process::{Command, Output};
+mod cli_common;
 
-fn linattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_linattn"))
-        .args(args)
-        .output()
-        .expect("the linattn binary runs")
+use cli_common::{assert_ok, linattn, read_json};
+use std::path::Path;
+use std::process::Output;
+
+/// `linattn sparsity` with `args`, writing its JSON to `json`.
+fn sparsity(json: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["sparsity", "--json", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    linattn(&all)
 }
 
 #[test]
 fn small_run_writes_json_and_plots_matching_the_closed_forms() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("sparsity.json");
-    let out = linattn(&[
-        "sparsity",
-        "--n",
-        "512,8192",
-        "--gammas",
-        // Softmax's delta-method bias needs n ≫ e^{4γ²}: γ ≤ 1 at n = 8192.
-        "0.5,1",
-        "--n-gamma",
-        "8192",
-        "--gamma",
-        "1",
-        "--repeats",
-        "8",
-        "--json",
-        json.to_str().unwrap(),
-        "--svg-dir",
-        dir.path().to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = sparsity(
+        &json,
+        &[
+            "--n",
+            "512,8192",
+            "--gammas",
+            // Softmax's delta-method bias needs n ≫ e^{4γ²}: γ ≤ 1 at n = 8192.
+            "0.5,1",
+            "--n-gamma",
+            "8192",
+            "--gamma",
+            "1",
+            "--repeats",
+            "8",
+            "--svg-dir",
+            dir.path().to_str().unwrap(),
+        ],
     );
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let file = read_json(&json);
     assert_eq!(file["kind"], "sparsity");
     assert!(!file["environment"]["device_name"]
         .as_str()
@@ -87,28 +86,24 @@ fn no_closed_form_prints_a_dash_and_null() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("cos.json");
     // 1+cos has no trustworthy quadrature below D = 4.
-    let out = linattn(&[
-        "sparsity",
-        "--cases",
-        "1+cos",
-        "--dim",
-        "3",
-        "--n",
-        "256",
-        "--gammas",
-        "1",
-        "--n-gamma",
-        "256",
-        "--repeats",
-        "2",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = sparsity(
+        &json,
+        &[
+            "--cases",
+            "1+cos",
+            "--dim",
+            "3",
+            "--n",
+            "256",
+            "--gammas",
+            "1",
+            "--n-gamma",
+            "256",
+            "--repeats",
+            "2",
+        ],
     );
+    assert_ok(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let rows: Vec<&str> = stdout
         .lines()
@@ -119,8 +114,7 @@ fn no_closed_form_prints_a_dash_and_null() {
         rows.iter().all(|r| r.trim_end().ends_with("| — |")),
         "{stdout}"
     );
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let file = read_json(&json);
     let records = file["records"].as_array().unwrap();
     assert_eq!(records.len(), 2);
     assert!(records.iter().all(|r| r["closed_form"].is_null()));
@@ -130,7 +124,6 @@ fn no_closed_form_prints_a_dash_and_null() {
 fn bad_parameters_exit_2_naming_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("never.json");
-    let json = json.to_str().unwrap();
     for (args, what) in [
         (&["--gamma", "0"][..], "γ"),
         (&["--gammas", "1,-2"][..], "γ"),
@@ -141,9 +134,7 @@ fn bad_parameters_exit_2_naming_the_problem() {
         (&["--cases", "softmax,gelu"][..], "gelu"),
         (&["--repeats", "1"][..], "repeats"),
     ] {
-        let mut all = vec!["sparsity", "--json", json];
-        all.extend_from_slice(args);
-        let out = linattn(&all);
+        let out = sparsity(&json, args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(what), "{args:?}: {stderr}");

@@ -282,7 +282,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
     }
     if let Some(reason) = unavailable {
         eprintln!("no selected backend can run on this machine: {reason}");
-        return Ok(crate::exit_unavailable(&reason));
+        return Ok(crate::exit::exit_unavailable(&reason));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -217,7 +217,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
             .find_map(|s| s.skipped.clone())
             .unwrap_or_default();
         eprintln!("no selected backend can run on this machine: {reason}");
-        return Ok(crate::exit_unavailable(&reason));
+        return Ok(crate::exit::exit_unavailable(&reason));
     }
     Ok(if any_failed {
         ExitCode::from(1)

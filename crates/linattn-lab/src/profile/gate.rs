@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::record::{KernelProfile, ProfileRecord};
+use crate::results::profiles::{KernelProfile, ProfileRecord};
 
 /// One counter that moved.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,7 +200,7 @@ pub fn render_gate(out: &GateOutcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::record::{ModelParams, ModelTime, OccupancyRecord, PerToken};
+    use crate::results::profiles::{ModelParams, ModelTime, OccupancyRecord, PerToken};
     use crate::results::{CellShape, Mode};
 
     fn kernel(name: &str, warp: f64, occupancy: f64) -> KernelProfile {

@@ -5,11 +5,9 @@
 //! (`profiles`), which `linattn compare` gates on and `linattn report` renders.
 
 mod gate;
-pub(crate) mod record;
 mod table;
 
 pub(crate) use gate::{compare_profiles, render_gate};
-pub use record::ProfileRecord;
 pub(crate) use table::{kernel_table, phase_table, render_profiles};
 
 use std::collections::BTreeMap;
@@ -24,8 +22,8 @@ use linattn_cuda::executor::sim::{self, LaunchRecord};
 use linattn_cuda::executor::sim::{Counters, SimArch};
 
 use crate::registry;
+use crate::results::profiles::{KernelProfile, ModelParams, PerToken, PhaseProfile, ProfileRecord};
 use crate::results::{self, Mode, ResultsFile, SCHEMA_VERSION};
-use record::{KernelProfile, ModelParams, PerToken, PhaseProfile};
 
 #[derive(clap::Args)]
 #[command(after_help = "\

@@ -4,7 +4,7 @@
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use super::record::ProfileRecord;
+use crate::results::profiles::ProfileRecord;
 
 fn sci(x: f64) -> String {
     if x == 0.0 {

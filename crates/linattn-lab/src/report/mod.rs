@@ -2,13 +2,14 @@
 //! of time and memory against N, from one or more results files (a linattn file and a
 //! peers.py file from the same device merge into one report).
 
-mod plot;
+mod rows;
 
 use crate::bench::series_slopes;
 use crate::display::{fmt_bytes, fmt_seconds};
-use crate::results::{self, Cell, CellStatus, Mode, ResultsFile};
-use linattn_core::{AttnError, DEFAULT_EPS};
-pub(crate) use plot::{log_log_svg, power_of_two_label, Point, Quantity, Series, COLORS};
+use crate::plot::{log_log_svg, Quantity, Series};
+use crate::results::{self, Cell, CellStatus, ResultsFile};
+use linattn_core::AttnError;
+use rows::{group_cells, row_series, GroupKey, Row};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -21,118 +22,6 @@ pub struct ReportArgs {
     /// Where REPORT.md and the SVG plots go.
     #[arg(long, default_value = "bench-results/report")]
     out_dir: PathBuf,
-}
-
-/// Cells whose rows share a table and a plot: everything but backend, map and N.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct GroupKey {
-    mode: Mode,
-    batch: usize,
-    heads: usize,
-    dk: usize,
-    dv: usize,
-    /// `Causality::label` (a string so that keys sort).
-    causality: &'static str,
-}
-
-impl GroupKey {
-    fn of(c: &Cell) -> GroupKey {
-        GroupKey {
-            mode: c.mode,
-            batch: c.shape.batch,
-            heads: c.shape.heads,
-            dk: c.shape.dk,
-            dv: c.shape.dv,
-            causality: c.causality.label(),
-        }
-    }
-    fn title(&self) -> String {
-        format!(
-            "{} — B={} H={} D={} M={}, {}",
-            self.mode, self.batch, self.heads, self.dk, self.dv, self.causality
-        )
-    }
-    fn slug(&self) -> String {
-        results::slug(&format!(
-            "{} b{} h{} d{} m{} {}",
-            self.mode, self.batch, self.heads, self.dk, self.dv, self.causality
-        ))
-    }
-}
-
-/// One line of a table or plot: a backend (with its map, ε and decay when not default).
-struct Row<'a> {
-    pub(super) label: String,
-    pub(super) is_peer: bool,
-    pub(super) by_seq: BTreeMap<usize, &'a Cell>,
-}
-
-impl Row<'_> {
-    /// False for a backend that ran at no N of this group (no driver here, or a problem
-    /// it does not handle): it becomes a footnote instead of a row of marks.
-    fn ran_somewhere(&self) -> bool {
-        self.by_seq
-            .values()
-            .any(|c| !matches!(c.status, CellStatus::Unavailable | CellStatus::Unsupported))
-    }
-}
-
-fn row_label(c: &Cell, show_map: bool) -> String {
-    let mut label = c.backend.clone();
-    if show_map {
-        label.push_str(&format!(" [{}]", c.map));
-    }
-    if c.eps != DEFAULT_EPS {
-        label.push_str(&format!(" eps={:e}", c.eps));
-    }
-    if c.decay != 1.0 {
-        label.push_str(&format!(" decay={}", c.decay));
-    }
-    label
-}
-
-fn is_peer(backend: &str) -> bool {
-    backend.starts_with("peer/")
-}
-
-/// Groups the merged cells; a later file's cell replaces an earlier one with the same key.
-fn group_cells(files: &[ResultsFile]) -> BTreeMap<GroupKey, Vec<Row<'_>>> {
-    let mut latest: BTreeMap<results::CellKey, &Cell> = BTreeMap::new();
-    for f in files {
-        for c in &f.cells {
-            latest.insert(c.key(), c);
-        }
-    }
-    let mut groups: BTreeMap<GroupKey, Vec<&Cell>> = BTreeMap::new();
-    for c in latest.values() {
-        groups.entry(GroupKey::of(c)).or_default().push(c);
-    }
-    groups
-        .into_iter()
-        .map(|(key, cells)| {
-            // Linear-attention maps differ per row only when the group mixes them.
-            let maps: BTreeSet<&str> = cells
-                .iter()
-                .filter(|c| c.algorithm == "linear")
-                .map(|c| c.map.as_str())
-                .collect();
-            let show_map = maps.len() > 1;
-            let mut rows: BTreeMap<(bool, String), Row> = BTreeMap::new();
-            for c in cells {
-                let label = row_label(c, show_map && c.algorithm == "linear");
-                let peer = is_peer(&c.backend);
-                rows.entry((peer, label.clone()))
-                    .or_insert_with(|| Row {
-                        label,
-                        is_peer: peer,
-                        by_seq: BTreeMap::new(),
-                    })
-                    .by_seq
-                    .insert(c.shape.seq, c);
-            }
-            (key, rows.into_values().collect())
-        })
-        .collect()
 }
 
 fn status_mark(c: &Cell) -> String {
@@ -314,10 +203,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode, AttnError> {
         let runnable: Vec<&Row> = rows.iter().filter(|r| r.ran_somewhere()).collect();
         for (quantity, name) in [(Quantity::Time, "time"), (Quantity::Memory, "memory")] {
             let title = format!("{} vs N — {}", name, key.title());
-            let series: Vec<Series> = runnable
-                .iter()
-                .map(|r| plot::row_series(r, quantity))
-                .collect();
+            let series: Vec<Series> = runnable.iter().map(|r| row_series(r, quantity)).collect();
             let x_desc = "N (log scale; ticks at the N that ran)";
             if let Some(svg) = log_log_svg(&title, x_desc, quantity, &series)? {
                 let path = args.out_dir.join(format!("{}-{name}.svg", key.slug()));
@@ -388,10 +274,7 @@ mod tests {
         assert!(md.contains("| 1.00 |"), "{md}");
 
         let rows: Vec<&Row> = groups.values().next().unwrap().iter().collect();
-        let series: Vec<Series> = rows
-            .iter()
-            .map(|r| plot::row_series(r, Quantity::Time))
-            .collect();
+        let series: Vec<Series> = rows.iter().map(|r| row_series(r, Quantity::Time)).collect();
         let svg = log_log_svg("t", "N", Quantity::Time, &series)
             .unwrap()
             .unwrap();

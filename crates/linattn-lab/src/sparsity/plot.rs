@@ -1,13 +1,13 @@
 //! SVG plots of S against n (log axis, ticks at the n that ran) and against γ: measured points joined by thick
 //! lines (±2 se bars), the closed form as a thin line of the same colour.
 
-use super::{SparsityRecord, Sweep};
-use crate::report::{power_of_two_label, COLORS};
+use super::record::{SparsityRecord, Sweep};
+use crate::plot::{draw_dotted_line, draw_legend, line_color, power_of_two_label, render_svg};
 use linattn_core::AttnError;
+use plotters::prelude::*;
 
 /// One sweep's plot, or `None` when the sweep has no records.
 pub fn svg(records: &[SparsityRecord], sweep: Sweep) -> Result<Option<String>, AttnError> {
-    use plotters::prelude::*;
     let rows: Vec<&SparsityRecord> = records.iter().filter(|r| r.sweep == sweep).collect();
     let x_of = |r: &SparsityRecord| match sweep {
         // log2(n): a linear axis whose whole numbers are the powers of two that ran.
@@ -30,11 +30,8 @@ pub fn svg(records: &[SparsityRecord], sweep: Sweep) -> Result<Option<String>, A
         Sweep::Gamma => "S(a) against γ = σ‖q‖: softmax → 0, linear maps bounded",
     };
 
-    let mut svg = String::new();
-    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
-        let root = SVGBackend::with_string(&mut svg, (900, 600)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut builder = ChartBuilder::on(&root);
+    let svg = render_svg((900, 600), title, |root| {
+        let mut builder = ChartBuilder::on(root);
         builder
             .caption(title, ("sans-serif", 18))
             .margin(12)
@@ -67,18 +64,10 @@ pub fn svg(records: &[SparsityRecord], sweep: Sweep) -> Result<Option<String>, A
         }
         mesh.draw()?;
         for (i, case) in cases.iter().enumerate() {
-            let (r, g, b) = COLORS[i % COLORS.len()];
-            let color = RGBColor(r, g, b);
+            let color = line_color(i);
             let mine: Vec<&&SparsityRecord> = rows.iter().filter(|r| r.case == *case).collect();
             let measured: Vec<(f64, f64)> = mine.iter().map(|r| (x_of(r), r.measured)).collect();
-            chart
-                .draw_series(LineSeries::new(
-                    measured.clone(),
-                    ShapeStyle::from(&color).stroke_width(2),
-                ))?
-                .label(case.to_string())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            chart.draw_series(measured.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            draw_dotted_line(&mut chart, &measured, case.to_string(), color, 2)?;
             chart.draw_series(mine.iter().map(|r| {
                 let x = x_of(r);
                 PathElement::new(
@@ -95,15 +84,7 @@ pub fn svg(records: &[SparsityRecord], sweep: Sweep) -> Result<Option<String>, A
                 ShapeStyle::from(&color.mix(0.6)).stroke_width(1),
             ))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-        root.present()?;
-        Ok(())
-    })();
-    drawn.map_err(|e| AttnError::State(format!("plot '{title}': {e}")))?;
+        draw_legend(&mut chart, SeriesLabelPosition::LowerLeft, 0.8)
+    })?;
     Ok(Some(svg))
 }

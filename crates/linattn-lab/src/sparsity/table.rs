@@ -1,6 +1,6 @@
 //! The markdown table `linattn sparsity` prints (and the README quotes).
 
-use super::{SparsityRecord, Sweep};
+use super::record::{SparsityRecord, Sweep};
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("—".into(), |x| format!("{x:.digits$}"))

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::results::{CellShape, Mode};
+use super::cell::{CellShape, Mode};
 use linattn_core::Causality;
 use linattn_cuda::executor::sim::model::{Occupancy, Roofline};
 use linattn_cuda::executor::sim::{Counters, InstrClass, SimArch};

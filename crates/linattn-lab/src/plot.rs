@@ -1,17 +1,20 @@
-//! The log-log plots of `linattn report`: time or memory against N, one line per row.
+//! The SVG plots of the lab (`report`, the decode bench, `sparsity`), drawn with plotters
+//! into strings: one palette, one way to render and name a failed plot, and the log-log plot
+//! of a quantity against N.
 //!
-//! Axes are drawn in log space with ticks placed by hand, so a reader sees exactly the N
-//! that ran (2^k), memory in binary units and times at whole decades (no "1.000 ms"). Time
-//! points carry min–max whiskers; a line that stops because a cell ran out of memory or was
-//! predicted too slow ends in a labelled mark at the next N; dashed N¹ and N² slopes from
+//! Log-log axes are drawn in log space with ticks placed by hand, so a reader sees exactly
+//! the N that ran (2^k), memory in binary units and times at whole decades (no "1.000 ms").
+//! Time points carry min–max whiskers; a line that stops because a cell ran out of memory or
+//! was predicted too slow ends in a labelled mark at the next N; dashed N¹ and N² slopes from
 //! the lower-left corner show at a glance which rows grow linearly.
 
-use super::Row;
-use crate::results::{Cell, CellStatus};
 use linattn_core::AttnError;
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
 
 /// The palette of every plot (report and sparsity), one colour per line.
-pub(crate) const COLORS: [(u8, u8, u8); 10] = [
+const COLORS: [(u8, u8, u8); 10] = [
     (31, 119, 180),
     (255, 127, 14),
     (44, 160, 44),
@@ -23,6 +26,73 @@ pub(crate) const COLORS: [(u8, u8, u8); 10] = [
     (188, 189, 34),
     (23, 190, 207),
 ];
+
+/// The colour of the `i`-th line of a plot.
+pub(crate) fn line_color(i: usize) -> RGBColor {
+    let (r, g, b) = COLORS[i % COLORS.len()];
+    RGBColor(r, g, b)
+}
+
+/// What `draw` may fail with (plotters' errors, boxed).
+pub(crate) type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Renders an SVG of `size` pixels: a white canvas handed to `draw`, then written out. A
+/// failure is an `AttnError` naming the plot's `title`.
+pub(crate) fn render_svg(
+    size: (u32, u32),
+    title: &str,
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> DrawResult,
+) -> Result<String, AttnError> {
+    let mut svg = String::new();
+    let drawn = (|| -> DrawResult {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE)?;
+        draw(&root)?;
+        root.present()?;
+        Ok(())
+    })();
+    drawn.map_err(|e| AttnError::State(format!("plot '{title}': {e}")))?;
+    Ok(svg)
+}
+
+/// A chart on an SVG canvas with plain f64 axes (log-space values where the plot is log).
+pub(crate) type Chart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A line through `points`, `width` pixels wide, with a dot on each point, named `label`
+/// in the legend.
+pub(crate) fn draw_dotted_line(
+    chart: &mut Chart,
+    points: &[(f64, f64)],
+    label: String,
+    color: RGBColor,
+    width: u32,
+) -> DrawResult {
+    chart
+        .draw_series(LineSeries::new(
+            points.to_vec(),
+            ShapeStyle::from(&color).stroke_width(width),
+        ))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    Ok(())
+}
+
+/// The legend at `position`, boxed, over the plot behind it faded to `opacity` of white.
+pub(crate) fn draw_legend<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    position: SeriesLabelPosition,
+    opacity: f64,
+) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(opacity))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
 
 /// What a plot's y axis shows: seconds (decade ticks) or bytes (binary ticks).
 #[derive(Clone, Copy)]
@@ -49,18 +119,6 @@ pub(crate) struct Series {
 }
 
 impl Quantity {
-    /// The plotted value of an ok cell, before the log.
-    fn value(self, c: &Cell) -> Option<f64> {
-        let v = match self {
-            Quantity::Time => c.ok_median(),
-            Quantity::Memory => c
-                .peak_bytes
-                .filter(|_| c.status == CellStatus::Ok)
-                .map(|b| b as f64),
-        };
-        v.filter(|v| *v > 0.0 && v.is_finite())
-    }
-
     /// Time is plotted as log10(seconds) (decade ticks), memory as log2(bytes) (binary ticks).
     fn to_axis(self, v: f64) -> f64 {
         match self {
@@ -133,56 +191,6 @@ pub(crate) fn power_of_two_label(x: f64, run: &[i32]) -> String {
     format!("2^{k}")
 }
 
-/// The cells of a report row as a series: ok cells as points (time with their min–max), and
-/// the first cell after the last ok one that ran out of memory, was predicted too slow or
-/// failed as the stop.
-pub(super) fn row_series(row: &Row, quantity: Quantity) -> Series {
-    let points: Vec<Point> = row
-        .by_seq
-        .values()
-        .filter_map(|c| {
-            let value = quantity.value(c)?;
-            let range = match quantity {
-                Quantity::Time => c
-                    .min_s
-                    .zip(c.max_s)
-                    .filter(|(lo, hi)| *lo > 0.0 && *hi > 0.0),
-                Quantity::Memory => None,
-            };
-            Some(Point {
-                n: c.shape.seq as f64,
-                value,
-                range,
-            })
-        })
-        .collect();
-    let after = points.last().map_or(0.0, |p| p.n);
-    let stop = row
-        .by_seq
-        .values()
-        .find(|c| {
-            c.shape.seq as f64 > after
-                && matches!(
-                    c.status,
-                    CellStatus::Oom | CellStatus::TooSlow | CellStatus::Error
-                )
-        })
-        .map(|c| {
-            let label = match c.status {
-                CellStatus::Oom => "OOM",
-                CellStatus::TooSlow => "too slow",
-                _ => "error",
-            };
-            (c.shape.seq as f64, label)
-        });
-    Series {
-        label: row.label.clone(),
-        thin: row.is_peer,
-        points,
-        stop,
-    }
-}
-
 /// One log-log plot of `quantity` against N for `series`; `None` when no series has a point.
 pub(crate) fn log_log_svg(
     title: &str,
@@ -190,7 +198,6 @@ pub(crate) fn log_log_svg(
     quantity: Quantity,
     series: &[Series],
 ) -> Result<Option<String>, AttnError> {
-    use plotters::prelude::*;
     let to_xy = |p: &Point| (p.n.log2(), quantity.to_axis(p.value));
     let points: Vec<(f64, f64)> = series
         .iter()
@@ -234,11 +241,8 @@ pub(crate) fn log_log_svg(
         (y_hi - y_lo) as usize + 1,
     );
 
-    let mut svg = String::new();
-    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
-        let root = SVGBackend::with_string(&mut svg, (960, 640)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
+    let svg = render_svg((960, 640), title, |root| {
+        let mut chart = ChartBuilder::on(root)
             .caption(title, ("sans-serif", 18))
             .margin(14)
             .x_label_area_size(45)
@@ -284,18 +288,10 @@ pub(crate) fn log_log_svg(
         }
 
         for (i, line) in series.iter().enumerate() {
-            let (r, g, b) = COLORS[i % COLORS.len()];
-            let color = RGBColor(r, g, b);
+            let color = line_color(i);
             let xy: Vec<(f64, f64)> = line.points.iter().map(to_xy).collect();
             let width = if line.thin { 1 } else { 2 };
-            chart
-                .draw_series(LineSeries::new(
-                    xy.clone(),
-                    ShapeStyle::from(&color).stroke_width(width),
-                ))?
-                .label(line.label.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            chart.draw_series(xy.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            draw_dotted_line(&mut chart, &xy, line.label.clone(), color, width)?;
             for p in &line.points {
                 let Some((lo, hi)) = p.range else { continue };
                 let x = p.n.log2();
@@ -326,16 +322,8 @@ pub(crate) fn log_log_svg(
                 )))?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
-        root.present()?;
-        Ok(())
-    })();
-    drawn.map_err(|e| AttnError::State(format!("plot '{title}': {e}")))?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft, 0.85)
+    })?;
     Ok(Some(svg))
 }
 
