@@ -170,6 +170,17 @@ pub struct Grads {
     pub dv: Tensor,
 }
 
+impl Grads {
+    /// Zeroed gradients of inputs of `shape`.
+    pub fn zeros(shape: Shape) -> Result<Self, AttnError> {
+        Ok(Grads {
+            dq: Tensor::zeros(shape.qk_dims())?,
+            dk: Tensor::zeros(shape.qk_dims())?,
+            dv: Tensor::zeros(shape.v_dims())?,
+        })
+    }
+}
+
 impl Inputs {
     /// Host bytes of q, k, v (and d_out with `with_grad`) of `shape` in f64.
     pub fn f64_bytes(shape: Shape, with_grad: bool) -> Result<u64, AttnError> {
