@@ -23,8 +23,8 @@ use crate::gemm::{sgemm, transpose_into, MatRef};
 use crate::maps::{Featurised, Operand};
 
 /// What every chunk of one call shares.
-pub(super) struct Ctx<'a> {
-    pub cfg: &'a Config,
+pub(super) struct Ctx {
+    pub cfg: Config,
     /// Chunk length L.
     pub l: usize,
     /// A state's row length: M+1 when normalised (z in the last column), else M.
@@ -33,16 +33,16 @@ pub(super) struct Ctx<'a> {
     pub pow: Vec<f32>,
 }
 
-impl<'a> Ctx<'a> {
-    pub fn new(cfg: &'a Config, l: usize) -> Self {
+impl Ctx {
+    pub fn new(cfg: Config, l: usize) -> Self {
         let pow = (0..=l)
             .map(|e| (cfg.decay as f64).powi(e as i32) as f32)
             .collect();
         Ctx {
-            cfg,
             l,
             mp: cfg.m + usize::from(cfg.normalised),
             pow,
+            cfg,
         }
     }
 }
@@ -410,7 +410,7 @@ pub(super) fn denominators(
     let (c, len) = (ctx.cfg.c, sp.len);
     for (t, (d, q)) in den[..len].iter_mut().zip(qf.chunks_exact(c)).enumerate() {
         let own = intra.map_or(0.0, |a| a[t]);
-        *d = own + w(t) * kernels::dot::<false>(q, &z[..c]) + head.eps(ctx.cfg, sp.t0 + t);
+        *d = own + w(t) * kernels::dot::<false>(q, &z[..c]) + head.eps(&ctx.cfg, sp.t0 + t);
     }
 }
 
@@ -540,7 +540,7 @@ fn running_denominators(
             .zip(k)
             .for_each(|(a, &x)| *a = decay * *a + x);
         let inter = ctx.pow[t + 1] * kernels::dot::<false>(q, &z[..c]);
-        den[t] = inter + kernels::dot::<false>(q, acc) + head.eps(ctx.cfg, sp.t0 + t);
+        den[t] = inter + kernels::dot::<false>(q, acc) + head.eps(&ctx.cfg, sp.t0 + t);
     }
 }
 

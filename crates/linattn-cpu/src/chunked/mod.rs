@@ -25,7 +25,6 @@ pub use noncausal::{
 
 use crate::entry::ChunkOut;
 use crate::entry::{f32_entry_points, ForwardOperands, GradsF32, Operands};
-use crate::fast::Config;
 use chunk::{ForwardGrads, ReverseGrads, Scratch};
 use linattn_core::Problem;
 use rayon::prelude::*;
@@ -70,7 +69,12 @@ fn forward_starts(sh: &Shared) -> Vec<f32> {
         for g in 1..plan.groups {
             let (done, rest) = head.split_at_mut(g * len);
             let tokens = plan.group_tokens(g - 1);
-            add_decayed(sh.ctx.cfg, &mut rest[..len], &done[(g - 1) * len..], tokens);
+            add_decayed(
+                &sh.ctx.cfg,
+                &mut rest[..len],
+                &done[(g - 1) * len..],
+                tokens,
+            );
         }
     }
     starts
@@ -90,9 +94,9 @@ f32_entry_points! {
 }
 
 /// The chunks of every head over the checked operands, in tasks of (head, group).
-fn forward_chunks(problem: &Problem, (q, k, v): ForwardOperands, out: &mut [f32]) {
-    let cfg = Config::new(problem);
-    let sh = Shared::new(&cfg, problem.shape.bh(), chunk_len(), q, k, v);
+fn forward_chunks(problem: &Problem, ops: ForwardOperands, out: &mut [f32]) {
+    let sh = Shared::new(problem, chunk_len(), ops);
+    let cfg = &sh.ctx.cfg;
     let mut starts = forward_starts(&sh);
     let tasks = split(out, &sh.plan, cfg.m);
     let len = sh.state_len();
@@ -118,9 +122,8 @@ fn backward_chunks(
     out: ChunkOut,
     grads: &mut GradsF32,
 ) {
-    let cfg = Config::new(problem);
-    let bh = problem.shape.bh();
-    let sh = Shared::new(&cfg, bh, chunk_len(), q, k, v);
+    let sh = Shared::new(problem, chunk_len(), (q, k, v));
+    let (cfg, bh) = (&sh.ctx.cfg, sh.plan.bh);
     let (plan, c, d, m, l) = (sh.plan, cfg.c, cfg.d, cfg.m, sh.ctx.l);
     let state = sh.state_len();
     let mut gd = vec![0f32; bh * cfg.n];
@@ -184,7 +187,7 @@ fn backward_chunks(
                         let dkf_own = &mut dkf[rc.clone()];
                         chunk::backward_forward(&sh.ctx, &head, ch.sp, s, fg, dkf_own, ws);
                         if cfg.fused {
-                            fused_vjp(&cfg, head.q, ch, &dqf_buf[..ch.sp.len * c], dq);
+                            fused_vjp(cfg, head.q, ch, &dqf_buf[..ch.sp.len * c], dq);
                         }
                     }
                 },
@@ -219,7 +222,7 @@ fn backward_chunks(
                             // dkf is ∂K's own buffer here (C = D): the chain reads a copy.
                             let own = &mut dkf_buf[..ch.sp.len * c];
                             own.copy_from_slice(&dkf[rc]);
-                            fused_vjp(&cfg, head.k, ch, own, dkf);
+                            fused_vjp(cfg, head.k, ch, own, dkf);
                         }
                     }
                 },
@@ -232,7 +235,7 @@ fn backward_chunks(
 
 /// Each group's R⁺ at its end (the state of all later tokens), reverse scan over groups.
 fn reverse_starts(sh: &Shared, gn: &[f32], gd: &[f32]) -> Vec<f32> {
-    let (plan, len, cfg) = (sh.plan, sh.state_len(), sh.ctx.cfg);
+    let (plan, len, cfg) = (sh.plan, sh.state_len(), &sh.ctx.cfg);
     // Group g+1's own share (relative to its first token) lands in slot g.
     let mut starts = sh.task_states(
         |g| g + 1 < plan.groups,

@@ -24,7 +24,6 @@ use super::tasks::{
     dphi_rows, fused_vjp, split, split_out, split_ref, split_staged, staged_vjp, Shared, TaskBufs,
 };
 use crate::entry::{f32_entry_points, ChunkOut, ForwardOperands, GradsF32, Operands};
-use crate::fast::Config;
 use crate::gemm::sgemm;
 use crate::maps::Operand;
 use linattn_core::Problem;
@@ -53,7 +52,7 @@ fn tail_weight(ctx: &Ctx, sp: Span) -> f32 {
 /// Sums the tasks' C×M' shares into one per head, group g's scaled by `λ^{N−e_g}` (e_g:
 /// the end of its tokens) when `weighted`.
 fn reduce_heads(sh: &Shared, parts: Vec<f32>, weighted: bool) -> Vec<f32> {
-    let (len, plan, cfg) = (sh.state_len(), sh.plan, sh.ctx.cfg);
+    let (len, plan, cfg) = (sh.state_len(), sh.plan, &sh.ctx.cfg);
     parts
         .chunks(plan.groups * len)
         .flat_map(|head| {
@@ -123,9 +122,9 @@ f32_entry_points! {
 }
 
 /// The blocks of every head over the checked operands: the head states, then O.
-fn forward_blocks(problem: &Problem, (q, k, v): ForwardOperands, out: &mut [f32]) {
-    let cfg = Config::new(problem);
-    let sh = Shared::new(&cfg, problem.shape.bh(), block_len(), q, k, v);
+fn forward_blocks(problem: &Problem, ops: ForwardOperands, out: &mut [f32]) {
+    let sh = Shared::new(problem, block_len(), ops);
+    let cfg = &sh.ctx.cfg;
     let states = head_states(&sh);
     let (ctx, plan, m) = (&sh.ctx, sh.plan, cfg.m);
     split(out, &plan, m)
@@ -152,8 +151,8 @@ fn backward_blocks(
     out: ChunkOut,
     grads: &mut GradsF32,
 ) {
-    let cfg = Config::new(problem);
-    let sh = Shared::new(&cfg, problem.shape.bh(), block_len(), q, k, v);
+    let sh = Shared::new(problem, block_len(), (q, k, v));
+    let cfg = &sh.ctx.cfg;
     let (ctx, plan) = (&sh.ctx, sh.plan);
     let (c, d, m, len) = (cfg.c, cfg.d, cfg.m, sh.state_len());
     let states = head_states(&sh);
@@ -200,7 +199,7 @@ fn backward_blocks(
                     };
                     chunk::absorb(ctx, qf, |_| 0, rows, 1.0, &mut ws.tmp, r);
                     if cfg.fused {
-                        fused_vjp(&cfg, head.q, ch, &own[..sp.len * c], dq);
+                        fused_vjp(cfg, head.q, ch, &own[..sp.len * c], dq);
                     }
                 }
             },
@@ -236,7 +235,7 @@ fn backward_blocks(
                     let kw = rm(kw, sp.len, c);
                     sgemm(w, kw, state_values(ctx, r), 0.0, &mut dv[ch.rows(m)], m);
                     if cfg.fused {
-                        fused_vjp(&cfg, head.k, ch, &own[..sp.len * c], dk);
+                        fused_vjp(cfg, head.k, ch, &own[..sp.len * c], dk);
                     }
                 }
             },

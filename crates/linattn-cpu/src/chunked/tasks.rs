@@ -3,10 +3,11 @@
 //! inputs (φ of staged maps), the per-task states, and the chain through φ at the end.
 
 use super::chunk::{self, Ctx, Head, Scratch, Span};
-use crate::entry::ChunkOut;
 use crate::entry::GradsF32;
+use crate::entry::{ChunkOut, ForwardOperands};
 use crate::fast::{kernels, Config};
 use crate::maps::{Featurised, Operand};
+use linattn_core::Problem;
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -105,7 +106,7 @@ pub(super) fn split_staged<'a>(
 
 /// Everything that is read-only across tasks.
 pub(super) struct Shared<'a> {
-    pub ctx: Ctx<'a>,
+    pub ctx: Ctx,
     pub plan: Plan,
     q: &'a [f32],
     k: &'a [f32],
@@ -114,14 +115,10 @@ pub(super) struct Shared<'a> {
 }
 
 impl<'a> Shared<'a> {
-    pub fn new(
-        cfg: &'a Config,
-        bh: usize,
-        l: usize,
-        q: &'a [f32],
-        k: &'a [f32],
-        v: &'a [f32],
-    ) -> Self {
+    /// A call of `problem` on `(q, k, v)` cut into chunks of `l` tokens (φ staged first for
+    /// maps that are not elementwise).
+    pub fn new(problem: &Problem, l: usize, (q, k, v): ForwardOperands<'a>) -> Self {
+        let (cfg, bh) = (Config::new(problem), problem.shape.bh());
         let (n, d) = (cfg.n, cfg.d);
         let staged = if cfg.fused {
             Vec::new()
@@ -148,7 +145,7 @@ impl<'a> Shared<'a> {
     }
 
     pub fn head(&self, h: usize) -> Head<'_> {
-        let cfg = self.ctx.cfg;
+        let cfg = &self.ctx.cfg;
         let (nd, nm) = (cfg.n * cfg.d, cfg.n * cfg.m);
         Head {
             q: &self.q[h * nd..(h + 1) * nd],
@@ -225,7 +222,7 @@ pub(super) fn add_decayed(cfg: &Config, dst: &mut [f32], src: &[f32], tokens: us
 /// ∂Q, ∂K from the whole-head ∂φ(Q), ∂φ(K) of staged maps (nothing for fused maps, whose
 /// chain ran chunk by chunk).
 pub(super) fn staged_vjp(sh: &Shared, dqf_all: &[f32], dkf_all: &[f32], grads: &mut GradsF32) {
-    let cfg = sh.ctx.cfg;
+    let cfg = &sh.ctx.cfg;
     if cfg.fused {
         return;
     }
