@@ -50,14 +50,14 @@ pub(crate) type ForwardBody = fn(&Problem, ForwardOperands, &mut [f32]);
 /// rows (a buffer to write, or for the GEMM forms also the forward's O to read).
 pub(crate) type BackwardBody<O> = fn(&Problem, Operands, O, &mut GradsF32);
 
-/// The output rows a backward receives, for the length check.
+/// The output rows a backward receives, whichever way: their length, for the check.
 pub(crate) trait BackwardOut {
-    fn rows(&self) -> &[f32];
+    fn out_len(&self) -> usize;
 }
 
 impl BackwardOut for &mut [f32] {
-    fn rows(&self) -> &[f32] {
-        self
+    fn out_len(&self) -> usize {
+        self.len()
     }
 }
 
@@ -81,10 +81,10 @@ impl<'o> From<&'o [f32]> for ChunkOut<'o> {
 }
 
 impl BackwardOut for ChunkOut<'_> {
-    fn rows(&self) -> &[f32] {
+    fn out_len(&self) -> usize {
         match self {
-            ChunkOut::Compute(o) => o,
-            ChunkOut::Given(o) => o,
+            ChunkOut::Compute(o) => o.len(),
+            ChunkOut::Given(o) => o.len(),
         }
     }
 }
@@ -170,7 +170,7 @@ pub(crate) fn checked_backward<O: BackwardOut>(
     let (q, k, v, d_out) = ops;
     let (qk_len, v_len) = check_operands(problem, (q, k, v))?;
     check_len("d_out", d_out.len(), v_len)?;
-    check_len("out", out.rows().len(), v_len)?;
+    check_len("out", out.out_len(), v_len)?;
     check_len("dq", grads.dq.len(), qk_len)?;
     check_len("dk", grads.dk.len(), qk_len)?;
     check_len("dv", grads.dv.len(), v_len)?;
