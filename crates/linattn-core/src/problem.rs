@@ -8,6 +8,43 @@ pub const DEFAULT_EPS: f64 = 1e-6;
 /// Seed of the FAVOR+ random projection when the user names none.
 pub const DEFAULT_FAVOR_SEED: u64 = 0x5eed_fa70;
 
+/// `label()`, `Display` and `FromStr` of a unit enum from one table: each variant's label
+/// (what it prints as, and parses from) and the other spellings it parses from, any case.
+/// `$what` and `$expected` name the enum and its labels in the parse error.
+macro_rules! labelled {
+    (
+        $ty:ident, $what:literal, $expected:literal;
+        $($variant:ident => $label:literal $(| $alias:literal)*,)+
+    ) => {
+        impl $ty {
+            pub fn label(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $label,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.label())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = AttnError;
+            fn from_str(s: &str) -> Result<Self, AttnError> {
+                match s.to_ascii_lowercase().as_str() {
+                    $($label $(| $alias)* => Ok($ty::$variant),)+
+                    _ => Err(AttnError::InvalidArgument(format!(
+                        concat!("unknown ", $what, " '{}' (expected ", $expected, ")"),
+                        s
+                    ))),
+                }
+            }
+        }
+    };
+}
+
 /// Sizes of one problem: Q, K are `[batch, heads, seq, dk]`, V and O are `[batch, heads, seq, dv]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Shape {
@@ -19,7 +56,7 @@ pub struct Shape {
 }
 
 impl Shape {
-    pub fn new(batch: usize, heads: usize, seq: usize, dk: usize, dv: usize) -> Self {
+    pub const fn new(batch: usize, heads: usize, seq: usize, dk: usize, dv: usize) -> Self {
         Shape {
             batch,
             heads,
@@ -95,31 +132,12 @@ impl Causality {
     pub fn is_causal(self) -> bool {
         self == Causality::Causal
     }
-    pub fn label(self) -> &'static str {
-        match self {
-            Causality::Causal => "causal",
-            Causality::NonCausal => "non-causal",
-        }
-    }
 }
 
-impl fmt::Display for Causality {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-impl FromStr for Causality {
-    type Err = AttnError;
-    fn from_str(s: &str) -> Result<Self, AttnError> {
-        match s.to_ascii_lowercase().as_str() {
-            "causal" => Ok(Causality::Causal),
-            "non-causal" | "noncausal" | "full" => Ok(Causality::NonCausal),
-            _ => Err(AttnError::InvalidArgument(format!(
-                "unknown causality '{s}' (expected causal or non-causal)"
-            ))),
-        }
-    }
+labelled! {
+    Causality, "causality", "causal or non-causal";
+    Causal => "causal",
+    NonCausal => "non-causal" | "noncausal" | "full",
 }
 
 /// Feature maps φ of SPEC §5.
@@ -263,15 +281,15 @@ pub enum Precision {
     BF16,
 }
 
+labelled! {
+    Precision, "precision", "f64, f32, f16 or bf16";
+    F64 => "f64" | "fp64" | "double",
+    F32 => "f32" | "fp32" | "float",
+    F16 => "f16" | "fp16" | "half",
+    BF16 => "bf16",
+}
+
 impl Precision {
-    pub fn label(self) -> &'static str {
-        match self {
-            Precision::F64 => "f64",
-            Precision::F32 => "f32",
-            Precision::F16 => "f16",
-            Precision::BF16 => "bf16",
-        }
-    }
     /// Bytes per stored element.
     pub fn bytes(self) -> usize {
         match self {
@@ -288,27 +306,6 @@ impl Precision {
             Precision::F32 => 1e-5,
             Precision::F16 => 2e-3,
             Precision::BF16 => 5e-3,
-        }
-    }
-}
-
-impl fmt::Display for Precision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-impl FromStr for Precision {
-    type Err = AttnError;
-    fn from_str(s: &str) -> Result<Self, AttnError> {
-        match s.to_ascii_lowercase().as_str() {
-            "f64" | "fp64" | "double" => Ok(Precision::F64),
-            "f32" | "fp32" | "float" => Ok(Precision::F32),
-            "f16" | "fp16" | "half" => Ok(Precision::F16),
-            "bf16" => Ok(Precision::BF16),
-            _ => Err(AttnError::InvalidArgument(format!(
-                "unknown precision '{s}' (expected f64, f32, f16 or bf16)"
-            ))),
         }
     }
 }
@@ -330,44 +327,22 @@ pub enum Form {
     Chunked,
 }
 
+labelled! {
+    Form, "form", "quadratic, parallel, recurrent, cumsum or chunked";
+    Quadratic => "quadratic",
+    Parallel => "parallel" | "noncausal" | "non-causal",
+    Recurrent => "recurrent",
+    Cumsum => "cumsum",
+    Chunked => "chunked" | "chunkwise",
+}
+
 impl Form {
-    pub fn label(self) -> &'static str {
-        match self {
-            Form::Quadratic => "quadratic",
-            Form::Parallel => "parallel",
-            Form::Recurrent => "recurrent",
-            Form::Cumsum => "cumsum",
-            Form::Chunked => "chunked",
-        }
-    }
     /// The causalities this form computes.
     pub fn supports(self, causality: Causality) -> bool {
         match self {
             Form::Quadratic => true,
             Form::Parallel => !causality.is_causal(),
             Form::Recurrent | Form::Cumsum | Form::Chunked => causality.is_causal(),
-        }
-    }
-}
-
-impl fmt::Display for Form {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-impl FromStr for Form {
-    type Err = AttnError;
-    fn from_str(s: &str) -> Result<Self, AttnError> {
-        match s.to_ascii_lowercase().as_str() {
-            "quadratic" => Ok(Form::Quadratic),
-            "parallel" | "noncausal" | "non-causal" => Ok(Form::Parallel),
-            "recurrent" => Ok(Form::Recurrent),
-            "cumsum" => Ok(Form::Cumsum),
-            "chunked" | "chunkwise" => Ok(Form::Chunked),
-            _ => Err(AttnError::InvalidArgument(format!(
-                "unknown form '{s}' (expected quadratic, parallel, recurrent, cumsum or chunked)"
-            ))),
         }
     }
 }
@@ -538,24 +513,13 @@ mod tests {
 
     #[test]
     fn validation_names_the_problem() {
-        let p = Problem::new(
-            Shape::new(1, 0, 4, 8, 8),
-            Causality::Causal,
-            FeatureMap::Relu,
-        );
+        let causal =
+            |heads, map| Problem::new(Shape::new(1, heads, 4, 8, 8), Causality::Causal, map);
+        let p = causal(0, FeatureMap::Relu);
         assert_eq!(p.validate(), Err(AttnError::EmptyDim("heads (H)")));
-        let p = Problem::new(
-            Shape::new(1, 1, 4, 8, 8),
-            Causality::Causal,
-            FeatureMap::EfficientAttention,
-        );
+        let p = causal(1, FeatureMap::EfficientAttention);
         assert!(matches!(p.validate(), Err(AttnError::InvalidArgument(_))));
-        let p = Problem::new(
-            Shape::new(1, 1, 4, 8, 8),
-            Causality::Causal,
-            FeatureMap::Relu,
-        )
-        .with_decay(1.5);
+        let p = causal(1, FeatureMap::Relu).with_decay(1.5);
         assert!(matches!(p.validate(), Err(AttnError::InvalidArgument(_))));
         let huge = Shape::new(usize::MAX / 2, 4, 4, 4, 4);
         assert!(matches!(huge.validate(), Err(AttnError::SizeOverflow(_))));

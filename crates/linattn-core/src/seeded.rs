@@ -163,6 +163,20 @@ impl SeededInputs {
     }
 }
 
+/// Seeded inputs made in f64 belong here, beside the streams they draw from: tensor.rs
+/// knows nothing of seeding, so the dependency runs one way (seeded → tensor).
+impl Inputs {
+    /// Seeded inputs: every backend, on every run and machine, sees the same numbers for the
+    /// same `(shape, seed)`. Entries are N(0, 1); d_out is drawn too when `with_grad`. Each
+    /// (operand, head) has its own stream ([`SeededInputs`]), so a backend can make the same
+    /// values in its own precision without this f64 copy. Refuses, with a typed out-of-memory
+    /// error, inputs that would not fit in available host memory (an allocation failure
+    /// would abort the process).
+    pub fn random(shape: Shape, seed: u64, with_grad: bool) -> Result<Self, AttnError> {
+        SeededInputs::new(shape, seed, with_grad)?.materialize()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,8 +185,9 @@ mod tests {
     fn heads_and_operands_draw_distinct_reproducible_streams() {
         let s = Shape::new(2, 3, 5, 4, 6);
         let src = SeededInputs::new(s, 7, true).unwrap();
-        let a = src.materialize().unwrap();
+        let a = Inputs::random(s, 7, true).unwrap();
         assert_eq!(a, src.materialize().unwrap());
+        assert_eq!(a, Inputs::random(s, 7, true).unwrap());
         assert_eq!(a.shape().unwrap(), s);
         assert_ne!(a.q.head(0), a.q.head(1));
         assert_ne!(&a.q.data()[..20], &a.k.data()[..20]);
@@ -191,7 +206,7 @@ mod tests {
             .unwrap()
             .materialize()
             .unwrap();
-        assert_eq!(no_grad.v, a.v);
+        assert_eq!((&no_grad.q, &no_grad.v), (&a.q, &a.v));
         assert!(no_grad.d_out.is_none());
     }
 

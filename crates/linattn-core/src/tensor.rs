@@ -1,6 +1,5 @@
 use crate::error::AttnError;
 use crate::problem::{checked_len, Problem, Shape};
-use crate::seeded::SeededInputs;
 use serde::{Deserialize, Serialize};
 
 /// A host tensor `[B, H, N, D]`, row-major and contiguous, in f64: the common currency
@@ -171,6 +170,17 @@ pub struct Grads {
     pub dv: Tensor,
 }
 
+impl Grads {
+    /// Zeroed gradients of inputs of `shape`.
+    pub fn zeros(shape: Shape) -> Result<Self, AttnError> {
+        Ok(Grads {
+            dq: Tensor::zeros(shape.qk_dims())?,
+            dk: Tensor::zeros(shape.qk_dims())?,
+            dv: Tensor::zeros(shape.v_dims())?,
+        })
+    }
+}
+
 impl Inputs {
     /// Host bytes of q, k, v (and d_out with `with_grad`) of `shape` in f64.
     pub fn f64_bytes(shape: Shape, with_grad: bool) -> Result<u64, AttnError> {
@@ -179,16 +189,6 @@ impl Inputs {
             .checked_mul(shape.seq as u64)
             .and_then(|r| r.checked_mul(per_row * 8))
             .ok_or_else(|| AttnError::SizeOverflow(format!("inputs of {shape}")))
-    }
-
-    /// Seeded inputs: every backend, on every run and machine, sees the same numbers for the
-    /// same `(shape, seed)`. Entries are N(0, 1); d_out is drawn too when `with_grad`. Each
-    /// (operand, head) has its own stream ([`SeededInputs`]), so a backend can make the same
-    /// values in its own precision without this f64 copy. Refuses, with a typed out-of-memory
-    /// error, inputs that would not fit in available host memory (an allocation failure
-    /// would abort the process).
-    pub fn random(shape: Shape, seed: u64, with_grad: bool) -> Result<Self, AttnError> {
-        SeededInputs::new(shape, seed, with_grad)?.materialize()
     }
 
     /// Shape implied by q and v, after checking q, k, v (and d_out) agree and are non-empty.
@@ -263,20 +263,6 @@ impl Inputs {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn random_inputs_are_reproducible_and_seed_dependent() {
-        let s = Shape::new(2, 3, 5, 4, 6);
-        let a = Inputs::random(s, 7, true).unwrap();
-        let b = Inputs::random(s, 7, true).unwrap();
-        let c = Inputs::random(s, 8, true).unwrap();
-        assert_eq!(a, b);
-        assert_ne!(a.q, c.q);
-        assert_eq!(a.shape().unwrap(), s);
-        // Pinned values: a change to the generator would silently change every baseline.
-        let first = a.q.data()[0];
-        assert!((first - Inputs::random(s, 7, false).unwrap().q.data()[0]).abs() == 0.0);
-    }
 
     #[test]
     fn mismatches_and_non_finite_are_named() {

@@ -1,5 +1,8 @@
 //! The CPU backends behind [`linattn_core::Backend`]: the f64 reference forms and the fast
 //! f32 path. Stage validates and converts (untimed); run_* time the compute only.
+//!
+//! One [`CpuBackend`] owns what both share (info, checks, staging order, release); what
+//! differs between the two precisions is its [`CpuPath`].
 
 use crate::chunked;
 use crate::fast::{self, GradsF32};
@@ -75,38 +78,85 @@ fn validate_stage(info: &BackendInfo, problem: &Problem, inputs: &Inputs) -> Res
     Ok(())
 }
 
-/// One f64 reference form (see [`crate::oracle`]).
-pub struct OracleBackend {
+/// A CPU backend: what it is (its info and form) and the state of its path.
+pub struct CpuBackend<P> {
     info: BackendInfo,
     form: Form,
-    staged: Option<(Problem, Inputs)>,
-    output: Option<Tensor>,
-    grads: Option<Grads>,
-    /// States kept by the forward of a stored-states backend.
-    stored: Option<StoredForward>,
+    path: P,
+}
+
+/// One f64 reference form (see [`crate::oracle`]).
+pub type OracleBackend = CpuBackend<OraclePath>;
+
+/// The fast f32 paths: recurrent ([`crate::fast`]), chunked and non-causal on GEMMs
+/// ([`crate::chunked`]).
+pub type FastBackend = CpuBackend<FastPath>;
+
+/// What one precision's path keeps between calls and does; [`CpuBackend`] drives it. Its
+/// default is the released state.
+pub trait CpuPath: Default + Send {
+    /// Whether [`CpuPath::stage_seeded`] fills the path's own storage from seeded inputs;
+    /// otherwise they are made in f64 and staged as any inputs.
+    const STAGES_SEEDED: bool = false;
+
+    /// Keeps inputs already checked against the problem and the backend's form.
+    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError>;
+
+    /// Fills the path's storage from `source`, whose shape and form are checked (only with
+    /// [`CpuPath::STAGES_SEEDED`]).
+    fn stage_seeded(&mut self, problem: &Problem, source: &SeededInputs) -> Result<(), AttnError> {
+        self.stage(problem, &source.materialize()?)
+    }
+
+    fn run_forward(&mut self, info: &BackendInfo, form: Form) -> Result<RunStats, AttnError>;
+
+    fn run_backward(&mut self, info: &BackendInfo, form: Form) -> Result<RunStats, AttnError>;
+
+    fn output(&mut self) -> Result<Tensor, AttnError>;
+
+    fn grads(&mut self) -> Result<Grads, AttnError>;
+}
+
+impl<P> CpuBackend<P> {
+    fn with_path(
+        name: &str,
+        precision: Precision,
+        form: Form,
+        backward: Option<BackwardKind>,
+    ) -> Self
+    where
+        P: Default,
+    {
+        CpuBackend {
+            info: BackendInfo {
+                name: name.into(),
+                device: DeviceKind::Cpu,
+                precision,
+                algorithm: Algorithm::Linear(form),
+                backward,
+            },
+            form,
+            path: P::default(),
+        }
+    }
 }
 
 impl OracleBackend {
     /// `backward`: `Efficient` (SPEC §4), `StoredStates` (keeps every S_i) or none.
     pub fn new(name: &str, form: Form, backward: Option<BackwardKind>) -> Self {
-        OracleBackend {
-            info: BackendInfo {
-                name: name.into(),
-                device: DeviceKind::Cpu,
-                precision: Precision::F64,
-                algorithm: Algorithm::Linear(form),
-                backward,
-            },
-            form,
-            staged: None,
-            output: None,
-            grads: None,
-            stored: None,
-        }
+        CpuBackend::with_path(name, Precision::F64, form, backward)
     }
 }
 
-impl Backend for OracleBackend {
+impl FastBackend {
+    /// `form`: [`Form::Parallel`] (non-causal), [`Form::Recurrent`] or [`Form::Chunked`]
+    /// (causal).
+    pub fn new(name: &str, form: Form) -> Self {
+        CpuBackend::with_path(name, Precision::F32, form, Some(BackwardKind::Efficient))
+    }
+}
+
+impl<P: CpuPath> Backend for CpuBackend<P> {
     fn info(&self) -> &BackendInfo {
         &self.info
     }
@@ -118,30 +168,81 @@ impl Backend for OracleBackend {
     fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
         self.release();
         validate_stage(&self.info, problem, inputs)?;
+        self.path.stage(problem, inputs)
+    }
+
+    fn stage_seeded(&mut self, problem: &Problem, source: &SeededInputs) -> Result<(), AttnError> {
+        if !P::STAGES_SEEDED {
+            return self.stage(problem, &source.materialize()?);
+        }
+        self.release();
+        check_linear_form(&self.info, problem)?;
+        if source.shape() != problem.shape {
+            return Err(AttnError::ShapeMismatch(format!(
+                "inputs are {}, problem is {}",
+                source.shape(),
+                problem.shape
+            )));
+        }
+        self.path.stage_seeded(problem, source)
+    }
+
+    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
+        self.path.run_forward(&self.info, self.form)
+    }
+
+    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
+        self.path.run_backward(&self.info, self.form)
+    }
+
+    fn output(&mut self) -> Result<Tensor, AttnError> {
+        self.path.output()
+    }
+
+    fn grads(&mut self) -> Result<Grads, AttnError> {
+        self.path.grads()
+    }
+
+    fn release(&mut self) {
+        self.path = P::default();
+    }
+}
+
+/// The f64 reference path: inputs as staged, O and the gradients in f64.
+#[derive(Default)]
+pub struct OraclePath {
+    staged: Option<(Problem, Inputs)>,
+    output: Option<Tensor>,
+    grads: Option<Grads>,
+    /// States kept by the forward of a stored-states backend.
+    stored: Option<StoredForward>,
+}
+
+impl CpuPath for OraclePath {
+    fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
         self.staged = Some((*problem, inputs.clone()));
         Ok(())
     }
 
-    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
+    fn run_forward(&mut self, info: &BackendInfo, form: Form) -> Result<RunStats, AttnError> {
         let (problem, inputs) = self.staged.as_ref().ok_or_else(no_stage)?;
         self.grads = None;
         let start = Instant::now();
-        if self.info.backward == Some(BackwardKind::StoredStates) {
+        if info.backward == Some(BackwardKind::StoredStates) {
             let fwd = oracle::backward_stored::forward_storing(problem, inputs)?;
             self.output = Some(fwd.output.clone());
             self.stored = Some(fwd);
         } else {
-            self.output = Some(oracle::forward_with(problem, inputs, self.form)?);
+            self.output = Some(oracle::forward_with(problem, inputs, form)?);
         }
         Ok(RunStats::host(start.elapsed()))
     }
 
-    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
+    fn run_backward(&mut self, info: &BackendInfo, _form: Form) -> Result<RunStats, AttnError> {
         let (problem, inputs) = self.staged.as_ref().ok_or_else(no_stage)?;
-        let kind = self
-            .info
+        let kind = info
             .backward
-            .ok_or_else(|| Unsupported::Problem(format!("{} has no backward", self.info.name)))?;
+            .ok_or_else(|| Unsupported::Problem(format!("{} has no backward", info.name)))?;
         inputs.require_d_out()?;
         if self.output.is_none() {
             return Err(no_forward());
@@ -166,13 +267,6 @@ impl Backend for OracleBackend {
     fn grads(&mut self) -> Result<Grads, AttnError> {
         self.grads.clone().ok_or_else(no_grads)
     }
-
-    fn release(&mut self) {
-        self.staged = None;
-        self.output = None;
-        self.grads = None;
-        self.stored = None;
-    }
 }
 
 /// Inputs converted to f32.
@@ -184,11 +278,9 @@ struct StagedF32 {
     d_out: Option<Vec<f32>>,
 }
 
-/// The fast f32 paths: recurrent ([`crate::fast`]), chunked and non-causal on GEMMs
-/// ([`crate::chunked`]).
-pub struct FastBackend {
-    info: BackendInfo,
-    form: Form,
+/// The f32 path: inputs, O and the gradients in f32, buffers reused across runs.
+#[derive(Default)]
+pub struct FastPath {
     staged: Option<StagedF32>,
     output: Option<Vec<f32>>,
     grads: Option<GradsF32>,
@@ -197,28 +289,6 @@ pub struct FastBackend {
     /// The recurrent backward's own O (it recomputes the forward), kept for the next run's
     /// reuse.
     recomputed_out: Vec<f32>,
-}
-
-impl FastBackend {
-    /// `form`: [`Form::Parallel`] (non-causal), [`Form::Recurrent`] or [`Form::Chunked`]
-    /// (causal).
-    pub fn new(name: &str, form: Form) -> Self {
-        FastBackend {
-            form,
-            info: BackendInfo {
-                name: name.into(),
-                device: DeviceKind::Cpu,
-                precision: Precision::F32,
-                algorithm: Algorithm::Linear(form),
-                backward: Some(BackwardKind::Efficient),
-            },
-            staged: None,
-            output: None,
-            grads: None,
-            grads_current: false,
-            recomputed_out: Vec::new(),
-        }
-    }
 }
 
 /// f32 copy of a tensor; values beyond f32's range are rejected rather than turned into ∞.
@@ -234,18 +304,10 @@ fn to_f32(t: &Tensor, role: TensorRole) -> Result<Vec<f32>, AttnError> {
     }
 }
 
-impl Backend for FastBackend {
-    fn info(&self) -> &BackendInfo {
-        &self.info
-    }
-
-    fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
-        check_linear_form(&self.info, problem)
-    }
+impl CpuPath for FastPath {
+    const STAGES_SEEDED: bool = true;
 
     fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
-        self.release();
-        validate_stage(&self.info, problem, inputs)?;
         self.staged = Some(StagedF32 {
             problem: *problem,
             q: to_f32(&inputs.q, TensorRole::Q)?,
@@ -262,15 +324,6 @@ impl Backend for FastBackend {
 
     /// Fills the f32 buffers straight from the seeded streams, every core, no f64 copy.
     fn stage_seeded(&mut self, problem: &Problem, source: &SeededInputs) -> Result<(), AttnError> {
-        self.release();
-        check_linear_form(&self.info, problem)?;
-        if source.shape() != problem.shape {
-            return Err(AttnError::ShapeMismatch(format!(
-                "inputs are {}, problem is {}",
-                source.shape(),
-                problem.shape
-            )));
-        }
         linattn_core::HostMemory::ensure_available(source.bytes(4), "f32 inputs")?;
         let make = |role| source.make(role, |x| x as f32);
         self.staged = Some(StagedF32 {
@@ -286,7 +339,7 @@ impl Backend for FastBackend {
         Ok(())
     }
 
-    fn run_forward(&mut self) -> Result<RunStats, AttnError> {
+    fn run_forward(&mut self, _info: &BackendInfo, form: Form) -> Result<RunStats, AttnError> {
         let st = self.staged.as_ref().ok_or_else(no_stage)?;
         // The previous output's buffer is reused, so repeated runs do not fault in fresh
         // pages; the gradients' buffers stay for the next backward but no longer count.
@@ -298,7 +351,7 @@ impl Backend for FastBackend {
         }
         let (p, q, k, v) = (&st.problem, &st.q[..], &st.k[..], &st.v[..]);
         let start = Instant::now();
-        match self.form {
+        match form {
             Form::Chunked => chunked::forward_into(p, q, k, v, &mut out)?,
             Form::Parallel => chunked::noncausal_forward_into(p, q, k, v, &mut out)?,
             _ => fast::forward_into(p, q, k, v, &mut out)?,
@@ -308,7 +361,7 @@ impl Backend for FastBackend {
         Ok(RunStats::host(elapsed))
     }
 
-    fn run_backward(&mut self) -> Result<RunStats, AttnError> {
+    fn run_backward(&mut self, _info: &BackendInfo, form: Form) -> Result<RunStats, AttnError> {
         let st = self.staged.as_ref().ok_or_else(no_stage)?;
         let d_out = st.d_out.as_ref().ok_or_else(|| {
             AttnError::InvalidArgument("backward needs d_out (∂L/∂O), none was staged".into())
@@ -331,7 +384,7 @@ impl Backend for FastBackend {
         // the forward. The GEMM forms take the forward's O (as a training step has it); the
         // recurrent form computes O again on its way.
         let start = Instant::now();
-        match self.form {
+        match form {
             Form::Chunked => {
                 chunked::backward_from_output_into(p, q, k, v, d_out, out, &mut grads)?
             }
@@ -369,13 +422,5 @@ impl Backend for FastBackend {
             dk: Tensor::from_slice(s.qk_dims(), &g.dk)?,
             dv: Tensor::from_slice(s.v_dims(), &g.dv)?,
         })
-    }
-
-    fn release(&mut self) {
-        self.staged = None;
-        self.output = None;
-        self.grads = None;
-        self.grads_current = false;
-        self.recomputed_out = Vec::new();
     }
 }

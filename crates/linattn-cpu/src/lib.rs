@@ -14,6 +14,7 @@
 mod backend;
 pub mod chunked;
 pub mod decode;
+mod entry;
 pub mod fast;
 pub mod gemm;
 pub mod maps;

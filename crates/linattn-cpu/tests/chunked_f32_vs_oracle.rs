@@ -9,13 +9,13 @@ mod common;
 use common::{cases, compare_f32, problem};
 use linattn_core::{AttnError, Causality, FeatureMap, Problem, Shape};
 use linattn_cpu::chunked::{self, CHUNK};
-use linattn_cpu::fast::GradsF32;
+use linattn_cpu::fast::{self, BackwardInto, ForwardInto, GradsF32};
 use proptest::prelude::*;
 
 /// Both backward entry points: recomputing O, and given the forward's O.
 fn compare(p: &Problem, seed: u64) {
     compare_f32(p, seed, chunked::forward, chunked::backward);
-    compare_f32(p, seed, chunked::forward, backward_given_forward);
+    compare_f32(p, seed, chunked::forward, given_forward::<true>);
 }
 
 type Forward = fn(&Problem, &[f32], &[f32], &[f32]) -> Result<Vec<f32>, AttnError>;
@@ -23,42 +23,26 @@ type BackwardFromOutput =
     fn(&Problem, &[f32], &[f32], &[f32], &[f32], &[f32], &mut GradsF32) -> Result<(), AttnError>;
 
 /// The backward a training step runs: the forward's O handed to the form's
-/// `backward_from_output_into`.
-fn given_forward(
-    (forward, backward): (Forward, BackwardFromOutput),
+/// `backward_from_output_into` (the chunked form when `CAUSAL`, else the non-causal one).
+fn given_forward<const CAUSAL: bool>(
     p: &Problem,
-    (q, k, v, g): (&[f32], &[f32], &[f32], &[f32]),
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
 ) -> Result<(Vec<f32>, GradsF32), AttnError> {
+    let (forward, backward): (Forward, BackwardFromOutput) = if CAUSAL {
+        (chunked::forward, chunked::backward_from_output_into)
+    } else {
+        (
+            chunked::noncausal_forward,
+            chunked::noncausal_backward_from_output_into,
+        )
+    };
     let o = forward(p, q, k, v)?;
     let mut grads = GradsF32::zeros(q.len(), v.len());
     backward(p, q, k, v, g, &o, &mut grads)?;
     Ok((o, grads))
-}
-
-fn backward_given_forward(
-    p: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: &[f32],
-) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    let form: (Forward, BackwardFromOutput) =
-        (chunked::forward, chunked::backward_from_output_into);
-    given_forward(form, p, (q, k, v, g))
-}
-
-fn noncausal_backward_given_forward(
-    p: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: &[f32],
-) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    let form: (Forward, BackwardFromOutput) = (
-        chunked::noncausal_forward,
-        chunked::noncausal_backward_from_output_into,
-    );
-    given_forward(form, p, (q, k, v, g))
 }
 
 fn causal_cases() -> Vec<FeatureMap> {
@@ -131,12 +115,7 @@ fn non_causal_on_gemms_every_map() {
                         chunked::noncausal_forward,
                         chunked::noncausal_backward,
                     );
-                    compare_f32(
-                        &p,
-                        seed,
-                        chunked::noncausal_forward,
-                        noncausal_backward_given_forward,
-                    );
+                    compare_f32(&p, seed, chunked::noncausal_forward, given_forward::<false>);
                 });
             }
         }
@@ -145,10 +124,11 @@ fn non_causal_on_gemms_every_map() {
 
 #[test]
 fn non_causal_is_refused_with_a_typed_error() {
-    let p = Problem::new(
+    let p = problem(
         Shape::new(1, 1, 4, 2, 2),
         Causality::NonCausal,
         FeatureMap::EluPlusOne,
+        1.0,
     );
     let x = vec![0f32; 8];
     assert!(matches!(
@@ -199,30 +179,63 @@ proptest! {
     }
 }
 
+type Backward =
+    fn(&Problem, &[f32], &[f32], &[f32], &[f32]) -> Result<(Vec<f32>, GradsF32), AttnError>;
+
+/// An f32 form's entry points, and the causality it runs at here.
+struct F32Form {
+    causality: Causality,
+    forward: Forward,
+    forward_into: ForwardInto,
+    backward: Backward,
+    backward_into: BackwardInto,
+}
+
+/// Every f32 form: chunked, non-causal on GEMMs, recurrent.
+fn f32_forms() -> [F32Form; 3] {
+    [
+        F32Form {
+            causality: Causality::Causal,
+            forward: chunked::forward,
+            forward_into: chunked::forward_into,
+            backward: chunked::backward,
+            backward_into: chunked::backward_into,
+        },
+        F32Form {
+            causality: Causality::NonCausal,
+            forward: chunked::noncausal_forward,
+            forward_into: chunked::noncausal_forward_into,
+            backward: chunked::noncausal_backward,
+            backward_into: chunked::noncausal_backward_into,
+        },
+        F32Form {
+            causality: Causality::Causal,
+            forward: fast::forward,
+            forward_into: fast::forward_into,
+            backward: fast::backward,
+            backward_into: fast::backward_into,
+        },
+    ]
+}
+
+/// The shape of the buffer-reuse tests (three heads, a ragged third chunk).
+const REUSE_SHAPE: Shape = Shape::new(1, 3, 2 * CHUNK + 3, 5, 7);
+
+/// q, k, v and d_out of [`REUSE_SHAPE`] drawn from `seed`, in f32.
+fn reuse_operands(seed: u64) -> [Vec<f32>; 4] {
+    let x = linattn_core::Inputs::random(REUSE_SHAPE, seed, true).unwrap();
+    let g = x.d_out.as_ref().unwrap().to_f32();
+    [x.q.to_f32(), x.k.to_f32(), x.v.to_f32(), g]
+}
+
 /// The `_into` entry points (the backends reuse their output buffer) overwrite every
 /// element, whatever the buffer held, and refuse a buffer of the wrong length.
 #[test]
 fn forward_into_overwrites_a_reused_buffer() {
-    use linattn_cpu::fast::ForwardInto as Into;
-    type Alloc = fn(&Problem, &[f32], &[f32], &[f32]) -> Result<Vec<f32>, AttnError>;
-    let shape = Shape::new(1, 3, 2 * CHUNK + 3, 5, 7);
-    let x = linattn_core::Inputs::random(shape, 5, false).unwrap();
-    let (q, k, v) = (x.q.to_f32(), x.k.to_f32(), x.v.to_f32());
-    let forms: [(Causality, Alloc, Into); 3] = [
-        (Causality::Causal, chunked::forward, chunked::forward_into),
-        (
-            Causality::NonCausal,
-            chunked::noncausal_forward,
-            chunked::noncausal_forward_into,
-        ),
-        (
-            Causality::Causal,
-            linattn_cpu::fast::forward,
-            linattn_cpu::fast::forward_into,
-        ),
-    ];
-    for (causality, alloc, into) in forms {
-        let p = Problem::new(shape, causality, FeatureMap::EluPlusOne);
+    let [q, k, v, _] = reuse_operands(5);
+    for form in f32_forms() {
+        let (alloc, into) = (form.forward, form.forward_into);
+        let p = Problem::new(REUSE_SHAPE, form.causality, FeatureMap::EluPlusOne);
         let want = alloc(&p, &q, &k, &v).unwrap();
         let mut out = vec![f32::NAN; want.len()];
         into(&p, &q, &k, &v, &mut out).unwrap();
@@ -240,28 +253,10 @@ fn forward_into_overwrites_a_reused_buffer() {
 /// length.
 #[test]
 fn backward_into_overwrites_reused_buffers() {
-    use linattn_cpu::fast::BackwardInto as Into;
-    type Alloc =
-        fn(&Problem, &[f32], &[f32], &[f32], &[f32]) -> Result<(Vec<f32>, GradsF32), AttnError>;
-    let shape = Shape::new(1, 3, 2 * CHUNK + 3, 5, 7);
-    let x = linattn_core::Inputs::random(shape, 9, true).unwrap();
-    let (q, k, v) = (x.q.to_f32(), x.k.to_f32(), x.v.to_f32());
-    let g = x.d_out.as_ref().unwrap().to_f32();
-    let forms: [(Causality, Alloc, Into); 3] = [
-        (Causality::Causal, chunked::backward, chunked::backward_into),
-        (
-            Causality::NonCausal,
-            chunked::noncausal_backward,
-            chunked::noncausal_backward_into,
-        ),
-        (
-            Causality::Causal,
-            linattn_cpu::fast::backward,
-            linattn_cpu::fast::backward_into,
-        ),
-    ];
+    let [q, k, v, g] = reuse_operands(9);
     let nan = |n: usize| vec![f32::NAN; n];
-    for (causality, alloc, into) in forms {
+    for form in f32_forms() {
+        let (causality, alloc, into) = (form.causality, form.backward, form.backward_into);
         for map in [
             FeatureMap::EluPlusOne,
             FeatureMap::Relu,
@@ -269,7 +264,7 @@ fn backward_into_overwrites_reused_buffers() {
             FeatureMap::Identity,
         ] {
             for decay in [1.0, 0.9] {
-                let p = Problem::new(shape, causality, map).with_decay(decay);
+                let p = Problem::new(REUSE_SHAPE, causality, map).with_decay(decay);
                 let (o_want, g_want) = alloc(&p, &q, &k, &v, &g).unwrap();
                 let mut o = nan(o_want.len());
                 let mut grads = GradsF32 {
@@ -298,9 +293,7 @@ fn backward_into_overwrites_reused_buffers() {
 /// O of the wrong length.
 #[test]
 fn backward_from_output_overwrites_and_matches_the_recomputing_backward() {
-    type Alloc =
-        fn(&Problem, &[f32], &[f32], &[f32], &[f32]) -> Result<(Vec<f32>, GradsF32), AttnError>;
-    let forms: [(Causality, Alloc, BackwardFromOutput); 2] = [
+    let forms: [(Causality, Backward, BackwardFromOutput); 2] = [
         (
             Causality::Causal,
             chunked::backward,
@@ -312,10 +305,7 @@ fn backward_from_output_overwrites_and_matches_the_recomputing_backward() {
             chunked::noncausal_backward_from_output_into,
         ),
     ];
-    let shape = Shape::new(1, 3, 2 * CHUNK + 3, 5, 7);
-    let x = linattn_core::Inputs::random(shape, 11, true).unwrap();
-    let (q, k, v) = (x.q.to_f32(), x.k.to_f32(), x.v.to_f32());
-    let g = x.d_out.as_ref().unwrap().to_f32();
+    let [q, k, v, g] = reuse_operands(11);
     let maps = [
         FeatureMap::EluPlusOne,
         FeatureMap::Softmax,
@@ -326,7 +316,7 @@ fn backward_from_output_overwrites_and_matches_the_recomputing_backward() {
         .flat_map(|f| maps.into_iter().map(move |m| (f, m)))
     {
         for decay in [1.0, 0.9] {
-            let p = Problem::new(shape, causality, map).with_decay(decay);
+            let p = Problem::new(REUSE_SHAPE, causality, map).with_decay(decay);
             let (o, want) = recomputing(&p, &q, &k, &v, &g).unwrap();
             let mut got = GradsF32 {
                 dq: vec![f32::NAN; q.len()],

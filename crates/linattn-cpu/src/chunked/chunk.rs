@@ -17,13 +17,14 @@
 //!   `∂φ(K) += diag(λ^{L−s})(V Rᵀ + 1 rᵀ)`, `∂V = (A ⊙ D)ᵀgn + diag(λ^{L−s})φ(K)R`,
 //!   `R ← λ^L R + (diag(λ^t)φ(Q))ᵀgn`, `r ← λ^L r + Σ_t λ^t gd_t φ(Q)_t`.
 
+use crate::entry::ChunkOut;
 use crate::fast::{kernels, Config};
 use crate::gemm::{sgemm, transpose_into, MatRef};
-use crate::maps::Featurised;
+use crate::maps::{Featurised, Operand};
 
 /// What every chunk of one call shares.
-pub(super) struct Ctx<'a> {
-    pub cfg: &'a Config,
+pub(super) struct Ctx {
+    pub cfg: Config,
     /// Chunk length L.
     pub l: usize,
     /// A state's row length: M+1 when normalised (z in the last column), else M.
@@ -32,16 +33,16 @@ pub(super) struct Ctx<'a> {
     pub pow: Vec<f32>,
 }
 
-impl<'a> Ctx<'a> {
-    pub fn new(cfg: &'a Config, l: usize) -> Self {
+impl Ctx {
+    pub fn new(cfg: Config, l: usize) -> Self {
         let pow = (0..=l)
             .map(|e| (cfg.decay as f64).powi(e as i32) as f32)
             .collect();
         Ctx {
-            cfg,
             l,
             mp: cfg.m + usize::from(cfg.normalised),
             pow,
+            cfg,
         }
     }
 }
@@ -179,24 +180,19 @@ fn side_features<'s>(
     made_features(staged, sp, c, buf)
 }
 
-/// φ(Q) rows of the chunk (only: a pass that needs no keys maps no keys).
-pub(super) fn query_features<'s>(
+/// φ(Q) or φ(K) rows of the chunk (one operand only: a pass that needs no keys maps no
+/// keys).
+pub(super) fn features_of<'s>(
     ctx: &Ctx,
     head: &Head<'s>,
+    operand: Operand,
     sp: Span,
     buf: &'s mut [f32],
 ) -> &'s [f32] {
-    side_features(ctx, head.q, head.staged_q(), sp, buf)
-}
-
-/// φ(K) rows of the chunk.
-pub(super) fn key_features<'s>(
-    ctx: &Ctx,
-    head: &Head<'s>,
-    sp: Span,
-    buf: &'s mut [f32],
-) -> &'s [f32] {
-    side_features(ctx, head.k, head.staged_k(), sp, buf)
+    match operand {
+        Operand::Query => side_features(ctx, head.q, head.staged_q(), sp, buf),
+        Operand::Key => side_features(ctx, head.k, head.staged_k(), sp, buf),
+    }
 }
 
 /// φ(Q), φ(K) rows of the chunk.
@@ -208,8 +204,8 @@ fn features<'s>(
     kbuf: &'s mut [f32],
 ) -> (&'s [f32], &'s [f32]) {
     (
-        query_features(ctx, head, sp, qbuf),
-        key_features(ctx, head, sp, kbuf),
+        features_of(ctx, head, Operand::Query, sp, qbuf),
+        features_of(ctx, head, Operand::Key, sp, kbuf),
     )
 }
 
@@ -414,7 +410,7 @@ pub(super) fn denominators(
     let (c, len) = (ctx.cfg.c, sp.len);
     for (t, (d, q)) in den[..len].iter_mut().zip(qf.chunks_exact(c)).enumerate() {
         let own = intra.map_or(0.0, |a| a[t]);
-        *d = own + w(t) * kernels::dot::<false>(q, &z[..c]) + head.eps(ctx.cfg, sp.t0 + t);
+        *d = own + w(t) * kernels::dot::<false>(q, &z[..c]) + head.eps(&ctx.cfg, sp.t0 + t);
     }
 }
 
@@ -477,7 +473,7 @@ fn advance_state(ctx: &Ctx, head: &Head, sp: Span, s: &mut [f32], ws: &mut Scrat
 
 /// The state only (a group's share of S for the scan across groups).
 pub(super) fn state_only(ctx: &Ctx, head: &Head, sp: Span, s: &mut [f32], ws: &mut Scratch) {
-    key_features(ctx, head, sp, &mut ws.kf);
+    features_of(ctx, head, Operand::Key, sp, &mut ws.kf);
     advance_state(ctx, head, sp, s, ws);
 }
 
@@ -490,23 +486,6 @@ pub(super) struct ForwardGrads<'o> {
     pub gd: &'o mut [f32],
     /// `∂L/∂φ(Q)` rows, `len × C`.
     pub dqf: &'o mut [f32],
-}
-
-/// A chunk's O rows in the backward: computed here (written), or given by the caller's
-/// forward (read).
-pub(super) enum ChunkOut<'o> {
-    Compute(&'o mut [f32]),
-    Given(&'o [f32]),
-}
-
-impl ChunkOut<'_> {
-    /// Elements `r` of these rows, computed or given as they are.
-    pub fn rows(&mut self, r: std::ops::Range<usize>) -> ChunkOut<'_> {
-        match self {
-            ChunkOut::Compute(o) => ChunkOut::Compute(&mut o[r]),
-            ChunkOut::Given(o) => ChunkOut::Given(&o[r]),
-        }
-    }
 }
 
 /// `gn = G/den` and `gd = −(G·O)/den` (G and 0 when not normalised) from the O rows `o`.
@@ -561,7 +540,7 @@ fn running_denominators(
             .zip(k)
             .for_each(|(a, &x)| *a = decay * *a + x);
         let inter = ctx.pow[t + 1] * kernels::dot::<false>(q, &z[..c]);
-        den[t] = inter + kernels::dot::<false>(q, acc) + head.eps(ctx.cfg, sp.t0 + t);
+        den[t] = inter + kernels::dot::<false>(q, acc) + head.eps(&ctx.cfg, sp.t0 + t);
     }
 }
 
@@ -688,7 +667,7 @@ pub(super) fn reverse_state_only(
     ws: &mut Scratch,
 ) {
     let (m, len) = (ctx.cfg.m, sp.len);
-    let qf = query_features(ctx, head, sp, &mut ws.qf);
+    let qf = features_of(ctx, head, Operand::Query, sp, &mut ws.qf);
     let rows = Entering {
         values: rm(&gn[..len * m], len, m),
         norm: norm_grads(ctx, &gd[..len]),

@@ -17,16 +17,16 @@
 
 use super::chunk::{
     self, add_norm_share, denominators, norm_grads, normalise_rows, output_gradients, rm,
-    scale_rows, scaled, state_norm, state_values, state_values_t, values, ChunkOut, Ctx, Entering,
+    scale_rows, scaled, state_norm, state_values, state_values_t, values, Ctx, Entering, Head,
     Scratch, Span,
 };
-use super::{
-    checked_backward, dphi_rows, require_causality, split, split_out, split_ref, split_staged,
-    Operands, Shared, TaskBufs,
+use super::tasks::{
+    dphi_rows, fused_vjp, split, split_out, split_ref, split_staged, staged_vjp, Shared, TaskBufs,
 };
-use crate::fast::{check_len, check_operands, Config, GradsF32};
+use crate::entry::{f32_entry_points, ChunkOut, ForwardOperands, GradsF32, Operands};
 use crate::gemm::sgemm;
-use linattn_core::{AttnError, Problem};
+use crate::maps::Operand;
+use linattn_core::Problem;
 use rayon::prelude::*;
 
 /// Rows per block: no masked L×L product here, so longer blocks only amortise the packing
@@ -52,7 +52,7 @@ fn tail_weight(ctx: &Ctx, sp: Span) -> f32 {
 /// Sums the tasks' C×M' shares into one per head, group g's scaled by `λ^{N−e_g}` (e_g:
 /// the end of its tokens) when `weighted`.
 fn reduce_heads(sh: &Shared, parts: Vec<f32>, weighted: bool) -> Vec<f32> {
-    let (len, plan, cfg) = (sh.state_len(), sh.plan, sh.ctx.cfg);
+    let (len, plan, cfg) = (sh.state_len(), sh.plan, &sh.ctx.cfg);
     parts
         .chunks(plan.groups * len)
         .flat_map(|head| {
@@ -73,124 +73,75 @@ fn reduce_heads(sh: &Shared, parts: Vec<f32>, weighted: bool) -> Vec<f32> {
 
 /// `S` and z of every head (`B·H × C × M'`).
 fn head_states(sh: &Shared) -> Vec<f32> {
-    let (ctx, plan, len) = (&sh.ctx, sh.plan, sh.state_len());
-    let mut parts = vec![0f32; plan.bh * plan.groups * len];
-    parts.par_chunks_mut(len).enumerate().for_each_init(
-        || Scratch::new(ctx),
-        |ws, (i, s)| {
-            let head = sh.head(i / plan.groups);
-            for sp in plan.spans(i % plan.groups, ctx.l) {
-                chunk::state_only(ctx, &head, sp, s, ws);
-            }
-        },
-    );
+    let parts = sh.task_states(|_| true, |ws, h, g, s| sh.own_share(ws, h, g, s));
     reduce_heads(sh, parts, true)
 }
 
-/// The normaliser column of a head's state, contiguous (zeros when not normalised).
-fn norm_of(ctx: &Ctx, s: &[f32]) -> Vec<f32> {
-    let mut z = vec![0f32; ctx.cfg.c];
-    state_norm(ctx, s, &mut z);
-    z
+/// What a task of a pass reads of its head: the inputs, the head's full state (S, or R in
+/// the second pass) from `states` and its normaliser column apart, contiguous (zeros when
+/// not normalised); and its group.
+struct TaskHead<'a> {
+    head: Head<'a>,
+    group: usize,
+    s: &'a [f32],
+    z: Vec<f32>,
 }
 
-/// O (`[B,H,N,M]`) of non-causal linear attention in f32 on GEMMs.
-pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
-    crate::fast::forward_allocating(forward_into, problem, q, k, v)
+impl<'a> TaskHead<'a> {
+    fn new(sh: &'a Shared, states: &'a [f32], task: usize) -> Self {
+        let ((h, group), len) = (sh.plan.task(task), sh.state_len());
+        let s = &states[h * len..(h + 1) * len];
+        let mut z = vec![0f32; sh.ctx.cfg.c];
+        state_norm(&sh.ctx, s, &mut z);
+        TaskHead {
+            head: sh.head(h),
+            group,
+            s,
+            z,
+        }
+    }
 }
 
-/// [`forward`] into `out` (`[B,H,N,M]`, every element overwritten).
-pub fn forward_into(
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    out: &mut [f32],
-) -> Result<(), AttnError> {
-    require_causality(problem, false)?;
-    let (_, v_len) = check_operands(problem, q, k, v)?;
-    check_len("out", out.len(), v_len)?;
-    let cfg = Config::new(problem);
-    let sh = Shared::new(&cfg, problem.shape.bh(), block_len(), q, k, v);
+/// O rows of block `sp` (φ(Q)S, then divided by the denominators `den`) from its φ(Q) rows.
+fn block_output(ctx: &Ctx, sp: Span, qf: &[f32], s: &[f32], den: &[f32], o: &mut [f32]) {
+    let (c, m) = (ctx.cfg.c, ctx.cfg.m);
+    sgemm(1.0, rm(qf, sp.len, c), state_values(ctx, s), 0.0, o, m);
+    normalise_rows(ctx, o, den);
+}
+
+f32_entry_points! {
+    causal: Some(false),
+    /// O (`[B,H,N,M]`) of non-causal linear attention in f32 on GEMMs.
+    forward: forward_blocks,
+    /// O and the gradients (SPEC §4 with full sums) from q, k, v and `d_out`.
+    backward: backward_blocks,
+    /// The gradients (every element of `grads` overwritten) given `o`, the O of this
+    /// problem's forward: the first pass then skips its φ(Q)·S product per block. `o` must be
+    /// that forward's output; another O gives wrong gradients.
+    from_output,
+}
+
+/// The blocks of every head over the checked operands: the head states, then O.
+fn forward_blocks(problem: &Problem, ops: ForwardOperands, out: &mut [f32]) {
+    let sh = Shared::new(problem, block_len(), ops);
+    let cfg = &sh.ctx.cfg;
     let states = head_states(&sh);
-    let (ctx, plan, c, m) = (&sh.ctx, sh.plan, cfg.c, cfg.m);
+    let (ctx, plan, m) = (&sh.ctx, sh.plan, cfg.m);
     split(out, &plan, m)
         .into_par_iter()
         .enumerate()
         .for_each_init(
             || Scratch::new(ctx),
             |ws, (i, o)| {
-                let h = i / plan.groups;
-                let head = sh.head(h);
-                let s = &states[h * sh.state_len()..(h + 1) * sh.state_len()];
-                let z = norm_of(ctx, s);
-                let base = (i % plan.groups) * plan.group_len;
-                for sp in plan.spans(i % plan.groups, ctx.l) {
-                    let o = &mut o[(sp.t0 - base) * m..(sp.t0 - base + sp.len) * m];
-                    let qf = chunk::query_features(ctx, &head, sp, &mut ws.qf);
-                    sgemm(1.0, rm(qf, sp.len, c), state_values(ctx, s), 0.0, o, m);
+                let TaskHead { head, group, s, z } = TaskHead::new(&sh, &states, i);
+                for ch in plan.task_chunks(group, ctx.l) {
+                    let sp = ch.sp;
+                    let qf = chunk::features_of(ctx, &head, Operand::Query, sp, &mut ws.qf);
                     denominators(ctx, &head, sp, (qf, |_| 1.0), None, &z, &mut ws.den);
-                    normalise_rows(ctx, o, &ws.den);
+                    block_output(ctx, sp, qf, s, &ws.den, &mut o[ch.rows(m)]);
                 }
             },
         );
-    Ok(())
-}
-
-/// O and the gradients (SPEC §4 with full sums) from q, k, v and `d_out`.
-pub fn backward(
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    d_out: &[f32],
-) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    crate::fast::backward_allocating(backward_into, problem, q, k, v, d_out)
-}
-
-/// [`backward`] into `out` and `grads` (every element overwritten): a caller that runs
-/// again reuses its buffers instead of faulting in fresh pages each time.
-pub fn backward_into(
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    d_out: &[f32],
-    out: &mut [f32],
-    grads: &mut GradsF32,
-) -> Result<(), AttnError> {
-    let out = ChunkOut::Compute(out);
-    checked_backward(
-        problem,
-        false,
-        (q, k, v, d_out),
-        out,
-        grads,
-        backward_blocks,
-    )
-}
-
-/// The gradients (every element of `grads` overwritten) given `o`, the O of this
-/// problem's forward: the first pass then skips its φ(Q)·S product per block. `o` must be
-/// that forward's output; another O gives wrong gradients.
-pub fn backward_from_output_into(
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    d_out: &[f32],
-    o: &[f32],
-    grads: &mut GradsF32,
-) -> Result<(), AttnError> {
-    let out = ChunkOut::Given(o);
-    checked_backward(
-        problem,
-        false,
-        (q, k, v, d_out),
-        out,
-        grads,
-        backward_blocks,
-    )
 }
 
 /// The two passes of the backward over the checked operands `(q, k, v, d_out)`.
@@ -199,9 +150,9 @@ fn backward_blocks(
     (q, k, v, d_out): Operands,
     out: ChunkOut,
     grads: &mut GradsF32,
-) -> Result<(), AttnError> {
-    let cfg = Config::new(problem);
-    let sh = Shared::new(&cfg, problem.shape.bh(), block_len(), q, k, v);
+) {
+    let sh = Shared::new(problem, block_len(), (q, k, v));
+    let cfg = &sh.ctx.cfg;
     let (ctx, plan) = (&sh.ctx, sh.plan);
     let (c, d, m, len) = (cfg.c, cfg.d, cfg.m, sh.state_len());
     let states = head_states(&sh);
@@ -222,26 +173,20 @@ fn backward_blocks(
         .for_each_init(
             || TaskBufs::new(ctx),
             |TaskBufs { ws, dphi: own }, (i, ((((((mut o, g), gn), gdp), dq), mut dqf_all), r))| {
-                let h = i / plan.groups;
-                let head = sh.head(h);
-                let s = &states[h * len..(h + 1) * len];
-                let z = norm_of(ctx, s);
+                let TaskHead { head, group, s, z } = TaskHead::new(&sh, &states, i);
                 let s_t = state_values_t(ctx, s, &mut ws.st);
-                let base = (i % plan.groups) * plan.group_len;
-                for sp in plan.spans(i % plan.groups, ctx.l) {
-                    let r0 = sp.t0 - base;
-                    let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
-                    let qf = chunk::query_features(ctx, &head, sp, &mut ws.qf);
+                for ch in plan.task_chunks(group, ctx.l) {
+                    let (sp, rm_, rc) = (ch.sp, ch.rows(m), ch.rows(c));
+                    let qf = chunk::features_of(ctx, &head, Operand::Query, sp, &mut ws.qf);
                     denominators(ctx, &head, sp, (qf, |_| 1.0), None, &z, &mut ws.den);
                     let o: &[f32] = match o.rows(rm_.clone()) {
                         ChunkOut::Compute(o) => {
-                            sgemm(1.0, rm(qf, sp.len, c), state_values(ctx, s), 0.0, o, m);
-                            normalise_rows(ctx, o, &ws.den);
+                            block_output(ctx, sp, qf, s, &ws.den, o);
                             o
                         }
                         ChunkOut::Given(o) => o,
                     };
-                    let (gn, gd) = (&mut gn[rm_.clone()], &mut gdp[r0..r0 + sp.len]);
+                    let (gn, gd) = (&mut gn[rm_.clone()], &mut gdp[ch.rows(1)]);
                     output_gradients(ctx, sp.len, &ws.den, o, &g[rm_], gn, gd);
                     let dqf = &mut dphi_rows(&mut dqf_all, own, rc)[..sp.len * c];
                     let (gn, gd_rows) = (rm(gn, sp.len, m), &*gd);
@@ -254,7 +199,7 @@ fn backward_blocks(
                     };
                     chunk::absorb(ctx, qf, |_| 0, rows, 1.0, &mut ws.tmp, r);
                     if cfg.fused {
-                        super::fused_vjp(&cfg, head.q, sp, r0, &own[..sp.len * c], dq);
+                        fused_vjp(cfg, head.q, ch, &own[..sp.len * c], dq);
                     }
                 }
             },
@@ -271,30 +216,29 @@ fn backward_blocks(
         .for_each_init(
             || TaskBufs::new(ctx),
             |TaskBufs { ws, dphi: own }, (i, ((dv, dk), mut dkf_head))| {
-                let h = i / plan.groups;
-                let head = sh.head(h);
-                let r = &r_heads[h * len..(h + 1) * len];
-                let rz = norm_of(ctx, r);
+                let TaskHead {
+                    head,
+                    group,
+                    s: r,
+                    z: rz,
+                } = TaskHead::new(&sh, &r_heads, i);
                 let r_t = state_values_t(ctx, r, &mut ws.st);
-                let base = (i % plan.groups) * plan.group_len;
-                for sp in plan.spans(i % plan.groups, ctx.l) {
-                    let r0 = sp.t0 - base;
-                    let (rm_, rc) = (r0 * m..(r0 + sp.len) * m, r0 * c..(r0 + sp.len) * c);
+                for ch in plan.task_chunks(group, ctx.l) {
+                    let (sp, rc) = (ch.sp, ch.rows(c));
                     let w = tail_weight(ctx, sp);
                     let dkf = &mut dphi_rows(&mut dkf_head, own, rc)[..sp.len * c];
                     sgemm(w, values(ctx, &head, sp), r_t, 0.0, dkf, c);
                     add_norm_share(ctx, dkf, |_| w, &rz);
                     scale_rows(ctx, dkf, c, |t| sp.len - 1 - t);
-                    let kf = chunk::key_features(ctx, &head, sp, &mut ws.kf);
+                    let kf = chunk::features_of(ctx, &head, Operand::Key, sp, &mut ws.kf);
                     let kw = scaled(ctx, kf, sp.len, c, |t| sp.len - 1 - t, &mut ws.tmp.scaled);
                     let kw = rm(kw, sp.len, c);
-                    sgemm(w, kw, state_values(ctx, r), 0.0, &mut dv[rm_], m);
+                    sgemm(w, kw, state_values(ctx, r), 0.0, &mut dv[ch.rows(m)], m);
                     if cfg.fused {
-                        super::fused_vjp(&cfg, head.k, sp, r0, &own[..sp.len * c], dk);
+                        fused_vjp(cfg, head.k, ch, &own[..sp.len * c], dk);
                     }
                 }
             },
         );
-    super::staged_vjp(&sh, &dphi, &dkf_all, grads);
-    Ok(())
+    staged_vjp(&sh, &dphi, &dkf_all, grads);
 }

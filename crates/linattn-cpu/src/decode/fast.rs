@@ -1,22 +1,15 @@
 //! The f32 decoder: the fast path's fused update-and-read-out over one C×M state
 //! ([`crate::fast::kernels::update_readout`]), state and sums in fp32 (SPEC §9).
 
-use super::{CpuDecoder, StateReal};
+use super::{CpuDecoder, HeadState, StateReal, Token};
 use crate::fast::kernels::update_readout;
 use crate::oracle::HeadCore;
 use linattn_core::Precision;
 
 impl StateReal for f32 {
     const PRECISION: Precision = Precision::F32;
-    fn token(
-        core: &HeadCore,
-        s: &mut [f32],
-        z: &mut [f32],
-        qf: &[f32],
-        kf: &[f32],
-        v: &[f32],
-        o: &mut [f32],
-    ) {
+    fn token(core: &HeadCore, state: HeadState<'_, f32>, x: Token<'_, f32>, o: &mut [f32]) {
+        let (HeadState { s, z }, Token { qf, kf, v }) = (state, x);
         let decay = core.decay as f32;
         // FMA = false: a portable build has no fused multiply-add instruction to call.
         let qz = if core.decay != 1.0 {

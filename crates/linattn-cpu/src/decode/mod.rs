@@ -29,17 +29,23 @@ const PARALLEL_MIN_WORK: usize = 1 << 16;
 /// The element type a decoder keeps its state in, and its per-token update of one head.
 pub trait StateReal: Real {
     const PRECISION: Precision;
-    /// One token of one head: updates `s` (C×M), `z` (C) with `kf`, `v` and writes
-    /// `o = qfᵀS / (qfᵀz + ε)` (no division when the map is not normalised).
-    fn token(
-        core: &HeadCore,
-        s: &mut [Self],
-        z: &mut [Self],
-        qf: &[Self],
-        kf: &[Self],
-        v: &[Self],
-        o: &mut [Self],
-    );
+    /// One token of one head: updates S and z of `state` with φ(k) and v, and writes
+    /// `o = φ(q)ᵀS / (φ(q)ᵀz + ε)` (no division when the map is not normalised).
+    fn token(core: &HeadCore, state: HeadState<'_, Self>, x: Token<'_, Self>, o: &mut [Self]);
+}
+
+/// The state one head carries: S (C×M, row-major) and z (C).
+pub struct HeadState<'a, T> {
+    pub s: &'a mut [T],
+    pub z: &'a mut [T],
+}
+
+/// One token of one head: φ(q), φ(k) (C each) and v (M).
+#[derive(Clone, Copy)]
+pub struct Token<'a, T> {
+    pub qf: &'a [T],
+    pub kf: &'a [T],
+    pub v: &'a [T],
 }
 
 /// A decoder keeping one C×M state and one C-vector per (batch, head) in `T`.
@@ -99,7 +105,12 @@ impl<T: StateReal> CpuDecoder<T> {
             let mut row = vec![T::ZERO; m];
             for i in 0..n {
                 let (fc, vm) = (i * c..(i + 1) * c, i * m..(i + 1) * m);
-                T::token(core, s, z, &f.q[fc.clone()], &f.k[fc], &v[vm], &mut row);
+                let x = Token {
+                    qf: &f.q[fc.clone()],
+                    kf: &f.k[fc],
+                    v: &v[vm],
+                };
+                T::token(core, HeadState { s, z }, x, &mut row);
                 for (dst, &r) in o[i * m..(i + 1) * m].iter_mut().zip(&row) {
                     *dst = r.to_f64();
                 }

@@ -15,31 +15,15 @@
 
 pub mod kernels;
 
+pub use crate::entry::{BackwardInto, ForwardInto, GradsF32};
+
+use crate::entry::{f32_entry_points, ForwardOperands, Operands};
 use crate::maps::{Featurised, Operand, PreparedMap};
 use kernels::{
     accumulate_r, key_value_grads, readout, reverse_step, state_times, update, update_readout,
 };
-use linattn_core::{AttnError, Problem};
+use linattn_core::Problem;
 use rayon::prelude::*;
-
-/// Gradients of the fast path, f32, same layouts as the inputs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GradsF32 {
-    pub dq: Vec<f32>,
-    pub dk: Vec<f32>,
-    pub dv: Vec<f32>,
-}
-
-impl GradsF32 {
-    /// Zeroed gradients for operands of `qk_len` (q, k) and `v_len` (v) elements.
-    pub fn zeros(qk_len: usize, v_len: usize) -> Self {
-        GradsF32 {
-            dq: vec![0f32; qk_len],
-            dk: vec![0f32; qk_len],
-            dv: vec![0f32; v_len],
-        }
-    }
-}
 
 /// Everything a head needs, shared by all heads of one call.
 pub(crate) struct Config {
@@ -75,120 +59,16 @@ impl Config {
     }
 }
 
-pub(crate) fn check_len(what: &str, got: usize, want: usize) -> Result<(), AttnError> {
-    if got != want {
-        return Err(AttnError::ShapeMismatch(format!(
-            "{what} holds {got} elements, the problem needs {want}"
-        )));
-    }
-    Ok(())
+f32_entry_points! {
+    causal: None,
+    /// O (`[B,H,N,M]`) of linear attention in f32 from q, k (`[B,H,N,D]`) and v.
+    forward: forward_heads,
+    /// O and the gradients (memory-efficient backward) from q, k, v and `d_out = ∂L/∂O`.
+    backward: backward_heads,
 }
 
-/// Validates the problem and the lengths of q, k and v against it; returns the element
-/// counts of q/k and of v.
-pub(crate) fn check_operands(
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-) -> Result<(usize, usize), AttnError> {
-    problem.validate()?;
-    let (qk_len, v_len) = (problem.shape.qk_len()?, problem.shape.v_len()?);
-    check_len("q", q.len(), qk_len)?;
-    check_len("k", k.len(), qk_len)?;
-    check_len("v", v.len(), v_len)?;
-    Ok((qk_len, v_len))
-}
-
-/// Every form's `forward_into`: O of (problem, q, k, v) written into the last argument.
-pub type ForwardInto = fn(&Problem, &[f32], &[f32], &[f32], &mut [f32]) -> Result<(), AttnError>;
-
-/// Every form's `backward_into`: O and the gradients of (problem, q, k, v, d_out).
-pub type BackwardInto = fn(
-    &Problem,
-    &[f32],
-    &[f32],
-    &[f32],
-    &[f32],
-    &mut [f32],
-    &mut GradsF32,
-) -> Result<(), AttnError>;
-
-/// A form's `forward_into` on a fresh output buffer.
-pub(crate) fn forward_allocating(
-    into: ForwardInto,
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-) -> Result<Vec<f32>, AttnError> {
-    let (_, v_len) = check_operands(problem, q, k, v)?;
-    let mut out = vec![0f32; v_len];
-    into(problem, q, k, v, &mut out)?;
-    Ok(out)
-}
-
-/// A form's `backward_into` on fresh buffers.
-pub(crate) fn backward_allocating(
-    into: BackwardInto,
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    d_out: &[f32],
-) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    let (mut out, mut grads) = backward_buffers(problem, q, k, v, d_out)?;
-    into(problem, q, k, v, d_out, &mut out, &mut grads)?;
-    Ok((out, grads))
-}
-
-/// Validates a backward's operands and the buffers it writes O and the gradients into.
-pub(crate) fn check_backward_buffers(
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    d_out: &[f32],
-    out: &[f32],
-    grads: &GradsF32,
-) -> Result<(), AttnError> {
-    let (qk_len, v_len) = check_operands(problem, q, k, v)?;
-    check_len("d_out", d_out.len(), v_len)?;
-    check_len("out", out.len(), v_len)?;
-    check_len("dq", grads.dq.len(), qk_len)?;
-    check_len("dk", grads.dk.len(), qk_len)?;
-    check_len("dv", grads.dv.len(), v_len)
-}
-
-/// Validates a backward's operands; returns zeroed O and gradients of their sizes.
-pub(crate) fn backward_buffers(
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    d_out: &[f32],
-) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    let (qk_len, v_len) = check_operands(problem, q, k, v)?;
-    check_len("d_out", d_out.len(), v_len)?;
-    Ok((vec![0f32; v_len], GradsF32::zeros(qk_len, v_len)))
-}
-
-/// O (`[B,H,N,M]`) of linear attention in f32 from q, k (`[B,H,N,D]`) and v.
-pub fn forward(problem: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f32>, AttnError> {
-    forward_allocating(forward_into, problem, q, k, v)
-}
-
-/// [`forward`] into `out` (`[B,H,N,M]`, every element overwritten): a caller that runs
-/// again reuses its buffer instead of faulting in fresh pages each time.
-pub fn forward_into(
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    out: &mut [f32],
-) -> Result<(), AttnError> {
-    let (_, v_len) = check_operands(problem, q, k, v)?;
-    check_len("out", out.len(), v_len)?;
+/// Every head's forward, in parallel.
+fn forward_heads(problem: &Problem, (q, k, v): ForwardOperands, out: &mut [f32]) {
     let cfg = Config::new(problem);
     let (nd, nm) = (cfg.n * cfg.d, cfg.n * cfg.m);
     out.par_chunks_mut(nm).enumerate().for_each(|(bh, o)| {
@@ -203,32 +83,15 @@ pub fn forward_into(
             },
         );
     });
-    Ok(())
 }
 
-/// O and the gradients (memory-efficient backward) from q, k, v and `d_out = ∂L/∂O`.
-pub fn backward(
+/// Every head's backward, in parallel.
+fn backward_heads(
     problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    d_out: &[f32],
-) -> Result<(Vec<f32>, GradsF32), AttnError> {
-    backward_allocating(backward_into, problem, q, k, v, d_out)
-}
-
-/// [`backward`] into `out` and `grads` (every element overwritten): a caller that runs
-/// again reuses its buffers instead of faulting in fresh pages each time.
-pub fn backward_into(
-    problem: &Problem,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    d_out: &[f32],
+    (q, k, v, d_out): Operands,
     out: &mut [f32],
     grads: &mut GradsF32,
-) -> Result<(), AttnError> {
-    check_backward_buffers(problem, q, k, v, d_out, out, grads)?;
+) {
     let cfg = Config::new(problem);
     let (nd, nm) = (cfg.n * cfg.d, cfg.n * cfg.m);
     out.par_chunks_mut(nm)
@@ -255,7 +118,6 @@ pub fn backward_into(
                 },
             );
         });
-    Ok(())
 }
 
 /// One head's inputs.

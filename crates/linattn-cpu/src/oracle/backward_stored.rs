@@ -7,9 +7,10 @@
 
 use super::backward_efficient::{output_row_grads, reverse_scan};
 use super::{
-    decay_and_add, featurise_head, noncausal_parallel::reduce_states, read_out_row, HeadCore,
+    chain_head, decay_and_add, featurise_head, noncausal_parallel::reduce_states, read_out_row,
+    HeadCore, HeadGrads,
 };
-use crate::maps::{Operand, PreparedMap};
+use crate::maps::PreparedMap;
 use linattn_core::{AttnError, Grads, HostMemory, Inputs, Problem, Tensor};
 
 /// What the forward of one head keeps for the backward.
@@ -131,11 +132,7 @@ pub fn backward_from(
     let core = HeadCore::new(problem);
     let (n, c, m) = (core.n, core.c, core.m);
     let map = PreparedMap::<f64>::exact(problem.map, problem.shape.dk);
-    let mut grads = Grads {
-        dq: Tensor::zeros(problem.shape.qk_dims())?,
-        dk: Tensor::zeros(problem.shape.qk_dims())?,
-        dv: Tensor::zeros(problem.shape.v_dims())?,
-    };
+    let mut grads = Grads::zeros(problem.shape)?;
     for (bh, h) in fwd.heads.iter().enumerate() {
         let (v, g, o) = (inputs.v.head(bh), d_out.head(bh), fwd.output.head(bh));
         let mut dqf = vec![0.0; n * c];
@@ -163,24 +160,10 @@ pub fn backward_from(
             );
         }
         let mut dkf = vec![0.0; n * c];
-        let dv = grads.dv.head_mut(bh);
-        reverse_scan(&core, &h.qf, &h.kf, v, &gn, &gd, &mut dkf, dv);
-        map.vjp_head(
-            Operand::Query,
-            inputs.q.head(bh),
-            &h.qf,
-            &dqf,
-            n,
-            grads.dq.head_mut(bh),
-        );
-        map.vjp_head(
-            Operand::Key,
-            inputs.k.head(bh),
-            &h.kf,
-            &dkf,
-            n,
-            grads.dk.head_mut(bh),
-        );
+        let mut dv = vec![0.0; n * m];
+        reverse_scan(&core, &h.qf, &h.kf, v, &gn, &gd, &mut dkf, &mut dv);
+        let hg = HeadGrads { dqf, dkf, dv };
+        chain_head(&core, &map, inputs, bh, (&h.qf, &h.kf), &hg, &mut grads);
     }
     Ok(grads)
 }

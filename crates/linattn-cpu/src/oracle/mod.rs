@@ -130,15 +130,10 @@ pub(crate) fn backward_by_heads(
     let d_out = inputs.require_d_out()?;
     let core = HeadCore::new(problem);
     let map = PreparedMap::<f64>::exact(problem.map, problem.shape.dk);
-    let (n, d) = (core.n, problem.shape.dk);
     let mut out = Tensor::zeros(problem.shape.v_dims())?;
-    let mut grads = Grads {
-        dq: Tensor::zeros(problem.shape.qk_dims())?,
-        dk: Tensor::zeros(problem.shape.qk_dims())?,
-        dv: Tensor::zeros(problem.shape.v_dims())?,
-    };
+    let mut grads = Grads::zeros(problem.shape)?;
     for bh in 0..problem.shape.bh() {
-        let f = featurise_head(&map, inputs, bh, n);
+        let f = featurise_head(&map, inputs, bh, core.n);
         let hg = head_backward(
             &core,
             &f,
@@ -146,13 +141,27 @@ pub(crate) fn backward_by_heads(
             d_out.head(bh),
             out.head_mut(bh),
         )?;
-        let (q, k) = (inputs.q.head(bh), inputs.k.head(bh));
-        debug_assert_eq!(q.len(), n * d);
-        map.vjp_head(Operand::Query, q, &f.q, &hg.dqf, n, grads.dq.head_mut(bh));
-        map.vjp_head(Operand::Key, k, &f.k, &hg.dkf, n, grads.dk.head_mut(bh));
-        grads.dv.head_mut(bh).copy_from_slice(&hg.dv);
+        chain_head(&core, &map, inputs, bh, (&f.q, &f.k), &hg, &mut grads);
     }
     Ok((out, grads))
+}
+
+/// Head `bh`'s gradients into `grads`: ∂L/∂φ(Q), ∂L/∂φ(K) of `hg` chained through the map
+/// (at φ(Q), φ(K) = `features`) into dQ, dK; dV as it is.
+pub(crate) fn chain_head(
+    core: &HeadCore,
+    map: &PreparedMap<f64>,
+    inputs: &Inputs,
+    bh: usize,
+    (qf, kf): (&[f64], &[f64]),
+    hg: &HeadGrads,
+    grads: &mut Grads,
+) {
+    let (q, k, n) = (inputs.q.head(bh), inputs.k.head(bh), core.n);
+    debug_assert_eq!(q.len(), n * inputs.q.dims()[3]);
+    map.vjp_head(Operand::Query, q, qf, &hg.dqf, n, grads.dq.head_mut(bh));
+    map.vjp_head(Operand::Key, k, kf, &hg.dkf, n, grads.dk.head_mut(bh));
+    grads.dv.head_mut(bh).copy_from_slice(&hg.dv);
 }
 
 /// `x · y` over equal-length slices.

@@ -10,7 +10,7 @@
 //!   smooths the kink of c at k = 0: error ~1e-9 at D = 4, below 1e-10 from D = 5 on
 //!   (checked against E c² = 1/D at μ = 0); D < 4 gets no value.
 
-use super::{RowParams, Weights};
+use super::row::{RowParams, Weights};
 use linattn_core::{AttnError, FeatureMap};
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
 

@@ -6,7 +6,7 @@
 //! rescaled when m grows, so no exponent overflows. Repeats run in parallel (rayon), each
 //! with its own seeded stream.
 
-use super::{RowParams, Weights};
+use super::row::{RowParams, Weights};
 use crate::maps::{Operand, PreparedMap};
 use linattn_core::{AttnError, FeatureMap, SeededRng};
 use rayon::prelude::*;

@@ -46,18 +46,18 @@ pub fn problem(shape: Shape, causality: Causality, map: FeatureMap, decay: f64) 
     Problem::new(shape, causality, map).with_decay(decay)
 }
 
-/// `max |a − b| / max |b|` (0 when both are zero).
+/// `max |a − b| / max |b|` (0 when both are zero; ∞ when `got` holds a non-finite entry).
 pub fn max_rel_to_peak(got: &[f64], reference: &[f64]) -> f64 {
     assert_eq!(got.len(), reference.len());
+    let m = ErrorMetrics::compare(reference, got);
+    if m.non_finite > 0 {
+        return f64::INFINITY;
+    }
     let peak = reference.iter().fold(0f64, |a, x| a.max(x.abs()));
-    let diff = got
-        .iter()
-        .zip(reference)
-        .fold(0f64, |a, (g, r)| a.max((g - r).abs()));
     if peak == 0.0 {
-        diff
+        m.max_abs
     } else {
-        diff / peak
+        m.max_abs / peak
     }
 }
 
