@@ -69,10 +69,19 @@ impl<F: DeviceForm<T>, T: StorageElem> DeviceBackend<F, T> {
         self.platform
     }
 
+    /// The staging, or why there is none: the platform is absent here (the same typed
+    /// refusal as `supports`), or nothing was staged yet.
     fn staged(&self, what: &str) -> Result<&Staged<F, T>, AttnError> {
-        self.staged.as_ref().ok_or_else(|| {
-            AttnError::State(format!("{}: stage inputs before {what}", self.info.name))
-        })
+        match &self.staged {
+            Some(staged) => Ok(staged),
+            None => {
+                self.platform.available()?;
+                Err(AttnError::State(format!(
+                    "{}: stage inputs before {what}",
+                    self.info.name
+                )))
+            }
+        }
     }
 
     fn run_of<'a>(&'a self, staged: &'a Staged<F, T>) -> Run<'a, T> {

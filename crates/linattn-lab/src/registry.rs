@@ -1,6 +1,6 @@
 //! Every backend the binary knows, and choosing among them by name.
 //!
-//! Names are `device/form/precision[+variant]` (e.g. `cpu-ref/causal_recurrent/f64`,
+//! Names are `device/form[+variant]/precision` (e.g. `cpu-ref/causal_recurrent/f64`,
 //! `cuda/causal_cumsum/f16`). A selection is a comma-separated list of patterns; each
 //! pattern is an exact name or a glob where `*` matches any run of characters (slashes
 //! included) and `?` one character: `cpu/*`, `*f16`, `cuda/causal_*/f32`, `*`. Matching is

@@ -12,7 +12,7 @@
 //!   there (see `cublas.rs` for how it shares the executor's stream);
 //! * [`GemmEngine::Kernel`] — `la_softmax_gemm` of `kernels/softmax.cu`, a shared-memory tiled
 //!   batched GEMM launched through the executor: what `sim/softmax` runs, and selectable on
-//!   `cuda` with [`CudaSoftmaxBackend::with_gemm`] (named `cuda/softmax/<p>+gemmkernel`).
+//!   `cuda` with [`with_gemm`] (named `cuda/softmax+gemmkernel/<p>`).
 //!
 //! So the simulator verifies everything but the cuBLAS call mapping: the plans, the row
 //! kernels, the buffer sizes and the pass structure.
@@ -385,7 +385,8 @@ pub fn f16_backend(platform: Platform) -> CudaSoftmaxBackend<half::f16> {
 }
 
 /// With a chosen GEMM engine; a non-default one is named in the backend name
-/// (`cuda/softmax/f32+gemmkernel`). cuBLAS on the simulator is refused.
+/// (`cuda/softmax+gemmkernel/f32`, like `causal_recurrent+storedbwd`). cuBLAS on the
+/// simulator is refused.
 pub fn with_gemm<T: StorageElem>(
     platform: Platform,
     engine: GemmEngine,

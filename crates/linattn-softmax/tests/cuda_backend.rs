@@ -162,7 +162,7 @@ fn gemm_engines_per_platform() {
     assert_eq!(f32_backend(Platform::Sim).form().engine, GemmEngine::Kernel);
     let kernel_on_gpu = with_gemm::<f32>(Platform::Cuda, GemmEngine::Kernel)
         .expect("the GEMM kernel runs on a GPU too");
-    assert_eq!(kernel_on_gpu.name(), "cuda/softmax/f32+gemmkernel");
+    assert_eq!(kernel_on_gpu.name(), "cuda/softmax+gemmkernel/f32");
     let default =
         with_gemm::<half::f16>(Platform::Sim, GemmEngine::Kernel).expect("the simulator's default");
     assert_eq!(default.name(), "sim/softmax/f16");
