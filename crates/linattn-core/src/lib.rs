@@ -5,7 +5,9 @@
 //! * [`AttnError`], [`Unsupported`]: typed errors; nothing in linattn panics on bad input.
 //! * [`Inputs::random`], [`SeededInputs`]: seeded inputs, identical on every run and for every
 //!   backend; a backend can make them head by head in its own precision.
-//! * [`ErrorMetrics`]: max-abs, max-rel and RMS-ratio error against a reference.
+//! * [`ErrorMetrics`]: max-abs, max-rel and RMS-ratio error against a reference; [`Judge`]: the
+//!   one verdict rule of the tests and `linattn check` (RMS ratio within the precision's
+//!   tolerance, cancelled gradients judged against the case's largest).
 //! * [`Backend`]: the one trait every implementation (CPU, softmax, CUDA) provides; the
 //!   harness knows nothing else.
 //! * [`Decoder`], [`DecodeState`]: streaming decode with a carried (S, z) state, saved to a file.
@@ -31,7 +33,7 @@ pub use decode::{
     decode_sequence, no_decode_state, DecodeSpec, DecodeState, DecodeTiming, Decoder,
 };
 pub use error::{AttnError, Unsupported};
-pub use metrics::ErrorMetrics;
+pub use metrics::{rms, Basis, ErrorMetrics, Judge, TensorVerdict, Verdict, CANCELLED};
 pub use problem::{
     Causality, FeatureMap, Form, Pass, Precision, Problem, Shape, DEFAULT_EPS, DEFAULT_FAVOR_SEED,
 };

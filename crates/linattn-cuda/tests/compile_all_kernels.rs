@@ -7,7 +7,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use libtest_mimic::Trial;
 use linattn_cuda::kernel_variants;
 use linattn_cuda::runtime::{compile, nvrtc_version, Arch, KernelVariant};
 use linattn_cuda::Platform;
@@ -53,12 +52,11 @@ fn compile_one(variant: &KernelVariant, arch: Arch, outcome: &Mutex<Outcome>) {
 
 fn main() {
     // NVRTC is what the simulator needs too: its availability decides both.
-    let trial: Trial = linattn_testkit::stamp(
-        Platform::Sim,
-        "every kernel variant compiles for sm_80 and sm_90 without hot spills".into(),
-        Box::new(every_kernel_variant_compiles),
-    );
-    linattn_testkit::run(vec![trial])
+    linattn_testkit::run(linattn_testkit::stamp_executors!(
+        for platform in [Platform::Sim] =>
+            "every kernel variant compiles for sm_80 and sm_90 without hot spills",
+            every_kernel_variant_compiles()
+    ))
 }
 
 fn every_kernel_variant_compiles() -> Result<(), String> {

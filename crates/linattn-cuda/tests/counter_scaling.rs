@@ -8,10 +8,9 @@
 //! steps as N grows (`cs_scan_fix` does 1.78× the work from N = 1024 to 2048); they are
 //! left out of the phase totals too.
 
-use libtest_mimic::Trial;
-use linattn_core::{Algorithm, Causality, FeatureMap, Problem, Shape};
+use linattn_core::{Algorithm, Backend, Causality, FeatureMap, Problem, Shape};
 use linattn_cuda::Platform;
-use linattn_testkit::{backend, counters_scale, stamp};
+use linattn_testkit::{counters_scale, stamp_executors};
 
 /// Kernels whose cost is not proportional to N by design, and why.
 const EXEMPT: &[(&str, &str)] = &[
@@ -21,29 +20,25 @@ const EXEMPT: &[(&str, &str)] = &[
 ];
 
 fn main() {
-    let trials: Vec<Trial> = linattn_cuda::backends_on(Platform::Sim)
-        .into_iter()
-        .map(|b| {
-            let name = b.name().to_string();
-            let causality = match b.info().algorithm {
-                Algorithm::Linear(form) if !form.supports(Causality::Causal) => {
-                    Causality::NonCausal
-                }
-                _ => Causality::Causal,
-            };
-            stamp(
-                Platform::Sim,
-                format!("{name}: every kernel's instructions and sectors double with N"),
-                Box::new(move || {
-                    let problem = Problem::new(
-                        Shape::new(1, 2, 1024, 64, 64),
-                        causality,
-                        FeatureMap::EluPlusOne,
-                    );
-                    counters_scale(backend(&name)?.as_mut(), &problem, 2.0, EXEMPT)
-                }),
-            )
-        })
-        .collect();
-    linattn_testkit::run(trials)
+    linattn_testkit::run(stamp_executors!(
+        for platform in [Platform::Sim], backend in linattn_cuda::backends_on(platform) =>
+            format!(
+                "{}: every kernel's instructions and sectors double with N",
+                backend.name()
+            ),
+            doubles_with_n(backend)
+    ))
+}
+
+fn doubles_with_n(mut backend: Box<dyn Backend>) -> Result<(), String> {
+    let causality = match backend.info().algorithm {
+        Algorithm::Linear(form) if !form.supports(Causality::Causal) => Causality::NonCausal,
+        _ => Causality::Causal,
+    };
+    let problem = Problem::new(
+        Shape::new(1, 2, 1024, 64, 64),
+        causality,
+        FeatureMap::EluPlusOne,
+    );
+    counters_scale(backend.as_mut(), &problem, 2.0, EXEMPT)
 }

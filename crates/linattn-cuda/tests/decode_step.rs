@@ -5,12 +5,11 @@
 //! the same operands; tolerance the precision's RMS ratio (f32 1e-5, f16 2e-3, bf16 5e-3).
 //! The exported state matches the reference's, and continuing from it equals not stopping.
 
-use libtest_mimic::Trial;
 use linattn_core::{
     decode_sequence, Causality, DecodeSpec, Decoder, FeatureMap, Inputs, Problem, Shape, Tensor,
 };
 use linattn_cuda::Platform;
-use linattn_testkit::{all, close, rounder, stamp};
+use linattn_testkit::{all, close, rounder, stamp_executors};
 
 /// C = 48 (two rows per warp and a ragged one), M = 40 (a full and a partial column slice).
 const SHAPE: Shape = Shape {
@@ -22,18 +21,11 @@ const SHAPE: Shape = Shape {
 };
 
 fn main() {
-    let mut trials: Vec<Trial> = Vec::new();
-    for platform in Platform::ALL {
-        for decoder in linattn_cuda::decode::decoders(platform) {
-            let name = decoder.name().to_string();
-            trials.push(stamp(
-                platform,
-                format!("{name}: prefill + steps match the f64 decoder"),
-                Box::new(move || matches_reference(platform, &name)),
-            ));
-        }
-    }
-    linattn_testkit::run(trials)
+    linattn_testkit::run(stamp_executors!(
+        for platform in Platform::ALL, decoder in linattn_cuda::decode::decoders(platform) =>
+            format!("{}: prefill + steps match the f64 decoder", decoder.name()),
+            matches_reference(platform, decoder.name())
+    ))
 }
 
 fn decoder_named(platform: Platform, name: &str) -> Result<Box<dyn Decoder>, String> {
@@ -63,7 +55,7 @@ fn matches_reference(platform: Platform, name: &str) -> Result<(), String> {
                 let label = format!("{map} decay {decay} prefill {prefill}");
                 let (got, _) = decode_sequence(dec.as_mut(), &spec, &x, prefill, None)
                     .map_err(|e| format!("{label}: {e}"))?;
-                checks.push(close(&format!("{label}: O"), &want, &got, tol, 0.0));
+                checks.push(close(&format!("{label}: O"), &want, &got, tol));
                 let state = dec.export_state().map_err(|e| e.to_string())?;
                 let as_tensor = |s: &[f64]| Tensor::from_vec([1, 1, 1, s.len()], s.to_vec());
                 let (ws, gs) = (as_tensor(&want_state.s), as_tensor(&state.s));
@@ -71,8 +63,8 @@ fn matches_reference(platform: Platform, name: &str) -> Result<(), String> {
                 if let (Ok(ws), Ok(gs), Ok(wz), Ok(gz)) = (ws, gs, wz, gz) {
                     // The state is fp32 sums of the same operands: the f32 bar for every input
                     // precision.
-                    checks.push(close(&format!("{label}: S"), &ws, &gs, 1e-5, 0.0));
-                    checks.push(close(&format!("{label}: z"), &wz, &gz, 1e-5, 0.0));
+                    checks.push(close(&format!("{label}: S"), &ws, &gs, 1e-5));
+                    checks.push(close(&format!("{label}: z"), &wz, &gz, 1e-5));
                 }
                 if state.tokens != SHAPE.seq as u64 {
                     checks.push(Err(format!(

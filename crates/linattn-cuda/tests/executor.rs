@@ -5,14 +5,13 @@
 
 use std::sync::Arc;
 
-use libtest_mimic::Trial;
 use linattn_core::{AttnError, Precision};
 use linattn_cuda::executor::{Executor, Launch};
 use linattn_cuda::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use linattn_cuda::noncausal::params::Reduce;
 use linattn_cuda::params::{ptr, KernelParams};
 use linattn_cuda::{noncausal, Platform};
-use linattn_testkit::stamp;
+use linattn_testkit::stamp_executors;
 
 type Check = fn(&Arc<dyn Executor>) -> Result<(), String>;
 
@@ -44,22 +43,19 @@ fn main() {
             initcheck_fault,
         ),
     ];
-    let mut trials: Vec<Trial> = Vec::new();
-    for platform in Platform::ALL {
+    let checks_on = |platform: Platform| {
         let extra = if platform == Platform::Sim {
             &sim_only[..]
         } else {
             &[]
         };
-        for &(name, check) in common_checks.iter().chain(extra) {
-            trials.push(stamp(
-                platform,
-                format!("{platform}: {name}"),
-                Box::new(move || check(&platform.executor().map_err(|e| e.to_string())?)),
-            ));
-        }
-    }
-    linattn_testkit::run(trials)
+        common_checks.iter().chain(extra).copied()
+    };
+    linattn_testkit::run(stamp_executors!(
+        for platform in Platform::ALL, (name, check) in checks_on(platform) =>
+            format!("{platform}: {name}"),
+            platform.executor().map_err(|e| e.to_string()).and_then(|exec| check(&exec))
+    ))
 }
 
 fn round_trip<T: StorageElem + PartialEq + std::fmt::Debug>(

@@ -4,14 +4,14 @@
 //! The grid of a backend: odd N (1, 7, 63, 65, 130) and one N > 1000, D ≠ M, B·H > 1, every
 //! feature map the backend supports (maps rotate over the lengths), decay. A case the backend
 //! does not implement (a head dim or map outside its kernels) is left out, and each backend
-//! must run at least `MIN_CASES` of them. The tolerance is the precision's RMS ratio (f32
-//! 1e-5, f16 2e-3, bf16 5e-3) for O and for each gradient. `linattn check --backends 'sim/*'`
-//! runs the wider default grid; these are the ones `cargo test` runs.
+//! must run at least `MIN_CASES` of them. The verdict is linattn-core's `Judge`: the
+//! precision's RMS ratio (f32 1e-5, f16 2e-3, bf16 5e-3) for O and for each gradient, a
+//! gradient under 1e-2 of the case's largest judged against the largest. `linattn check
+//! --backends 'sim/*'` runs the wider default grid; these are the ones `cargo test` runs.
 
-use libtest_mimic::Trial;
 use linattn_core::{Algorithm, Backend, Causality, FeatureMap, Inputs, Problem, Shape};
 use linattn_cuda::Platform;
-use linattn_testkit::{against_oracle, all, stamp};
+use linattn_testkit::{against_oracle, all, stamp_executors};
 
 /// (D, M) pairs tried in rotation until the backend supports one: D ≠ M first.
 const PAIRS: [(usize, usize); 6] = [(64, 128), (128, 64), (48, 80), (80, 32), (32, 16), (64, 64)];
@@ -21,18 +21,11 @@ const DECAY: f64 = 0.97;
 const MIN_CASES: usize = 6;
 
 fn main() {
-    let mut trials: Vec<Trial> = Vec::new();
-    for platform in Platform::ALL {
-        for backend in linattn_cuda::backends_on(platform) {
-            let name = backend.name().to_string();
-            trials.push(stamp(
-                platform,
-                format!("{name}: O and gradients match the f64 oracle"),
-                Box::new(move || matches_oracle(&name)),
-            ));
-        }
-    }
-    linattn_testkit::run(trials)
+    linattn_testkit::run(stamp_executors!(
+        for platform in Platform::ALL, backend in linattn_cuda::backends_on(platform) =>
+            format!("{}: O and gradients match the f64 oracle", backend.name()),
+            matches_oracle(backend)
+    ))
 }
 
 fn causality_of(b: &dyn Backend) -> Causality {
@@ -68,8 +61,8 @@ fn grid(b: &dyn Backend) -> Vec<Problem> {
     problems
 }
 
-fn matches_oracle(name: &str) -> Result<(), String> {
-    let mut b = linattn_testkit::backend(name)?;
+fn matches_oracle(mut b: Box<dyn Backend>) -> Result<(), String> {
+    let name = b.name().to_string();
     let problems = grid(b.as_ref());
     if problems.len() < MIN_CASES {
         return Err(format!(

@@ -14,61 +14,56 @@
 //!     floor that storing dQ in bf16 alone implies. gd alone takes chunked dQ from 3.9e-3 to
 //!     2.8e-3 (1.7× the floor), the split the rest of the way.
 
-use libtest_mimic::Trial;
 use linattn_core::{
     Causality, ErrorMetrics, FeatureMap, Grads, Inputs, Precision, Problem, Shape, Tensor,
 };
 use linattn_cuda::Platform;
-use linattn_testkit::{against_oracle, all, backend, close, grads_close, rounder, stamp};
+use linattn_testkit::{against_oracle, all, backend, close, rounder, run_judged, stamp_executors};
+
+/// A regression check on one executor.
+type Check = fn(Platform) -> Result<(), String>;
+
+const CHECKS: [(&str, Check); 3] = [
+    (
+        "causal_chunked/f16 backward within 2e-3 at N = 16384 (R operand out of fp16 subnormals)",
+        long_sequence_f16,
+    ),
+    (
+        "causal_chunked f16 and bf16 finite and within tolerance where den = ε (relu: 8 leading \
+         negative key rows; disjoint q̃, k̃ supports)",
+        den_at_eps,
+    ),
+    (
+        "causal_chunked and causal_recurrent bf16 dQ near the bf16 storage floor (gd from fp32 O)",
+        bf16_dq_floor,
+    ),
+];
 
 fn main() {
-    let mut trials: Vec<Trial> = Vec::new();
-    for platform in Platform::ALL {
-        trials.push(stamp(
-            platform,
-            format!(
-                "{platform}: causal_chunked/f16 backward within 2e-3 at N = 16384 \
-                 (R operand out of fp16 subnormals)"
-            ),
-            Box::new(move || long_sequence_f16(platform)),
-        ));
-        trials.push(stamp(
-            platform,
-            format!(
-                "{platform}: causal_chunked f16 and bf16 finite and within tolerance where \
-                 den = ε (relu: 8 leading negative key rows; disjoint q̃, k̃ supports)"
-            ),
-            Box::new(move || den_at_eps(platform)),
-        ));
-        trials.push(stamp(
-            platform,
-            format!(
-                "{platform}: causal_chunked and causal_recurrent bf16 dQ near the bf16 \
-                 storage floor (gd from fp32 O)"
-            ),
-            Box::new(move || bf16_dq_floor(platform)),
-        ));
-    }
-    linattn_testkit::run(trials)
+    linattn_testkit::run(stamp_executors!(
+        for platform in Platform::ALL, (what, check) in CHECKS =>
+            format!("{platform}: {what}"),
+            check(platform)
+    ))
 }
 
 /// (a) B = H = 1, D = M = 64, elu+1, N = 16384: O, dQ, dK, dV each within the f16 tolerance
-/// of its own RMS (dK is ~4× smaller than dV here, so the usual largest-gradient scale of
-/// `grads_close` would hide the loss).
+/// of its own RMS, whatever their size against the largest gradient (dK is ~4× smaller than
+/// dV here: measured against dV, the loss would hide).
 fn long_sequence_f16(platform: Platform) -> Result<(), String> {
     let shape = Shape::new(1, 1, 16_384, 64, 64);
     let problem = Problem::new(shape, Causality::Causal, FeatureMap::EluPlusOne);
     let name = format!("{platform}/causal_chunked/f16");
-    let (inputs, want_out, want) = oracle(&problem, Precision::F16)?;
-    let (out, got) = run_checked(&name, &problem, &inputs, &want_out, &want)?;
+    let (inputs, want) = oracle(&problem, Precision::F16)?;
+    let (out, got) = run_judged(backend(&name)?.as_mut(), &problem, &inputs, &want)?;
     let tolerance = Precision::F16.rms_tolerance();
     all([
-        ("O", &want_out, &out),
-        ("dQ", &want.dq, &got.dq),
-        ("dK", &want.dk, &got.dk),
-        ("dV", &want.dv, &got.dv),
+        ("O", &want.0, &out),
+        ("dQ", &want.1.dq, &got.dq),
+        ("dK", &want.1.dk, &got.dk),
+        ("dV", &want.1.dv, &got.dv),
     ]
-    .map(|(what, w, g)| own_ratio_within(&format!("{name} N = 16384 {what}"), w, g, tolerance)))
+    .map(|(what, w, g)| close(&format!("{name} N = 16384 {what}"), w, g, tolerance)))
 }
 
 /// Sets rows `tokens` × columns `cols` of every head of `t` ([B, H, N, D]) negative.
@@ -112,33 +107,12 @@ fn den_at_eps(platform: Platform) -> Result<(), String> {
 
 /// Inputs drawn for `problem` (seed 7) and rounded to `precision`, with the f64 oracle's O
 /// and gradients on exactly those inputs.
-fn oracle(problem: &Problem, precision: Precision) -> Result<(Inputs, Tensor, Grads), String> {
+fn oracle(problem: &Problem, precision: Precision) -> Result<(Inputs, (Tensor, Grads)), String> {
     let inputs = Inputs::random(problem.shape, 7, true)
         .map_err(|e| e.to_string())?
         .rounded(rounder(precision));
-    let (out, grads) =
-        linattn_cpu::oracle::backward(problem, &inputs).map_err(|e| format!("oracle: {e}"))?;
-    Ok((inputs, out, grads))
-}
-
-/// One forward + backward of backend `name`, checked as `against_oracle` checks it
-/// (precision tolerance, gradients against the largest gradient RMS); returns the results.
-fn run_checked(
-    name: &str,
-    problem: &Problem,
-    inputs: &Inputs,
-    want_out: &Tensor,
-    want: &Grads,
-) -> Result<(Tensor, Grads), String> {
-    let mut b = backend(name)?;
-    let tolerance = b.info().precision.rms_tolerance();
-    let label = format!("{name} {problem}");
-    let (out, got) = b
-        .forward_backward(problem, inputs)
-        .map_err(|e| format!("{label}: {e}"))?;
-    close(&format!("{label} O"), want_out, &out, tolerance, 0.0)?;
-    grads_close(&label, want, &got, tolerance)?;
-    Ok((out, got))
+    let want = linattn_testkit::oracle(problem, &inputs)?;
+    Ok((inputs, want))
 }
 
 /// RMS ratio of `got` against `want`'s own RMS.
@@ -148,15 +122,6 @@ fn own_ratio(want: &Tensor, got: &Tensor) -> Result<f64, String> {
         return Err(format!("{} non-finite values", m.non_finite));
     }
     Ok(m.rms_ratio)
-}
-
-fn own_ratio_within(what: &str, want: &Tensor, got: &Tensor, bound: f64) -> Result<(), String> {
-    let r = own_ratio(want, got).map_err(|e| format!("{what}: {e}"))?;
-    if r <= bound {
-        Ok(())
-    } else {
-        Err(format!("{what}: rms ratio {r:.3e} > {bound:.1e}"))
-    }
 }
 
 /// dQ's bound in (c), as a multiple of the storage floor.
@@ -172,13 +137,13 @@ const DQ_FLOOR_FACTOR: f64 = 1.25;
 fn bf16_dq_floor(platform: Platform) -> Result<(), String> {
     let shape = Shape::new(1, 1, 1000, 64, 64);
     let problem = Problem::new(shape, Causality::Causal, FeatureMap::EluPlusOne);
-    let (inputs, want_out, want) = oracle(&problem, Precision::BF16)?;
-    let mut stored = want.dq.clone();
+    let (inputs, want) = oracle(&problem, Precision::BF16)?;
+    let mut stored = want.1.dq.clone();
     stored.map_in_place(rounder(Precision::BF16));
-    let bound = DQ_FLOOR_FACTOR * own_ratio(&want.dq, &stored)?;
+    let bound = DQ_FLOOR_FACTOR * own_ratio(&want.1.dq, &stored)?;
     all(["causal_chunked", "causal_recurrent"].map(|form| {
         let name = format!("{platform}/{form}/bf16");
-        let (_, got) = run_checked(&name, &problem, &inputs, &want_out, &want)?;
-        own_ratio_within(&format!("{name} N = 1000 dQ"), &want.dq, &got.dq, bound)
+        let (_, got) = run_judged(backend(&name)?.as_mut(), &problem, &inputs, &want)?;
+        close(&format!("{name} N = 1000 dQ"), &want.1.dq, &got.dq, bound)
     }))
 }

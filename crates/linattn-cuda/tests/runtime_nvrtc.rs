@@ -5,7 +5,7 @@
 
 use linattn_cuda::runtime::{compile, Arch, KernelVariant};
 use linattn_cuda::Platform;
-use linattn_testkit::{run, stamp};
+use linattn_testkit::{run, stamp_executors};
 
 const PROBE: &str = r#"
 extern "C" __global__ void la_probe_copy(const la_storage_t* x, la_storage_t* y, int n) {
@@ -17,7 +17,7 @@ extern "C" __global__ void la_probe_copy(const la_storage_t* x, la_storage_t* y,
 const BROKEN: &str = "extern \"C\" __global__ void la_broken() { undefined_name = 1; }\n";
 
 fn main() {
-    let trials = [
+    let checks = [
         (
             "prelude_compiles_for_every_storage_and_map",
             prelude_compiles_for_every_storage_and_map as fn(),
@@ -30,20 +30,13 @@ fn main() {
             "missing_entry_point_is_a_compile_error",
             missing_entry_point_is_a_compile_error,
         ),
-    ]
-    .into_iter()
-    .map(|(name, body)| {
-        stamp(
-            Platform::Sim,
+    ];
+    // NVRTC is what the simulator needs: its availability decides these.
+    run(stamp_executors!(
+        for platform in [Platform::Sim], (name, check) in checks =>
             format!("nvrtc: {name}"),
-            Box::new(move || {
-                body();
-                Ok(())
-            }),
-        )
-    })
-    .collect();
-    run(trials)
+            check()
+    ))
 }
 
 fn prelude_compiles_for_every_storage_and_map() {

@@ -1,19 +1,18 @@
 //! `{cuda,sim}/softmax/{f32,f16}` against the f64 oracle, on every platform present: the PTX
 //! simulator wherever NVRTC is (it runs the same kernels, GEMMs included, with memcheck,
 //! racecheck, initcheck and synccheck), a GPU where there is one. A platform that is absent
-//! prints `skipped: <platform>: <reason>` for each of its tests.
+//! shows as ignored, with its reason, for each of its trials.
 
 mod common;
 
-use common::platforms::skip_reason;
-use common::{inputs, problem, BOTH};
+use common::{assert_forward_backward_close, inputs, problem, skip_reason, BOTH};
 use linattn_core::{
-    Algorithm, AttnError, Backend, ErrorMetrics, Grads, Inputs, Precision, Shape, Tensor,
-    Unsupported,
+    Algorithm, AttnError, Backend, Grads, Inputs, Precision, Shape, Tensor, Unsupported,
 };
 use linattn_cuda::Platform;
 use linattn_softmax::cuda::{device_bytes_needed, f16_backend, f32_backend, with_gemm, GemmEngine};
 use linattn_softmax::oracle;
+use linattn_testkit::stamp_executors;
 
 /// The row kernels run one 256-thread block per row: the two block reductions per row are a
 /// fixed cost that dominates until N ≫ 256 (their work grows 3.1× from N = 1024 to 2048, not
@@ -30,30 +29,18 @@ const ROW_KERNELS: &[(&str, &str)] = &[
 ];
 
 fn main() {
-    let mut trials = platform_trials![
+    let mut trials = stamp_executors![
         forward_and_gradients_match_the_oracle,
         repeated_runs_give_the_same_results,
         device_bytes_are_the_estimate,
         a_problem_too_large_for_the_device_is_out_of_memory,
     ];
     // Counters exist on the simulator only.
-    for precision in ["f32", "f16"] {
-        trials.push(linattn_testkit::stamp(
-            Platform::Sim,
-            format!("sim/softmax/{precision}: every kernel's counters grow 4× when N doubles"),
-            Box::new(move || {
-                let problem = problem(
-                    Shape::new(1, 1, 512, 64, 64),
-                    linattn_core::Causality::Causal,
-                );
-                let mut backend = linattn_testkit::backend_named(
-                    &format!("sim/softmax/{precision}"),
-                    linattn_softmax::backends(),
-                )?;
-                linattn_testkit::counters_scale(backend.as_mut(), &problem, 4.0, ROW_KERNELS)
-            }),
-        ));
-    }
+    trials.extend(stamp_executors!(
+        for platform in [Platform::Sim], precision in ["f32", "f16"] =>
+            format!("{platform}/softmax/{precision}: every kernel's counters grow 4× when N doubles"),
+            counters_grow_fourfold(&format!("{platform}/softmax/{precision}"))
+    ));
     trials.push(linattn_testkit::host("names_and_kinds", names_and_kinds));
     trials.push(linattn_testkit::host(
         "gemm_engines_per_platform",
@@ -100,29 +87,23 @@ fn as_stored(x: &Inputs, precision: Precision) -> Inputs {
 /// Asserts each of O, dQ, dK, dV within `tol` (RMS error ratio), printing the ratios.
 /// Returns the largest ratio.
 fn check_close(case: &str, want: &(Tensor, Grads), got: &(Tensor, Grads), tol: f64) -> f64 {
-    let pairs = [
-        ("O", &want.0, &got.0),
-        ("dQ", &want.1.dq, &got.1.dq),
-        ("dK", &want.1.dk, &got.1.dk),
-        ("dV", &want.1.dv, &got.1.dv),
-    ];
-    let mut worst = 0.0f64;
-    let mut line = String::new();
-    for (what, reference, value) in pairs {
-        assert_eq!(reference.dims(), value.dims(), "{what} {case}: dims differ");
-        let m = ErrorMetrics::compare(reference.data(), value.data());
-        assert!(
-            m.passes(tol),
-            "{what} {case}: rms ratio {:.3e} > {tol:.1e} (max abs {:.3e}, non-finite {})",
-            m.rms_ratio,
-            m.max_abs,
-            m.non_finite
-        );
-        worst = worst.max(m.rms_ratio);
-        line.push_str(&format!(" {what} {:.2e}", m.rms_ratio));
-    }
+    let verdict = assert_forward_backward_close(case, want, got, tol);
+    let line: String = verdict
+        .tensors
+        .iter()
+        .map(|t| format!(" {} {:.2e}", t.tensor, t.judged_ratio))
+        .collect();
     println!("{case}: rms ratio{line} (tolerance {tol:.0e})");
-    worst
+    verdict.worst_ratio()
+}
+
+fn counters_grow_fourfold(name: &str) -> Result<(), String> {
+    let problem = problem(
+        Shape::new(1, 1, 512, 64, 64),
+        linattn_core::Causality::Causal,
+    );
+    let mut backend = linattn_testkit::backend_named(name, linattn_softmax::backends())?;
+    linattn_testkit::counters_scale(backend.as_mut(), &problem, 4.0, ROW_KERNELS)
 }
 
 fn names_and_kinds() {

@@ -10,27 +10,25 @@ mod common;
 
 use std::sync::Arc;
 
-use linattn_core::ErrorMetrics;
+use linattn_core::Judge;
 use linattn_cuda::executor::gemm::RowMajorGemm;
 use linattn_cuda::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use linattn_cuda::runtime::{self, Arch};
 use linattn_cuda::{Executor, Platform};
 use linattn_softmax::cuda::{BatchedGemm, GemmEngine};
+use linattn_testkit::stamp_executors;
 
 fn main() {
-    let mut trials = platform_trials![
+    let mut trials = stamp_executors![
         gemm_engines_match_f64_matmul,
         gemm_kernel_loops_over_batches_beyond_grid_y,
         gemm_checks_buffer_sizes,
     ];
     // NVRTC is what the simulator needs too: its availability decides both.
-    trials.push(linattn_testkit::stamp(
-        Platform::Sim,
-        "softmax_kernels_compile_for_sm80_and_sm90_without_spills".into(),
-        Box::new(|| {
-            softmax_kernels_compile_for_sm80_and_sm90_without_spills();
-            Ok(())
-        }),
+    trials.extend(stamp_executors!(
+        for platform in [Platform::Sim] =>
+            "softmax_kernels_compile_for_sm80_and_sm90_without_spills",
+            softmax_kernels_compile_for_sm80_and_sm90_without_spills()
     ));
     linattn_testkit::run(trials)
 }
@@ -137,16 +135,11 @@ fn gemm_case<T: StorageElem>(
     let got = c_dev.download_f64().unwrap();
     let widen = |x: &[T]| x.iter().map(|v| v.to_f64()).collect::<Vec<f64>>();
     let want = reference(&plan, batch, &widen(&a), &widen(&b));
-    let metrics = ErrorMetrics::compare(&want, &got);
-    let tol = T::PRECISION.rms_tolerance();
-    assert!(
-        metrics.passes(tol),
-        "{case}: rms ratio {:.3e} > {tol:.0e}, max abs {:.3e}, {} non-finite",
-        metrics.rms_ratio,
-        metrics.max_abs,
-        metrics.non_finite
-    );
-    metrics.rms_ratio
+    let verdict = Judge::for_precision(T::PRECISION).tensor(&case, &want, &got);
+    if let Some(failure) = verdict.failure() {
+        panic!("{failure}");
+    }
+    verdict.judged_ratio
 }
 
 fn gemm_engine_cases<T: StorageElem>(exec: &Arc<dyn Executor>, engine: GemmEngine) {

@@ -4,7 +4,7 @@ use super::grid::Case;
 use super::oracle::{run_oracle, OracleKey, Reference};
 use super::Entry;
 use crate::term::panic_message;
-use linattn_core::{AttnError, ErrorMetrics, Grads, Inputs, Problem, Tensor, Unsupported};
+use linattn_core::{AttnError, Grads, Inputs, Judge, Problem, Tensor, TensorVerdict, Unsupported};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -21,51 +21,6 @@ pub(super) enum Outcome {
     NotApplicable,
 }
 
-/// Error of one compared tensor.
-#[derive(Debug, Clone, Serialize)]
-pub(super) struct TensorError {
-    pub(super) tensor: &'static str,
-    /// Raw metrics against the oracle (`rms_ratio` = rms(diff) / rms(ref)).
-    #[serde(flatten)]
-    pub(super) metrics: ErrorMetrics,
-    /// The ratio the verdict uses: rms(diff) / max(rms(ref), scale), where `scale` is the
-    /// largest gradient RMS of the case for dq, dk, dv and 0 for o (see [`judged_ratio`]).
-    pub(super) judged_ratio: f64,
-}
-
-impl TensorError {
-    pub(super) fn passes(&self, tolerance: f64) -> bool {
-        self.metrics.non_finite == 0 && self.judged_ratio <= tolerance
-    }
-}
-
-pub(super) fn rms(values: &[f64]) -> f64 {
-    (values.iter().map(|x| x * x).sum::<f64>() / values.len().max(1) as f64).sqrt()
-}
-
-/// rms(got − want) / max(rms(want), scale); ∞ when anything is non-finite.
-///
-/// Why a scale: a gradient can cancel to ~0 by construction (dq, dk at N = 1 through the
-/// normaliser are O(ε); efficient attention's dq is exactly 0 at N = 1), and then f32
-/// round-off of the cancelling terms, ~1e-7 of their size, is an arbitrarily large fraction
-/// of the vanishing result. Such a gradient is judged on the scale of the gradients of the
-/// same case instead of its own size. Gradients of ordinary size are unaffected.
-pub(super) fn judged_ratio(want: &[f64], got: &[f64], scale: f64) -> f64 {
-    if got.iter().any(|x| !x.is_finite()) {
-        return f64::INFINITY;
-    }
-    let diff: Vec<f64> = want.iter().zip(got).map(|(w, g)| g - w).collect();
-    let rms_diff = rms(&diff);
-    let denominator = rms(want).max(scale);
-    if denominator > 0.0 {
-        rms_diff / denominator
-    } else if rms_diff == 0.0 {
-        0.0
-    } else {
-        f64::INFINITY
-    }
-}
-
 /// One case of one backend, as written to `--json`.
 #[derive(Debug, Clone, Serialize)]
 pub(super) struct CaseRecord {
@@ -79,7 +34,9 @@ pub(super) struct CaseRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) message: Option<String>,
     pub(super) tolerance: f64,
-    pub(super) errors: Vec<TensorError>,
+    /// O and the gradients, judged by linattn-core's [`Judge`] (`judged_ratio` is the
+    /// verdict's figure; `rms_ratio` the raw one against the tensor's own RMS).
+    pub(super) errors: Vec<TensorVerdict>,
 }
 
 impl CaseRecord {
@@ -102,17 +59,7 @@ impl CaseRecord {
         }
         self.errors
             .iter()
-            .filter(|e| !e.passes(self.tolerance))
-            .map(|e| {
-                if e.metrics.non_finite > 0 {
-                    format!("{}: {} non-finite values", e.tensor, e.metrics.non_finite)
-                } else {
-                    format!(
-                        "{}: rms ratio {:.2e} > {:.0e} (max-abs {:.2e})",
-                        e.tensor, e.judged_ratio, self.tolerance, e.metrics.max_abs
-                    )
-                }
-            })
+            .filter_map(TensorVerdict::failure)
             .collect::<Vec<_>>()
             .join("; ")
     }
@@ -128,7 +75,8 @@ pub(super) fn check_case(
     oracle_cache: &mut HashMap<OracleKey, Result<Reference, String>>,
 ) -> Option<CaseRecord> {
     let info = entry.backend.info().clone();
-    let tolerance = info.precision.rms_tolerance();
+    let judge = Judge::for_precision(info.precision);
+    let tolerance = judge.tolerance;
     let record = |outcome, message: Option<String>, errors| CaseRecord {
         backend: info.name.clone(),
         case: case.index,
@@ -202,33 +150,20 @@ pub(super) fn check_case(
         }
     };
 
-    let mut errors = Vec::new();
-    let mut compared = vec![("o", &reference.output, &output, 0.0)];
-    if let (Some(want), Some(got)) = (&reference.grads, &grads) {
-        let scale = rms(want.dq.data())
-            .max(rms(want.dk.data()))
-            .max(rms(want.dv.data()));
-        compared.push(("dq", &want.dq, &got.dq, scale));
-        compared.push(("dk", &want.dk, &got.dk, scale));
-        compared.push(("dv", &want.dv, &got.dv, scale));
-    }
-    for (tensor, want, got, scale) in compared {
-        if want.dims() != got.dims() {
-            let msg = format!(
-                "{tensor} has dims {:?}, the oracle's has {:?}",
-                got.dims(),
-                want.dims()
-            );
-            return Some(record(Outcome::Error, Some(msg), errors));
-        }
-        errors.push(TensorError {
-            tensor,
-            metrics: ErrorMetrics::compare(want.data(), got.data()),
-            judged_ratio: judged_ratio(want.data(), got.data(), scale),
-        });
-    }
-    let pass = errors.iter().all(|e| e.passes(tolerance));
-    let outcome = if pass { Outcome::Pass } else { Outcome::Fail };
+    let verdict = judge.case(
+        (&reference.output, &output),
+        reference.grads.as_ref().zip(grads.as_ref()),
+    );
+    let verdict = match verdict {
+        Ok(verdict) => verdict,
+        Err(msg) => return Some(record(Outcome::Error, Some(msg), Vec::new())),
+    };
+    let outcome = if verdict.passed() {
+        Outcome::Pass
+    } else {
+        Outcome::Fail
+    };
+    let errors = verdict.tensors;
     Some(record(outcome, None, errors))
 }
 
@@ -344,7 +279,7 @@ mod tests {
         let (record, summary) = check_one(Fault::None, Causality::Causal);
         let record = record.unwrap();
         assert_eq!(record.outcome, Outcome::Pass);
-        let tensors: Vec<&str> = record.errors.iter().map(|e| e.tensor).collect();
+        let tensors: Vec<&str> = record.errors.iter().map(|e| e.tensor.as_str()).collect();
         assert_eq!(tensors, ["o", "dq", "dk", "dv"]);
         assert_eq!(summary.verdict, "PASS");
     }
@@ -392,24 +327,5 @@ mod tests {
         assert!(record.is_none());
         assert_eq!(summary.verdict, "skipped: no test device");
         assert_eq!(summary.failed, 0);
-    }
-
-    #[test]
-    fn judged_ratio_floors_only_vanishing_gradients() {
-        let want = [1.0, -2.0, 2.0, -1.0];
-        let got = [1.01, -2.02, 2.02, -1.01];
-        // Ordinary size: the plain RMS ratio, whatever a smaller scale says.
-        assert!((judged_ratio(&want, &got, 0.5) - 0.01).abs() < 1e-12);
-        // A vanishing reference is judged on the case's scale.
-        let tiny = [1e-15, -1e-15, 0.0, 0.0];
-        let noisy = [1e-7, 0.0, -1e-7, 0.0];
-        assert!(ErrorMetrics::compare(&tiny, &noisy).rms_ratio > 1e7);
-        assert!(judged_ratio(&tiny, &noisy, 1.0) < 1e-6);
-        assert_eq!(judged_ratio(&[0.0; 2], &[0.0; 2], 0.0), 0.0);
-        assert_eq!(judged_ratio(&[0.0; 2], &[1.0, 0.0], 0.0), f64::INFINITY);
-        assert_eq!(
-            judged_ratio(&want, &[1.0, f64::NAN, 2.0, -1.0], 1.0),
-            f64::INFINITY
-        );
     }
 }

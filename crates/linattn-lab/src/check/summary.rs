@@ -2,7 +2,7 @@
 //! and the `--json` report.
 
 use super::case::{CaseRecord, Outcome};
-use linattn_core::Precision;
+use linattn_core::{Judge, Precision};
 use serde::Serialize;
 use tabled::builder::Builder;
 use tabled::settings::Style;
@@ -32,7 +32,7 @@ impl BackendSummary {
         BackendSummary {
             backend: info.name.clone(),
             precision: info.precision,
-            tolerance: info.precision.rms_tolerance(),
+            tolerance: Judge::for_precision(info.precision).tolerance,
             run: 0,
             passed: 0,
             failed: 0,
