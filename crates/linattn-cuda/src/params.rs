@@ -81,47 +81,27 @@ pub trait Param: Copy {
     fn arg(self) -> KernelArg;
 }
 
-impl Param for Ptr {
-    const KIND: ParamKind = ParamKind::Ptr;
-    fn arg(self) -> KernelArg {
-        KernelArg::Ptr(self.0)
-    }
+/// `Param` for a Rust type: its kind and how it becomes a [`KernelArg`].
+macro_rules! param {
+    ($($ty:ty => $kind:ident, |$v:ident| $arg:expr;)*) => {$(
+        impl Param for $ty {
+            const KIND: ParamKind = ParamKind::$kind;
+            fn arg(self) -> KernelArg {
+                let $v = self;
+                $arg
+            }
+        }
+    )*};
 }
 
-impl Param for i32 {
-    const KIND: ParamKind = ParamKind::I32;
-    fn arg(self) -> KernelArg {
-        KernelArg::I32(self)
-    }
-}
-
-impl Param for bool {
-    /// C `int` flags.
-    const KIND: ParamKind = ParamKind::I32;
-    fn arg(self) -> KernelArg {
-        KernelArg::I32(i32::from(self))
-    }
-}
-
-impl Param for u32 {
-    const KIND: ParamKind = ParamKind::U32;
-    fn arg(self) -> KernelArg {
-        KernelArg::U32(self)
-    }
-}
-
-impl Param for i64 {
-    const KIND: ParamKind = ParamKind::I64;
-    fn arg(self) -> KernelArg {
-        KernelArg::I64(self)
-    }
-}
-
-impl Param for f32 {
-    const KIND: ParamKind = ParamKind::F32;
-    fn arg(self) -> KernelArg {
-        KernelArg::F32(self)
-    }
+param! {
+    Ptr => Ptr, |p| KernelArg::Ptr(p.0);
+    i32 => I32, |v| KernelArg::I32(v);
+    // C `int` flags.
+    bool => I32, |v| KernelArg::I32(i32::from(v));
+    u32 => U32, |v| KernelArg::U32(v);
+    i64 => I64, |v| KernelArg::I64(v);
+    f32 => F32, |v| KernelArg::F32(v);
 }
 
 /// The signature of one entry point as its argument struct states it.

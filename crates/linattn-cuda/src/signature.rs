@@ -175,6 +175,18 @@ xx_scan(float* __restrict__ states, int num_chunks,
 extern "C" __global__ void xx_flag(const la_storage_t* q, unsigned count) {}
 "#;
 
+    /// A form of `SOURCE` whose argument structs are `specs`.
+    fn form_with(specs: &[ParamSpec]) -> FormEntry {
+        FormEntry {
+            name: "xx",
+            source: SOURCE,
+            backends: |_| Vec::new(),
+            decoders: |_| Vec::new(),
+            variants: Vec::new,
+            kernel_params: Box::leak(specs.to_vec().into_boxed_slice()),
+        }
+    }
+
     #[test]
     fn declarations_parse_with_and_without_launch_bounds() {
         let found = source_signatures(SOURCE).unwrap();
@@ -220,14 +232,7 @@ extern "C" __global__ void xx_flag(const la_storage_t* q, unsigned count) {}
                 kinds: &[ParamKind::Ptr, ParamKind::U32],
             },
         ];
-        let form = FormEntry {
-            name: "xx",
-            source: SOURCE,
-            backends: |_| Vec::new(),
-            decoders: |_| Vec::new(),
-            variants: Vec::new,
-            kernel_params: &SPECS,
-        };
+        let form = form_with(&SPECS);
         let error = check_against_source(&form).unwrap_err();
         assert!(
             error.contains("xx_scan") && !error.contains("xx_flag"),
@@ -247,25 +252,41 @@ extern "C" __global__ void xx_flag(const la_storage_t* q, unsigned count) {}
             },
             SPECS[1],
         ];
-        let form = FormEntry {
-            kernel_params: Box::leak(Box::new(fixed)),
-            ..form
-        };
-        assert_eq!(check_against_source(&form), Ok(()));
+        assert_eq!(check_against_source(&form_with(&fixed)), Ok(()));
     }
 
     #[test]
     fn a_missing_struct_is_reported() {
-        let form = FormEntry {
-            name: "xx",
-            source: SOURCE,
-            backends: |_| Vec::new(),
-            decoders: |_| Vec::new(),
-            variants: Vec::new,
-            kernel_params: &[],
-        };
-        let error = check_against_source(&form).unwrap_err();
+        let error = check_against_source(&form_with(&[])).unwrap_err();
         assert!(error.contains("xx_scan: no argument struct"), "{error}");
         assert!(error.contains("xx_flag: no argument struct"), "{error}");
+    }
+
+    const PTX: &str = ".version 8.0\n.target sm_90\n.address_size 64\n\n\
+        .visible .entry xx_flag(\n.param .u64 xx_flag_param_0,\n.param .f32 xx_flag_param_1\n)\n\
+        {\nret;\n}\n";
+
+    #[test]
+    fn ptx_kinds_and_counts_are_checked() {
+        let entries = ["xx_flag".to_string()];
+        let spec = |kinds: &'static [ParamKind]| ParamSpec {
+            entry: "xx_flag",
+            names: &["q", "count"],
+            kinds,
+        };
+        let right = [spec(&[ParamKind::Ptr, ParamKind::F32])];
+        assert_eq!(check_against_ptx(&right, &entries, PTX, "probe"), Ok(()));
+        let retyped = [spec(&[ParamKind::Ptr, ParamKind::U32])];
+        let error = check_against_ptx(&retyped, &entries, PTX, "probe").unwrap_err();
+        assert!(error.contains("xx_flag.count"), "{error}");
+        let short = [ParamSpec {
+            entry: "xx_flag",
+            names: &["q"],
+            kinds: &[ParamKind::Ptr],
+        }];
+        let error = check_against_ptx(&short, &entries, PTX, "probe").unwrap_err();
+        assert!(error.contains("takes 2 parameters"), "{error}");
+        let error = check_against_ptx(&right, &["xx_gone".into()], PTX, "probe").unwrap_err();
+        assert!(error.contains("xx_gone: no argument struct"), "{error}");
     }
 }

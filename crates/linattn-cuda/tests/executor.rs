@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use linattn_core::{AttnError, Precision};
-use linattn_cuda::executor::{Executor, Launch};
+use linattn_cuda::executor::{Executor, KernelArg, Launch};
 use linattn_cuda::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use linattn_cuda::noncausal::params::Reduce;
 use linattn_cuda::params::{ptr, KernelParams};
@@ -114,6 +114,22 @@ fn out_of_memory(exec: &Arc<dyn Executor>) -> Result<(), String> {
     }
 }
 
+/// `nc_reduce`'s arguments: one split of 64 floats per head, `heads` heads.
+fn reduce_args(
+    partial: &DeviceBuffer<f32>,
+    state: &DeviceBuffer<f32>,
+    heads: i64,
+) -> Vec<KernelArg> {
+    Reduce {
+        partial: ptr(partial),
+        state: ptr(state),
+        splits: 1,
+        state_len: 64,
+        heads,
+    }
+    .args()
+}
+
 fn bad_launches(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let variant = noncausal::variant(Precision::F32, 1).map_err(|e| e.to_string())?;
     let kernel = exec
@@ -121,14 +137,7 @@ fn bad_launches(exec: &Arc<dyn Executor>) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let meter = MemoryMeter::new();
     let state = DeviceBuffer::<f32>::zeros(exec, &meter, 64).map_err(|e| e.to_string())?;
-    let arguments = Reduce {
-        partial: ptr(&state),
-        state: ptr(&state),
-        splits: 1,
-        state_len: 64,
-        heads: 1,
-    }
-    .args();
+    let arguments = reduce_args(&state, &state, 1);
     for (launch, expect) in [
         (Launch::new((1, 70_000, 1), 256), "65535"),
         (Launch::new((1, 1, 1), 2048), "threads per block"),
@@ -187,14 +196,7 @@ fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let result = exec.launch(
         &kernel,
         &Launch::new((1, 1, 1), 256),
-        &Reduce {
-            partial: ptr(&partial),
-            state: ptr(&state),
-            splits: 1,
-            state_len: 64,
-            heads: 2,
-        }
-        .args(),
+        &reduce_args(&partial, &state, 2),
     );
     match result {
         Err(AttnError::KernelFault(m))
@@ -219,14 +221,7 @@ fn initcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let result = exec.launch(
         &kernel,
         &Launch::new((1, 1, 1), 256),
-        &Reduce {
-            partial: ptr(&partial),
-            state: ptr(&state),
-            splits: 1,
-            state_len: 64,
-            heads: 1,
-        }
-        .args(),
+        &reduce_args(&partial, &state, 1),
     );
     match result {
         Err(AttnError::KernelFault(m)) if m.starts_with("initcheck") => Ok(()),
