@@ -8,8 +8,10 @@ the file declares (`use record::X` beside `mod record;`), in `use` trees and inl
 alike. Inline `mod x { ... }` blocks such as `mod tests` are followed, so their `super` is
 the file itself. A path points at the deepest file module it spells out:
 `crate::results::schema::Cell` is an edge to results/schema.rs, `crate::results::Cell` one
-to results/mod.rs (a re-export counts as the import it is). `mod x;` is not an edge: a
-parent owning a child is not an import.
+to results/mod.rs (a re-export counts as the import it is). A `#[macro_export]` macro sits
+at the crate root but is defined elsewhere: `crate::m` of such a macro `m` is an edge to the
+file that defines it, not to lib.rs, which neither holds nor re-exports it. `mod x;` is not
+an edge: a parent owning a child is not an import.
 
 Prints each strongly connected component of more than one file and the edges that close
 it; exits 1 when there is one. Usage: scripts/import_cycles.py crates/linattn-lab [...]
@@ -26,6 +28,10 @@ PATH_RE = re.compile(rf"\b(crate|super|self)((?:\s*::\s*{IDENT})+)")
 USE_RE = re.compile(r"\buse\s+([^;]*);")
 CHILD_MOD_RE = re.compile(rf"\bmod\s+({IDENT})\s*;")
 INLINE_MOD_RE = re.compile(rf"\bmod\s+({IDENT})\s*\{{")
+# `#[macro_export] macro_rules! name`, other attributes allowed in between.
+EXPORTED_MACRO_RE = re.compile(
+    rf"#\[\s*macro_export\s*\]\s*(?:#\[[^\]]*\]\s*)*macro_rules!\s*({IDENT})"
+)
 
 
 def strip_comments_and_strings(text):
@@ -134,8 +140,19 @@ def inline_scopes(text):
     return at
 
 
-def resolve(head, segs, here, scope, mods):
+def exported_macros(mods):
+    """{name: file module} of every `#[macro_export]` macro of the crate."""
+    found = {}
+    for m, f in mods.items():
+        for name in EXPORTED_MACRO_RE.findall(strip_comments_and_strings(f.read_text())):
+            found[name] = m
+    return found
+
+
+def resolve(head, segs, here, scope, mods, macros):
     """The file module a path names, or None when it leaves the crate's files."""
+    if head == "crate" and len(segs) == 1 and segs[0] in macros and (segs[0],) not in mods:
+        return macros[segs[0]]
     if head == "crate":
         base = ()
     else:
@@ -152,13 +169,13 @@ def resolve(head, segs, here, scope, mods):
     return None
 
 
-def edges_of(path, here, mods):
+def edges_of(path, here, mods, macros):
     text = strip_comments_and_strings(path.read_text())
     scope_at = inline_scopes(text)
     found = set()
 
     def add(head, segs, offset):
-        target = resolve(head, segs, here, scope_at(offset), mods)
+        target = resolve(head, segs, here, scope_at(offset), mods, macros)
         if target is not None and target != here:
             found.add(target)
 
@@ -233,7 +250,8 @@ def main(argv):
     for crate in argv[1:]:
         src = Path(crate) / "src"
         mods = file_modules(src)
-        graph = {m: edges_of(f, m, mods) for m, f in mods.items()}
+        macros = exported_macros(mods)
+        graph = {m: edges_of(f, m, mods, macros) for m, f in mods.items()}
         name = lambda m: str(mods[m].relative_to(src))
         circles = [sorted(c, key=name) for c in strongly_connected(graph) if len(c) > 1]
         n_edges = sum(len(e) for e in graph.values())
