@@ -4,12 +4,15 @@
 Reads every .rs file of the library under <crate>/src, maps each to its module path
 (src/a/b.rs and src/a/b/mod.rs are `a::b`), and draws an edge from a file to every file it
 names: through `crate::`, `super::` or `self::` paths, or paths starting at a child module
-the file declares (`use record::X` beside `mod record;`), in `use` trees and inline paths
+the file declares (`use record::X` beside `mod record;`) or at a file module it imports
+(`results::schema::Cell` after `use crate::results;`), in `use` trees and inline paths
 alike. Inline `mod x { ... }` blocks such as `mod tests` are followed, so their `super` is
 the file itself. A path points at the deepest file module it spells out:
 `crate::results::schema::Cell` is an edge to results/schema.rs, `crate::results::Cell` one
-to results/mod.rs (a re-export counts as the import it is). `mod x;` is not an edge: a
-parent owning a child is not an import.
+to results/mod.rs (a re-export counts as the import it is). A `#[macro_export]` macro sits
+at the crate root but is defined elsewhere: `crate::m` of such a macro `m` is an edge to the
+file that defines it, not to lib.rs, which neither holds nor re-exports it. `mod x;` is not
+an edge: a parent owning a child is not an import.
 
 Prints each strongly connected component of more than one file and the edges that close
 it; exits 1 when there is one. Usage: scripts/import_cycles.py crates/linattn-lab [...]
@@ -26,6 +29,10 @@ PATH_RE = re.compile(rf"\b(crate|super|self)((?:\s*::\s*{IDENT})+)")
 USE_RE = re.compile(r"\buse\s+([^;]*);")
 CHILD_MOD_RE = re.compile(rf"\bmod\s+({IDENT})\s*;")
 INLINE_MOD_RE = re.compile(rf"\bmod\s+({IDENT})\s*\{{")
+# `#[macro_export] macro_rules! name`, other attributes allowed in between.
+EXPORTED_MACRO_RE = re.compile(
+    rf"#\[\s*macro_export\s*\]\s*(?:#\[[^\]]*\]\s*)*macro_rules!\s*({IDENT})"
+)
 
 
 def strip_comments_and_strings(text):
@@ -134,8 +141,17 @@ def inline_scopes(text):
     return at
 
 
-def resolve(head, segs, here, scope, mods):
-    """The file module a path names, or None when it leaves the crate's files."""
+def exported_macros(mods):
+    """{name: file module} of every `#[macro_export]` macro of the crate."""
+    found = {}
+    for m, f in mods.items():
+        for name in EXPORTED_MACRO_RE.findall(strip_comments_and_strings(f.read_text())):
+            found[name] = m
+    return found
+
+
+def spell(head, segs, here, scope):
+    """The path as module segments from the crate root."""
     if head == "crate":
         base = ()
     else:
@@ -144,7 +160,14 @@ def resolve(head, segs, here, scope, mods):
             base = base[:-1]
     while segs and segs[0] == "super":
         base, segs = base[:-1], segs[1:]
-    full = base + tuple(segs)
+    return base + tuple(segs)
+
+
+def resolve(head, segs, here, scope, mods, macros):
+    """The file module a path names, or None when it leaves the crate's files."""
+    if head == "crate" and len(segs) == 1 and segs[0] in macros and (segs[0],) not in mods:
+        return macros[segs[0]]
+    full = spell(head, segs, here, scope)
     # The deepest file module that is a prefix of the path.
     for k in range(len(full), -1, -1):
         if full[:k] in mods:
@@ -152,33 +175,41 @@ def resolve(head, segs, here, scope, mods):
     return None
 
 
-def edges_of(path, here, mods):
+def edges_of(path, here, mods, macros):
     text = strip_comments_and_strings(path.read_text())
     scope_at = inline_scopes(text)
     found = set()
 
     def add(head, segs, offset):
-        target = resolve(head, segs, here, scope_at(offset), mods)
+        target = resolve(head, segs, here, scope_at(offset), mods, macros)
         if target is not None and target != here:
             found.add(target)
 
     def segments(s):
         return [p for p in re.split(r"\s*::\s*", s.strip()) if p]
 
-    children = set(CHILD_MOD_RE.findall(text))
+    # Names that stand for a file module in this file's paths: children it declares
+    # (`mod cell;`), and file modules it imports (`use crate::results;`), as {name: module}.
+    # A child is named from the file's own module, also inside an inline `mod tests` that
+    # reaches it through `use super::*`.
+    modules = {child: here + (child,) for child in CHILD_MOD_RE.findall(text)}
 
     for m in USE_RE.finditer(text):
         for path in expand_use_tree(m.group(1)):
             if path and path[0] in ("crate", "super", "self"):
                 add(path[0], path[1:], m.start())
-            elif path and path[0] in children:
-                add("self", path, m.start())
+                full = spell(path[0], path[1:], here, scope_at(m.start()))
+                if len(path) > 1 and full in mods and full != here:
+                    modules.setdefault(path[-1], full)
+            elif path and path[0] in modules:
+                add("crate", list(modules[path[0]]) + path[1:], m.start())
     for m in PATH_RE.finditer(text):
         add(m.group(1), segments(m.group(2)), m.start())
-    # Inline paths relative to the file's own module: `cell::run(...)` beside `mod cell;`.
-    for child in children:
-        for m in re.finditer(rf"(?<![\w:])({child}(?:\s*::\s*{IDENT})+)", text):
-            add("self", segments(m.group(1)), m.start())
+    # Inline paths through those names: `cell::run(...)` beside `mod cell;`, or
+    # `results::schema::Cell` after `use crate::results;`.
+    for name, module in modules.items():
+        for m in re.finditer(rf"(?<![\w:])({name}(?:\s*::\s*{IDENT})+)", text):
+            add("crate", list(module) + segments(m.group(1))[1:], m.start())
     return found
 
 
@@ -233,7 +264,8 @@ def main(argv):
     for crate in argv[1:]:
         src = Path(crate) / "src"
         mods = file_modules(src)
-        graph = {m: edges_of(f, m, mods) for m, f in mods.items()}
+        macros = exported_macros(mods)
+        graph = {m: edges_of(f, m, mods, macros) for m, f in mods.items()}
         name = lambda m: str(mods[m].relative_to(src))
         circles = [sorted(c, key=name) for c in strongly_connected(graph) if len(c) > 1]
         n_edges = sum(len(e) for e in graph.values())

@@ -131,9 +131,9 @@ impl HostMemory {
     /// Refuses, with a typed error, an allocation of `bytes` for `what` that would not fit in
     /// available memory (keeping a 10% margin): Rust aborts on allocation failure and Linux
     /// overcommit would OOM-kill later, so large buffers are checked before they are made.
-    pub fn ensure_available(bytes: u64, what: &str) -> Result<(), crate::AttnError> {
+    pub fn ensure_available(bytes: u64, what: &str) -> Result<(), crate::error::AttnError> {
         match Self::available() {
-            Some(avail) if bytes > avail / 10 * 9 => Err(crate::AttnError::OutOfMemory {
+            Some(avail) if bytes > avail / 10 * 9 => Err(crate::error::AttnError::OutOfMemory {
                 device: "host".into(),
                 requested_bytes: bytes,
                 detail: format!("{what}; {avail} bytes available"),

@@ -1,9 +1,8 @@
 use crate::error::{AttnError, Unsupported};
-use crate::problem::{Form, Precision, Problem};
+use crate::problem::{Algorithm, Precision, Problem};
 use crate::seeded::SeededInputs;
 use crate::tensor::{Grads, Inputs, Tensor};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::time::Duration;
 
 /// Where a backend's data lives.
@@ -15,25 +14,6 @@ pub enum DeviceKind {
     /// A simulated CUDA device: the PTX simulator running the CUDA kernels on the host.
     /// Results are exact for what the kernels compute; times are host times, not GPU times.
     Sim,
-}
-
-/// What a backend computes: linear attention in some form, or the softmax baseline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Algorithm {
-    Linear(Form),
-    /// Naive softmax attention `softmax(QKᵀ/√D)V`, materialising N×N (SPEC §1). Ignores the
-    /// feature map, ε and decay of the problem.
-    Softmax,
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Algorithm::Linear(form) => write!(f, "linear/{form}"),
-            Algorithm::Softmax => f.write_str("softmax"),
-        }
-    }
 }
 
 /// How gradients are obtained.

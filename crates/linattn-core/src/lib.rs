@@ -26,16 +26,15 @@ mod tensor;
 
 pub use alloc::{CountingAllocator, HostMemory};
 pub use atomic::write_bytes_atomic;
-pub use backend::{
-    check_linear_form, Algorithm, Backend, BackendInfo, BackwardKind, DeviceKind, RunStats,
-};
+pub use backend::{check_linear_form, Backend, BackendInfo, BackwardKind, DeviceKind, RunStats};
 pub use decode::{
     decode_sequence, no_decode_state, DecodeSpec, DecodeState, DecodeTiming, Decoder,
 };
 pub use error::{AttnError, Unsupported};
 pub use metrics::{rms, Basis, ErrorMetrics, Judge, TensorVerdict, Verdict, CANCELLED};
 pub use problem::{
-    Causality, FeatureMap, Form, Pass, Precision, Problem, Shape, DEFAULT_EPS, DEFAULT_FAVOR_SEED,
+    Algorithm, Causality, FeatureMap, Form, Pass, Precision, Problem, Shape, DEFAULT_EPS,
+    DEFAULT_FAVOR_SEED,
 };
 pub use rng::{favor_projection, SeededRng};
 pub use seeded::SeededInputs;

@@ -347,6 +347,25 @@ impl Form {
     }
 }
 
+/// What a backend computes: linear attention in some form, or the softmax baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    Linear(Form),
+    /// Naive softmax attention `softmax(QKᵀ/√D)V`, materialising N×N (SPEC §1). Ignores the
+    /// feature map, ε and decay of the problem.
+    Softmax,
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Algorithm::Linear(form) => write!(f, "linear/{form}"),
+            Algorithm::Softmax => f.write_str("softmax"),
+        }
+    }
+}
+
 /// One attention problem: sizes and the math options. Inputs travel separately.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Problem {
@@ -448,12 +467,12 @@ impl Problem {
     ///   (only j ≤ i is useful);
     /// * backward: twice the forward (linear: `G Sᵀ`, `φ(Q)ᵀG`, `V Rᵀ`, `φ(K)R`; softmax:
     ///   `G Vᵀ`, `PᵀG`, `dS K`, `dSᵀQ`), so forward+backward is 3× the forward.
-    pub fn useful_flops(&self, algorithm: crate::Algorithm, pass: Pass) -> f64 {
+    pub fn useful_flops(&self, algorithm: Algorithm, pass: Pass) -> f64 {
         let s = &self.shape;
         let (bh, n) = (s.bh() as f64, s.seq as f64);
         let forward = match algorithm {
-            crate::Algorithm::Linear(_) => 4.0 * bh * n * self.feature_dim() as f64 * s.dv as f64,
-            crate::Algorithm::Softmax => {
+            Algorithm::Linear(_) => 4.0 * bh * n * self.feature_dim() as f64 * s.dv as f64,
+            Algorithm::Softmax => {
                 let full = 2.0 * bh * n * n * (s.dk + s.dv) as f64;
                 if self.causality.is_causal() {
                     full / 2.0
@@ -537,7 +556,6 @@ mod tests {
 #[cfg(test)]
 mod useful_flops_tests {
     use super::*;
-    use crate::Algorithm;
 
     #[test]
     fn useful_flops_count_the_products() {

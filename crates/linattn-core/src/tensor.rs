@@ -263,6 +263,7 @@ impl Inputs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::problem::{Causality, FeatureMap};
 
     #[test]
     fn mismatches_and_non_finite_are_named() {
@@ -274,7 +275,7 @@ mod tests {
 
         let mut x = Inputs::random(s, 1, true).unwrap();
         x.v.data_mut()[7] = f64::NAN;
-        let p = Problem::new(s, crate::Causality::Causal, crate::FeatureMap::EluPlusOne);
+        let p = Problem::new(s, Causality::Causal, FeatureMap::EluPlusOne);
         let e = x.validate_for(&p).unwrap_err();
         assert!(matches!(
             e,

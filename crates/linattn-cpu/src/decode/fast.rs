@@ -1,9 +1,9 @@
 //! The f32 decoder: the fast path's fused update-and-read-out over one C×M state
 //! ([`crate::fast::kernels::update_readout`]), state and sums in fp32 (SPEC §9).
 
-use super::{CpuDecoder, HeadState, StateReal, Token};
+use super::driver::{CpuDecoder, HeadState, StateReal, Token};
 use crate::fast::kernels::update_readout;
-use crate::oracle::HeadCore;
+use crate::oracle::head::HeadCore;
 use linattn_core::Precision;
 
 impl StateReal for f32 {

@@ -1,7 +1,7 @@
 //! The f64 reference decoder: the oracle's own recurrent step (`decay_and_add`, `read_out`).
 
-use super::{CpuDecoder, HeadState, StateReal, Token};
-use crate::oracle::{decay_and_add, read_out, HeadCore};
+use super::driver::{CpuDecoder, HeadState, StateReal, Token};
+use crate::oracle::head::{decay_and_add, read_out, HeadCore};
 use linattn_core::Precision;
 
 impl StateReal for f64 {

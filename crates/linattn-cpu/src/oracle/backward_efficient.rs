@@ -11,10 +11,8 @@
 //! Unnormalised maps (identity, efficient attention) have `den = 1`, `gd = 0`.
 //! Extra memory beyond inputs, outputs and gradients: O(C·M) states and the N×M `gn`.
 
-use super::{
-    backward_by_heads, decay_and_add, noncausal_parallel::reduce_states, read_out, HeadCore,
-    HeadGrads,
-};
+use super::head::{backward_by_heads, decay_and_add, dot, read_out, HeadCore, HeadGrads};
+use super::noncausal_parallel::reduce_states;
 use linattn_core::{AttnError, Grads, Inputs, Problem, Tensor};
 
 /// O and the gradients of every head (needs `inputs.d_out`).
@@ -152,12 +150,12 @@ pub(crate) fn output_row_grads(
         *x = gg / den;
     }
     *gd = if core.normalised {
-        -super::dot(g, o) / den
+        -dot(g, o) / den
     } else {
         0.0
     };
     for (a, s_row) in s.chunks_exact(core.m).enumerate() {
-        dqf[a] = super::dot(s_row, gn) + z[a] * *gd;
+        dqf[a] = dot(s_row, gn) + z[a] * *gd;
     }
 }
 
@@ -193,7 +191,7 @@ pub(crate) fn key_value_grads(
 ) {
     dv.fill(0.0);
     for (a, r_row) in r_mat.chunks_exact(core.m).enumerate() {
-        dkf[a] = weight * (super::dot(r_row, v) + r_vec[a]);
+        dkf[a] = weight * (dot(r_row, v) + r_vec[a]);
         for (x, &rr) in dv.iter_mut().zip(r_row) {
             *x += weight * rr * kf[a];
         }

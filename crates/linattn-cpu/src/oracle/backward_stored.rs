@@ -6,10 +6,8 @@
 //! recomputing. It exists for the memory contrast of SPEC §4.
 
 use super::backward_efficient::{output_row_grads, reverse_scan};
-use super::{
-    chain_head, decay_and_add, featurise_head, noncausal_parallel::reduce_states, read_out_row,
-    HeadCore, HeadGrads,
-};
+use super::head::{chain_head, decay_and_add, featurise_head, read_out_row, HeadCore, HeadGrads};
+use super::noncausal_parallel::reduce_states;
 use crate::maps::PreparedMap;
 use linattn_core::{AttnError, Grads, HostMemory, Inputs, Problem, Tensor};
 

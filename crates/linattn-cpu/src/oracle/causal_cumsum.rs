@@ -2,7 +2,7 @@
 //! (N×C×M), `P_i = λP_{i−1} + U_i` in place, then `O_i = φ(q_i)ᵀP_i / (φ(q_i)ᵀz_i + ε)`.
 //! O(N·C·M) memory on purpose: the trade-off SPEC §3 keeps to show.
 
-use super::{read_out_row, reserve_f64, HeadCore};
+use super::head::{read_out_row, reserve_f64, HeadCore};
 use linattn_core::AttnError;
 
 /// O of one head from φ(Q), φ(K) (`n × c`) and V (`n × m`); fails with a typed

@@ -1,7 +1,7 @@
 //! Causal linear attention as an RNN: `S_i = λS_{i−1} + φ(k_i)v_iᵀ`, `z_i = λz_{i−1} + φ(k_i)`,
 //! `O_i = φ(q_i)ᵀS_i / (φ(q_i)ᵀz_i + ε)`. One C×M state, sequential over i.
 
-use super::{decay_and_add, read_out_row, HeadCore};
+use super::head::{decay_and_add, read_out_row, HeadCore};
 
 /// O of one head from φ(Q), φ(K) (`n × c`) and V (`n × m`).
 pub fn forward_head(core: &HeadCore, qf: &[f64], kf: &[f64], v: &[f64], o: &mut [f64]) {

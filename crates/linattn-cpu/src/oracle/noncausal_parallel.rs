@@ -1,7 +1,7 @@
 //! Non-causal linear attention as one reduction: `S = Σ_j w_j φ(k_j)v_jᵀ`, `z = Σ_j w_j φ(k_j)`
 //! with `w_j = λ^{N−1−j}`, then `O_i = φ(q_i)ᵀS / (φ(q_i)ᵀz + ε)`.
 
-use super::{read_out_row, HeadCore};
+use super::head::{read_out_row, HeadCore};
 
 /// O of one head from φ(Q), φ(K) (`n × c`) and V (`n × m`).
 pub fn forward_head(core: &HeadCore, qf: &[f64], kf: &[f64], v: &[f64], o: &mut [f64]) {

@@ -3,7 +3,7 @@
 //! O(N²) memory on purpose: it shares no code path with the state-based forms, so it is an
 //! independent check of them.
 
-use super::{dot, reserve_f64, HeadCore};
+use super::head::{dot, reserve_f64, HeadCore};
 use linattn_core::AttnError;
 
 /// O of one head from φ(Q), φ(K) (`n × c`) and V (`n × m`); fails with a typed

@@ -1,14 +1,35 @@
-//! The recurrent kernels' typed launches: the forward scan and the whole backward.
+//! The recurrent kernels' module (`causal_recurrent.cu`: entry points, argument structs,
+//! [`variant`]) and typed launches: the forward scan and the whole backward.
 
 use std::sync::Arc;
 
-use linattn_core::{AttnError, Precision};
+use linattn_core::{AttnError, Precision, Unsupported};
 
-use super::{grid_y, per_token_launch, scan_launch, CoreDims, ScanRole, COLUMNS_PER_BLOCK};
+use super::geometry::{
+    grid_y, per_token_launch, scan_launch, CoreDims, MapClass, ScanRole, COLUMNS_PER_BLOCK,
+};
 use crate::executor::{Executor, Launch};
 use crate::memory::DeviceBuffer;
-use crate::params::{launch, ptr, Ptr};
-use crate::runtime::{as_i32, KernelVariant};
+use crate::params::{entry_names, launch, ptr, KernelParams, ParamSpec, Ptr};
+use crate::runtime::{self, as_i32, storage_define, KernelVariant};
+
+pub const SOURCE_NAME: &str = "causal_recurrent.cu";
+pub const SOURCE: &str = include_str!("../../../../kernels/causal_recurrent.cu");
+
+/// Every entry point's signature.
+pub const KERNEL_PARAMS: [ParamSpec; 8] = [
+    params::Forward::SPEC,
+    params::ForwardStored::SPEC,
+    params::ForwardGo::SPEC,
+    params::BackwardDq::SPEC,
+    params::BackwardDk::SPEC,
+    params::BackwardDv::SPEC,
+    params::BackwardPrep::SPEC,
+    params::DqFromStates::SPEC,
+];
+
+/// Every `extern "C"` kernel of `causal_recurrent.cu`.
+pub const ENTRY_POINTS: [&str; 8] = entry_names(&KERNEL_PARAMS);
 
 /// The argument structs of causal_recurrent.cu's entry points.
 pub mod params {
@@ -58,6 +79,30 @@ pub mod params {
     }
 }
 
+/// The module of `causal_recurrent.cu` for one precision, map class and head-dim class of
+/// the scanned dim (`CR_A_MAX`).
+pub fn variant(
+    precision: Precision,
+    map: MapClass,
+    a_class: usize,
+) -> Result<KernelVariant, Unsupported> {
+    let (storage_key, storage_value) = storage_define(precision)?;
+    if !runtime::HEAD_DIM_CLASSES.contains(&a_class) {
+        return Err(Unsupported::Problem(format!(
+            "head-dim class {a_class} is not one of {:?}",
+            runtime::HEAD_DIM_CLASSES
+        )));
+    }
+    Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
+        .define(storage_key, storage_value)
+        .define("LA_MAP", map.la_map())
+        .define("LA_NORMALISED", u32::from(map.normalised()))
+        .define("CR_QK_F32", u32::from(map.qk_f32()))
+        .define("CR_A_MAX", a_class)
+        .hot()
+        .entries(&ENTRY_POINTS))
+}
+
 /// The module a scan runs from: its precision, map class and the class of its rows.
 fn module(
     precision: Precision,
@@ -65,7 +110,7 @@ fn module(
     role: ScanRole,
 ) -> Result<KernelVariant, AttnError> {
     let class = role.class(dims.c, dims.m)?;
-    Ok(super::variant(precision, dims.map, class)?)
+    Ok(variant(precision, dims.map, class)?)
 }
 
 /// Enqueues the forward scan. `states` = (S_i, z_i) buffers for the stored-states variant.

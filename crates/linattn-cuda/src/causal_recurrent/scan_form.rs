@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use linattn_core::{AttnError, Precision, Problem};
 
+use super::geometry::CoreDims;
 use super::launch::{go_slices, launch_backward, launch_forward, BackwardBuffers};
-use super::CoreDims;
 use crate::executor::Executor;
 use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
 use crate::form::{DeviceGrads, Forward, Run};

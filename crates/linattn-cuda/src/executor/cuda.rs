@@ -18,8 +18,9 @@ use cudarc::driver::{
 use linattn_core::{AttnError, Unsupported};
 
 use super::cublas::{cublas_available, Cublas};
-use super::{
-    check_launch, report_for, DeviceInfo, Executor, GemmCall, Kernel, KernelArg, Launch, Platform,
+use super::gemm::GemmCall;
+use super::seam::{
+    check_launch, report_for, DeviceInfo, Executor, Kernel, KernelArg, Launch, Platform,
 };
 use crate::runtime::nvrtc::CompileKey;
 use crate::runtime::{compile, gpu_available, lock, nvrtc_version, Arch, KernelVariant};

@@ -15,53 +15,19 @@
 mod cublas;
 pub mod cuda;
 pub mod gemm;
+mod seam;
 pub mod sim;
 
-use std::any::Any;
-use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use linattn_core::{AttnError, Unsupported};
 
-use crate::runtime::{Arch, KernelVariant, PtxasReport};
-
 pub use gemm::{GemmCall, RowMajorGemm};
+pub use seam::{check_launch, DeviceInfo, Executor, Kernel, KernelArg, Launch, Platform};
 
-/// What a device reports about itself.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct DeviceInfo {
-    pub name: String,
-    pub compute_capability: (u32, u32),
-    pub sm_count: u32,
-    pub l2_bytes: u64,
-    pub total_memory_bytes: u64,
-    /// Largest dynamic + static shared memory one block may opt in to.
-    pub max_shared_per_block_optin: u64,
-    /// e.g. "13.0" (a GPU's driver), or "ptxsim" for the simulator.
-    pub driver_version: String,
-    /// e.g. "13.0", or the reason NVRTC is unavailable.
-    pub nvrtc_version: String,
-}
-
-/// Which executor a backend runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Platform {
-    /// The machine's GPU through cudarc.
-    Cuda,
-    /// The PTX simulator, modelling the given architecture.
-    Sim,
-}
-
+// Here rather than in seam.rs with the rest of Platform: picking an executor names both
+// implementations, which themselves build on the seam.
 impl Platform {
-    /// The backend-name family: `cuda` or `sim`.
-    pub fn family(self) -> &'static str {
-        match self {
-            Platform::Cuda => "cuda",
-            Platform::Sim => "sim",
-        }
-    }
-
     /// The process-wide executor, or why it cannot be used here.
     pub fn executor(self) -> Result<Arc<dyn Executor>, Unsupported> {
         match self {
@@ -69,174 +35,6 @@ impl Platform {
             Platform::Sim => sim::executor(),
         }
     }
-
-    /// Where backends of this platform keep their data.
-    pub fn device_kind(self) -> linattn_core::DeviceKind {
-        match self {
-            Platform::Cuda => linattn_core::DeviceKind::Cuda,
-            Platform::Sim => linattn_core::DeviceKind::Sim,
-        }
-    }
-
-    /// Cheap availability check (no device opened).
-    pub fn available(self) -> Result<(), Unsupported> {
-        match self {
-            Platform::Cuda => crate::runtime::gpu_available(),
-            Platform::Sim => crate::runtime::nvrtc_available(),
-        }
-    }
-
-    pub const ALL: [Platform; 2] = [Platform::Cuda, Platform::Sim];
-}
-
-impl fmt::Display for Platform {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.family())
-    }
-}
-
-/// One kernel argument, passed by value (pointers as device addresses). Backends build these
-/// lists only through the typed argument structs of [`crate::params`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum KernelArg {
-    Ptr(u64),
-    I32(i32),
-    U32(u32),
-    I64(i64),
-    F32(f32),
-}
-
-/// Grid, block and dynamic shared memory of one launch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Launch {
-    pub grid: (u32, u32, u32),
-    pub block: (u32, u32, u32),
-    pub shared_bytes: u32,
-}
-
-impl Launch {
-    /// A 1-D block of `threads` over `grid`, no dynamic shared memory.
-    pub fn new(grid: (u32, u32, u32), threads: u32) -> Launch {
-        Launch {
-            grid,
-            block: (threads, 1, 1),
-            shared_bytes: 0,
-        }
-    }
-
-    pub fn with_shared(mut self, bytes: u32) -> Launch {
-        self.shared_bytes = bytes;
-        self
-    }
-
-    pub fn with_block(mut self, block: (u32, u32, u32)) -> Launch {
-        self.block = block;
-        self
-    }
-}
-
-/// A loaded kernel: entry point of a compiled variant on one executor.
-#[derive(Clone)]
-pub struct Kernel {
-    pub entry: String,
-    pub label: String,
-    /// ptxas' report for this entry (registers, static shared memory).
-    pub ptxas: Option<PtxasReport>,
-    /// The executor's own handle (a CUDA function, a simulator module).
-    pub(crate) inner: Arc<dyn Any + Send + Sync>,
-}
-
-impl fmt::Debug for Kernel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Kernel({} of {})", self.entry, self.label)
-    }
-}
-
-/// What a backend needs from a device.
-pub trait Executor: Send + Sync {
-    fn platform(&self) -> Platform;
-    fn info(&self) -> &DeviceInfo;
-    /// The architecture kernels are compiled for.
-    fn arch(&self) -> Arch;
-
-    /// `bytes` of device memory: zero-filled when `zeroed`, else undefined contents (the
-    /// simulator's initcheck then reports reads before writes). Returns the address.
-    fn alloc(&self, bytes: u64, zeroed: bool) -> Result<u64, AttnError>;
-    /// Frees an address `alloc` returned. Errors are only reported, never fatal.
-    fn free(&self, address: u64);
-    fn upload(&self, address: u64, data: &[u8]) -> Result<(), AttnError>;
-    fn download(&self, address: u64, out: &mut [u8]) -> Result<(), AttnError>;
-    fn memset_zero(&self, address: u64, bytes: u64) -> Result<(), AttnError>;
-    fn copy(&self, dst: u64, src: u64, bytes: u64) -> Result<(), AttnError>;
-    /// (free, total) device bytes.
-    fn memory_info(&self) -> Result<(u64, u64), AttnError>;
-
-    /// Entry point `entry` of `variant`, compiled for [`Executor::arch`] and loaded (both
-    /// cached).
-    fn kernel(&self, variant: &KernelVariant, entry: &str) -> Result<Kernel, AttnError>;
-    /// Lets `kernel` use up to `bytes` of dynamic shared memory (above 48 KiB).
-    fn allow_dynamic_shared(&self, kernel: &Kernel, bytes: u32) -> Result<(), AttnError>;
-    /// Launches `kernel`. The shape is checked against the device first ([`check_launch`]).
-    fn launch(&self, kernel: &Kernel, launch: &Launch, args: &[KernelArg])
-        -> Result<(), AttnError>;
-
-    /// Whether [`Executor::gemm`] can run here: cuBLAS loadable on a GPU; the simulator has
-    /// no BLAS library (its GEMMs are kernels it simulates).
-    fn blas_available(&self) -> Result<(), Unsupported>;
-    /// A strided-batched GEMM through the device's BLAS library, enqueued in order with the
-    /// executor's other work. `call`'s addresses must be this executor's allocations holding
-    /// `batch` matrices at the plan's strides.
-    fn gemm(&self, call: &GemmCall<'_>) -> Result<(), AttnError>;
-
-    /// Device time of the work `work` enqueues (CUDA events on a GPU; host wall time on the
-    /// simulator, which is not a GPU time).
-    fn time(&self, work: &mut dyn FnMut() -> Result<(), AttnError>) -> Result<Duration, AttnError>;
-    fn synchronize(&self) -> Result<(), AttnError>;
-    /// Evicts the L2 cache (a GPU writes a buffer twice its size; the simulator has none).
-    fn flush_l2(&self) -> Result<(), AttnError>;
-}
-
-/// Checks a launch shape against the device and the kernel's ptxas report; names the
-/// kernel in the error.
-pub fn check_launch(info: &DeviceInfo, kernel: &Kernel, launch: &Launch) -> Result<(), AttnError> {
-    let (gx, gy, gz) = launch.grid;
-    let (bx, by, bz) = launch.block;
-    let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
-    let registers = kernel.ptxas.as_ref().map_or(0, |r| u64::from(r.registers));
-    let static_shared = kernel.ptxas.as_ref().map_or(0, |r| r.shared_bytes);
-    let total_shared = static_shared + u64::from(launch.shared_bytes);
-    let bad = if gx == 0 || gy == 0 || gz == 0 || threads == 0 {
-        Some("an empty grid or block".to_string())
-    } else if gx > i32::MAX as u32 {
-        Some(format!("grid x = {gx} exceeds 2^31 - 1"))
-    } else if gy > 65_535 || gz > 65_535 {
-        Some(format!("grid ({gx}, {gy}, {gz}) exceeds 65535 in y or z"))
-    } else if threads > 1024 {
-        Some(format!("{threads} threads per block (max 1024)"))
-    } else if registers * threads > 65_536 {
-        Some(format!(
-            "{registers} registers × {threads} threads exceed the 65536 registers of an SM"
-        ))
-    } else if total_shared > info.max_shared_per_block_optin {
-        Some(format!(
-            "{total_shared} bytes of shared memory ({static_shared} static + {} dynamic; max {})",
-            launch.shared_bytes, info.max_shared_per_block_optin
-        ))
-    } else {
-        None
-    };
-    match bad {
-        Some(reason) => Err(AttnError::InvalidArgument(format!(
-            "launch of {}: {reason}",
-            kernel.entry
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// The ptxas report of `entry` in a compiled variant.
-pub(crate) fn report_for(reports: &[PtxasReport], entry: &str) -> Option<PtxasReport> {
-    reports.iter().find(|r| r.kernel == entry).cloned()
 }
 
 /// Device-to-device copy bandwidth samples in GB/s (10⁹ bytes/s), counting read + write

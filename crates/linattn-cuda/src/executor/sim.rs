@@ -20,8 +20,9 @@ pub use linattn_ptxsim::Checks;
 pub use linattn_ptxsim::{model, Counters, InstrClass, SimArch};
 use linattn_ptxsim::{Arg, Device, LaunchConfig, Module, SimError};
 
-use super::{
-    check_launch, report_for, DeviceInfo, Executor, GemmCall, Kernel, KernelArg, Launch, Platform,
+use super::gemm::GemmCall;
+use super::seam::{
+    check_launch, report_for, DeviceInfo, Executor, Kernel, KernelArg, Launch, Platform,
 };
 use crate::runtime::nvrtc::CompileKey;
 use crate::runtime::{compile, lock, nvrtc_available, nvrtc_version, Arch, KernelVariant};

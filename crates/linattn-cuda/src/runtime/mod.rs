@@ -10,27 +10,19 @@
 
 pub mod nvrtc;
 pub mod probe;
+mod sync;
 pub mod variant;
-
-use std::sync::Mutex;
 
 use linattn_core::AttnError;
 
-pub use nvrtc::{compile, nvrtc_options, parse_ptxas_log, CompiledKernel, PtxasReport};
+pub use nvrtc::{compile, nvrtc_options, parse_ptxas_log, CompiledKernel, PtxasReport, PRELUDE};
 pub use probe::{gpu_available, nvrtc_available, nvrtc_search_dirs, nvrtc_version};
 pub use variant::{
     check_head_dim, head_dim_class, map_define, storage_define, Arch, KernelVariant,
     HEAD_DIM_CLASSES, MAX_HEAD_DIM, MIN_HEAD_DIM,
 };
 
-/// The shared prelude, prepended to every kernel source.
-pub const PRELUDE: &str = include_str!("../../../../kernels/prelude.cuh");
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>, AttnError> {
-    mutex
-        .lock()
-        .map_err(|_| AttnError::State("a thread panicked while holding a runtime lock".into()))
-}
+pub(crate) use sync::lock;
 
 /// Blocks of `per_block` covering `n` items (for 1-D grids), as u32.
 pub fn blocks_for(n: usize, per_block: usize) -> Result<u32, AttnError> {

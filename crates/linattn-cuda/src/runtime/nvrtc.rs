@@ -19,8 +19,11 @@ use cudarc::nvrtc::sys as nvrtc;
 use linattn_core::AttnError;
 
 use super::probe::{nvrtc_available, nvrtc_version};
+use super::sync::lock;
 use super::variant::{Arch, KernelVariant};
-use super::{lock, PRELUDE};
+
+/// The shared prelude, prepended to every kernel source.
+pub const PRELUDE: &str = include_str!("../../../../kernels/prelude.cuh");
 
 /// ptxas' resource report for one entry point.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
