@@ -1,7 +1,7 @@
 //! The simulator's exact counters per kernel, and the check that they grow as a form's cost
 //! does when N doubles.
 
-use crate::all;
+use crate::outcome::all;
 use linattn_core::{Backend, Inputs, Problem};
 use linattn_cuda::executor::sim::{self, Counters};
 use std::collections::BTreeMap;

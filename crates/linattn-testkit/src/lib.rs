@@ -13,10 +13,12 @@
 
 mod counters;
 mod oracle;
+mod outcome;
 
 pub use counters::{counters_scale, kernel_counters};
 pub use linattn_cuda::Platform;
 pub use oracle::{against_oracle, close, oracle, rounder, run_judged};
+pub use outcome::{all, TrialOutcome};
 
 pub use libtest_mimic::Trial;
 
@@ -67,23 +69,6 @@ pub fn stamp(platform: Platform, name: impl Into<String>, body: Body) -> Trial {
         Err(reason) => trial
             .with_ignored_flag(true)
             .with_kind(format!("skipped: {reason}")),
-    }
-}
-
-/// What a stamped body may return: nothing (it panics on failure) or the failure message.
-pub trait TrialOutcome {
-    fn into_result(self) -> Result<(), String>;
-}
-
-impl TrialOutcome for () {
-    fn into_result(self) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-impl TrialOutcome for Result<(), String> {
-    fn into_result(self) -> Result<(), String> {
-        self
     }
 }
 
@@ -165,14 +150,4 @@ pub fn backend_named(name: &str, all: Vec<Box<dyn Backend>>) -> Result<Box<dyn B
     all.into_iter()
         .find(|b| b.name() == name)
         .ok_or_else(|| format!("no backend named {name}"))
-}
-
-/// Runs every check, collecting all failures into one message.
-pub fn all(checks: impl IntoIterator<Item = Result<(), String>>) -> Result<(), String> {
-    let failures: Vec<String> = checks.into_iter().filter_map(Result::err).collect();
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(failures.join("\n"))
-    }
 }

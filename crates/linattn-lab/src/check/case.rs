@@ -2,68 +2,12 @@
 
 use super::grid::Case;
 use super::oracle::{run_oracle, OracleKey, Reference};
-use super::Entry;
+use super::record::{CaseRecord, Outcome};
+use super::summary::Entry;
 use crate::term::panic_message;
-use linattn_core::{AttnError, Grads, Inputs, Judge, Problem, Tensor, TensorVerdict, Unsupported};
-use serde::Serialize;
+use linattn_core::{AttnError, Grads, Inputs, Judge, Tensor, Unsupported};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-
-/// How one case ended for one backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum Outcome {
-    Pass,
-    Fail,
-    /// The backend or the oracle returned an error (or panicked).
-    Error,
-    /// The backend does not implement this problem.
-    NotApplicable,
-}
-
-/// One case of one backend, as written to `--json`.
-#[derive(Debug, Clone, Serialize)]
-pub(super) struct CaseRecord {
-    pub(super) backend: String,
-    pub(super) case: usize,
-    pub(super) description: String,
-    pub(super) problem: Problem,
-    pub(super) seed: u64,
-    pub(super) outcome: Outcome,
-    /// n/a reason or error message.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) message: Option<String>,
-    pub(super) tolerance: f64,
-    /// O and the gradients, judged by linattn-core's [`Judge`] (`judged_ratio` is the
-    /// verdict's figure; `rms_ratio` the raw one against the tensor's own RMS).
-    pub(super) errors: Vec<TensorVerdict>,
-}
-
-impl CaseRecord {
-    pub(super) fn worst_rms(&self) -> f64 {
-        self.errors
-            .iter()
-            .map(|e| e.judged_ratio)
-            .fold(0.0, f64::max)
-    }
-    pub(super) fn worst_max_abs(&self) -> f64 {
-        self.errors
-            .iter()
-            .map(|e| e.metrics.max_abs)
-            .fold(0.0, f64::max)
-    }
-    /// What went wrong, in one line.
-    pub(super) fn failure_summary(&self) -> String {
-        if let Some(m) = &self.message {
-            return m.clone();
-        }
-        self.errors
-            .iter()
-            .filter_map(TensorVerdict::failure)
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-}
 
 /// Runs one case on one backend. `None` when the backend turned out to be unavailable on
 /// this machine (its summary is marked skipped instead).
@@ -171,7 +115,9 @@ pub(super) fn check_case(
 mod tests {
     use super::*;
     use crate::check::summary::BackendSummary;
-    use linattn_core::{Algorithm, Backend, Causality, DeviceKind, FeatureMap, Precision, Shape};
+    use linattn_core::{
+        Algorithm, Backend, Causality, DeviceKind, FeatureMap, Precision, Problem, Shape,
+    };
 
     /// What a test double does wrong.
     #[derive(Clone, Copy, PartialEq)]

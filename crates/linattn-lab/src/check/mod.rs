@@ -14,19 +14,21 @@
 mod case;
 mod grid;
 mod oracle;
+mod record;
 mod summary;
 
 use crate::registry;
 use crate::results::write_bytes_atomic;
 use crate::term::progress_bar;
-use case::{check_case, CaseRecord, Outcome};
+use case::check_case;
 use grid::{case_applies, default_grid, full_grid, long_cases};
-use linattn_core::{AttnError, Backend, Inputs};
+use linattn_core::{AttnError, Inputs};
 use oracle::{oracle_seconds, OracleKey, Reference};
+use record::{CaseRecord, Outcome};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use summary::{failures_table, summary_table, BackendSummary, CheckReport};
+use summary::{failures_table, summary_table, BackendSummary, CheckReport, Entry};
 
 /// Failing cases listed under the table.
 const WORST_SHOWN: usize = 10;
@@ -64,12 +66,6 @@ pub struct CheckArgs {
     /// Write per-case results as JSON to this file (atomically).
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
-}
-
-/// Per-backend state while the grid runs.
-struct Entry {
-    backend: Box<dyn Backend>,
-    summary: BackendSummary,
 }
 
 pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {

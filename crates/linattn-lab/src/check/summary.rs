@@ -1,11 +1,17 @@
 //! What `linattn check` prints and writes: one row per backend, the worst failing cases,
 //! and the `--json` report.
 
-use super::case::{CaseRecord, Outcome};
-use linattn_core::{Judge, Precision};
+use super::record::{CaseRecord, Outcome};
+use linattn_core::{Backend, Judge, Precision};
 use serde::Serialize;
 use tabled::builder::Builder;
 use tabled::settings::Style;
+
+/// Per-backend state while the grid runs: the backend and its running summary.
+pub(super) struct Entry {
+    pub(super) backend: Box<dyn Backend>,
+    pub(super) summary: BackendSummary,
+}
 
 /// A backend's row of the table.
 #[derive(Debug, Clone, Serialize)]
