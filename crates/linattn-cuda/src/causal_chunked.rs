@@ -33,7 +33,7 @@ use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Kernel, Launch, Platform};
 use crate::form::{DeviceForm, DeviceGrads, DeviceInputs, FormInfo, Forward, Run};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
-use crate::params::{entry_names, launch_kernel, ptr, KernelParams, ParamSpec};
+use crate::params::{launch_kernel, ptr, KernelParams, ParamSpec};
 use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
 
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
@@ -59,68 +59,53 @@ pub const FUSED_MAPS: [FeatureMap; 3] = [
     FeatureMap::Identity,
 ];
 
-/// The argument structs of causal_chunked.cu's entry points.
-pub mod params {
-    use crate::kernel_params;
-    use crate::params::Ptr;
-
-    kernel_params! {
-        /// `cc_state_fwd`: pass 1, ΔS and Δz of each chunk.
-        pub struct StateFwd => "cc_state_fwd" {
-            k: Ptr, v: Ptr, states: Ptr, split: bool, n: i32, num_chunks: i32, log2_decay: f32,
-            map: i32,
-        }
-        /// `cc_state_bwd`: the reverse direction's ΔR, Δr of each chunk.
-        pub struct StateBwd => "cc_state_bwd" {
-            q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,
-            log2_decay: f32, map: i32,
-        }
-        /// `cc_scan`: pass 2, the exclusive scan over chunks, in place.
-        pub struct Scan => "cc_scan" {
-            states: Ptr, num_chunks: i32, chunk_decay: f32, reverse: bool,
-        }
-        /// `cc_forward`: pass 3, O and den per chunk.
-        pub struct Forward => "cc_forward" {
-            q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, n: i32, num_chunks: i32,
-            log2_decay: f32, eps: f32, map: i32,
-        }
-        /// `cc_forward_go`: the forward once more, writing only G·O partials.
-        pub struct ForwardGo => "cc_forward_go" {
-            q: Ptr, k: Ptr, v: Ptr, states: Ptr, grad: Ptr, go: Ptr, n: i32, num_chunks: i32,
-            log2_decay: f32, eps: f32, map: i32,
-        }
-        /// `cc_dq`: ∂Q per chunk.
-        pub struct Dq => "cc_dq" {
-            q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, dq: Ptr,
-            n: i32, num_chunks: i32, log2_decay: f32, map: i32,
-        }
-        /// `cc_dk`: ∂K per chunk.
-        pub struct Dk => "cc_dk" {
-            q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, dk: Ptr,
-            n: i32, num_chunks: i32, log2_decay: f32, map: i32,
-        }
-        /// `cc_dv`: ∂V per chunk.
-        pub struct Dv => "cc_dv" {
-            q: Ptr, k: Ptr, grad: Ptr, den: Ptr, states: Ptr, dv: Ptr, n: i32, num_chunks: i32,
-            log2_decay: f32, map: i32,
-        }
+crate::kernel_params! {
+    /// The argument structs of causal_chunked.cu's entry points.
+    pub mod params;
+    /// `cc_state_fwd`: pass 1, ΔS and Δz of each chunk.
+    pub struct StateFwd => "cc_state_fwd" {
+        k: Ptr, v: Ptr, states: Ptr, split: bool, n: i32, num_chunks: i32, log2_decay: f32,
+        map: i32,
+    }
+    /// `cc_state_bwd`: the reverse direction's ΔR, Δr of each chunk.
+    pub struct StateBwd => "cc_state_bwd" {
+        q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,
+        log2_decay: f32, map: i32,
+    }
+    /// `cc_scan`: pass 2, the exclusive scan over chunks, in place.
+    pub struct Scan => "cc_scan" {
+        states: Ptr, num_chunks: i32, chunk_decay: f32, reverse: bool,
+    }
+    /// `cc_forward`: pass 3, O and den per chunk.
+    pub struct Forward => "cc_forward" {
+        q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, n: i32, num_chunks: i32,
+        log2_decay: f32, eps: f32, map: i32,
+    }
+    /// `cc_forward_go`: the forward once more, writing only G·O partials.
+    pub struct ForwardGo => "cc_forward_go" {
+        q: Ptr, k: Ptr, v: Ptr, states: Ptr, grad: Ptr, go: Ptr, n: i32, num_chunks: i32,
+        log2_decay: f32, eps: f32, map: i32,
+    }
+    /// `cc_dq`: ∂Q per chunk.
+    pub struct Dq => "cc_dq" {
+        q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, dq: Ptr,
+        n: i32, num_chunks: i32, log2_decay: f32, map: i32,
+    }
+    /// `cc_dk`: ∂K per chunk.
+    pub struct Dk => "cc_dk" {
+        q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, dk: Ptr,
+        n: i32, num_chunks: i32, log2_decay: f32, map: i32,
+    }
+    /// `cc_dv`: ∂V per chunk.
+    pub struct Dv => "cc_dv" {
+        q: Ptr, k: Ptr, grad: Ptr, den: Ptr, states: Ptr, dv: Ptr, n: i32, num_chunks: i32,
+        log2_decay: f32, map: i32,
     }
 }
 
-/// Every entry point's signature (`cc_forward_go`: the backward's G·O pre-pass).
-pub const KERNEL_PARAMS: [ParamSpec; 8] = [
-    params::StateFwd::SPEC,
-    params::StateBwd::SPEC,
-    params::Scan::SPEC,
-    params::Forward::SPEC,
-    params::ForwardGo::SPEC,
-    params::Dq::SPEC,
-    params::Dk::SPEC,
-    params::Dv::SPEC,
-];
+pub use params::SPECS as KERNEL_PARAMS;
 
-/// Kernel entry points of `causal_chunked.cu`.
-pub const ENTRY_POINTS: [&str; 8] = entry_names(&KERNEL_PARAMS);
+pub use params::ENTRIES as ENTRY_POINTS;
 
 /// The compile-time specialisation of one program: storage precision and (D, M). The map and
 /// the decay are kernel arguments, so one program serves every fused map.

@@ -26,60 +26,47 @@ use linattn_core::{
 
 use crate::causal_recurrent::{
     buffer_or_placeholder, check_problem, recurrent_backward, run_feature_stage, CoreDims,
-    MapClass, ScanPlan, ScanSaved,
+    CoreOperands, MapClass, ScanPlan, ScanSaved,
 };
 use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Launch, Platform};
-use crate::feature_map::log_scales;
 use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
-use crate::params::{entry_names, launch, ptr, KernelParams, ParamSpec, Ptr};
+use crate::params::{launch, ptr, Ptr};
 use crate::runtime::{as_i32, blocks_for, storage_define, KernelVariant};
 
 pub const SOURCE_NAME: &str = "causal_cumsum.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_cumsum.cu");
 
-/// The argument structs of causal_cumsum.cu's entry points.
-pub mod params {
-    use crate::kernel_params;
-    use crate::params::Ptr;
-
-    kernel_params! {
-        /// `cs_outer`: U_i = φ(k_i) v_iᵀ and φ(k_i) for every token.
-        pub struct Outer => "cs_outer" {
-            k: Ptr, v: Ptr, u: Ptr, z_u: Ptr, rows: i64, c_dim: i32, m_dim: i32,
-        }
-        /// `cs_scan_local`: phase 1, the decayed prefix sum within each chunk.
-        pub struct ScanLocal => "cs_scan_local" {
-            x: Ptr, entries: i32, n: i32, chunk: i32, decay: f32,
-        }
-        /// `cs_scan_carry`: phase 2, the sequential carry over chunk ends.
-        pub struct ScanCarry => "cs_scan_carry" {
-            x: Ptr, entries: i32, n: i32, chunk: i32, decay: f32,
-        }
-        /// `cs_scan_fix`: phase 3, each chunk's carry added in.
-        pub struct ScanFix => "cs_scan_fix" {
-            x: Ptr, entries: i32, n: i32, chunk: i32, decay: f32,
-        }
-        /// `cs_contract`: O_i = φ(q_i) S_i / den_i.
-        pub struct Contract => "cs_contract" {
-            q: Ptr, s: Ptr, z: Ptr, out: Ptr, den_out: Ptr, q_log_scale: Ptr, k_log_scale: Ptr,
-            n: i32, c_dim: i32, m_dim: i32, eps: f32,
-        }
+crate::kernel_params! {
+    /// The argument structs of causal_cumsum.cu's entry points.
+    pub mod params;
+    /// `cs_outer`: U_i = φ(k_i) v_iᵀ and φ(k_i) for every token.
+    pub struct Outer => "cs_outer" {
+        k: Ptr, v: Ptr, u: Ptr, z_u: Ptr, rows: i64, c_dim: i32, m_dim: i32,
+    }
+    /// `cs_scan_local`: phase 1, the decayed prefix sum within each chunk.
+    pub struct ScanLocal => "cs_scan_local" {
+        x: Ptr, entries: i32, n: i32, chunk: i32, decay: f32,
+    }
+    /// `cs_scan_carry`: phase 2, the sequential carry over chunk ends.
+    pub struct ScanCarry => "cs_scan_carry" {
+        x: Ptr, entries: i32, n: i32, chunk: i32, decay: f32,
+    }
+    /// `cs_scan_fix`: phase 3, each chunk's carry added in.
+    pub struct ScanFix => "cs_scan_fix" {
+        x: Ptr, entries: i32, n: i32, chunk: i32, decay: f32,
+    }
+    /// `cs_contract`: O_i = φ(q_i) S_i / den_i.
+    pub struct Contract => "cs_contract" {
+        q: Ptr, s: Ptr, z: Ptr, out: Ptr, den_out: Ptr, q_log_scale: Ptr, k_log_scale: Ptr,
+        n: i32, c_dim: i32, m_dim: i32, eps: f32,
     }
 }
 
-/// Every entry point's signature.
-pub const KERNEL_PARAMS: [ParamSpec; 5] = [
-    params::Outer::SPEC,
-    params::ScanLocal::SPEC,
-    params::ScanCarry::SPEC,
-    params::ScanFix::SPEC,
-    params::Contract::SPEC,
-];
+pub use params::SPECS as KERNEL_PARAMS;
 
-/// Every `extern "C"` kernel of `causal_cumsum.cu`.
-pub const ENTRY_POINTS: [&str; 5] = entry_names(&KERNEL_PARAMS);
+pub use params::ENTRIES as ENTRY_POINTS;
 
 const THREADS: u32 = 256;
 /// Grid y/z limit (chunks and B·H).
@@ -230,29 +217,20 @@ fn launch_scan(
     Ok(())
 }
 
-/// Enqueues outer products, scans and contraction.
-#[allow(clippy::too_many_arguments)]
-fn launch_forward<T: StorageElem, Q>(
+/// Enqueues outer products, scans and contraction of `ops` and v into out and den, through
+/// the workspace u (and z_u for the key sums).
+fn launch_forward<T: StorageElem>(
     exec: &Arc<dyn Executor>,
     dims: &CoreDims,
-    q: &DeviceBuffer<Q>,
-    k: &DeviceBuffer<Q>,
-    v: &DeviceBuffer<T>,
-    u: &DeviceBuffer<f32>,
-    z_u: &DeviceBuffer<f32>,
-    out: &DeviceBuffer<T>,
-    den: &DeviceBuffer<f32>,
-    (q_log_scale, k_log_scale): (Ptr, Ptr),
+    ops: CoreOperands,
+    (v, u, z_u): (Ptr, &DeviceBuffer<f32>, &DeviceBuffer<f32>),
+    (out, den_out): (Ptr, Ptr),
 ) -> Result<(), AttnError> {
     let variant = variant(T::PRECISION, dims.map)?;
     let tokens = dims.tokens()?;
     let rows =
         i64::try_from(tokens).map_err(|_| AttnError::SizeOverflow(format!("{tokens} tokens")))?;
-    let (n, c_dim, m_dim) = (
-        as_i32("N", dims.n)?,
-        as_i32("C", dims.c)?,
-        as_i32("M", dims.m)?,
-    );
+    let (n, c_dim, m_dim) = dims.ints()?;
 
     // u holds tokens·C·M, z_u tokens·C (normalised) elements.
     launch(
@@ -260,8 +238,8 @@ fn launch_forward<T: StorageElem, Q>(
         &variant,
         &Launch::new((tokens.clamp(1, MAX_OUTER_BLOCKS) as u32, 1, 1), THREADS),
         &params::Outer {
-            k: ptr(k),
-            v: ptr(v),
+            k: ops.k,
+            v,
             u: ptr(u),
             z_u: ptr(z_u),
             rows,
@@ -286,13 +264,13 @@ fn launch_forward<T: StorageElem, Q>(
         &variant,
         &Launch::new(grid, THREADS),
         &params::Contract {
-            q: ptr(q),
+            q: ops.q,
             s: ptr(u),
             z: ptr(z_u),
-            out: ptr(out),
-            den_out: ptr(den),
-            q_log_scale,
-            k_log_scale,
+            out,
+            den_out,
+            q_log_scale: ops.log_scales.0,
+            k_log_scale: ops.log_scales.1,
             n,
             c_dim,
             m_dim,
@@ -329,15 +307,9 @@ fn cumsum_forward<T: StorageElem>(
     let mut features = None;
     let elapsed = run.time(|| {
         features = run_feature_stage(run, plan)?;
-        let scales = log_scales(features.as_ref());
-        match &features {
-            Some(f) => launch_forward(
-                exec, &dims, &f.q, &f.k, &inputs.v, &u, &z_u, &out, &den, scales,
-            ),
-            None => launch_forward(
-                exec, &dims, &inputs.q, &inputs.k, &inputs.v, &u, &z_u, &out, &den, scales,
-            ),
-        }
+        let ops = CoreOperands::of(inputs, features.as_ref());
+        let outputs = (ptr(&out), ptr(&den));
+        launch_forward::<T>(exec, &dims, ops, (ptr(&inputs.v), &u, &z_u), outputs)
     })?;
     Ok((
         Forward {

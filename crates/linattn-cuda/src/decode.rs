@@ -23,29 +23,24 @@ use linattn_core::{
 use crate::executor::{Executor, Launch, Platform};
 use crate::form::DeviceInputs;
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
-use crate::params::{entry_names, launch, ptr, KernelParams, ParamSpec};
+use crate::params::{launch, ptr};
 use crate::runtime::{as_i32, storage_define, KernelVariant};
 
 pub const SOURCE_NAME: &str = "decode.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/decode.cu");
 
-/// The argument struct of decode.cu's entry point.
-pub mod params {
-    use crate::kernel_params;
-    use crate::params::Ptr;
-
-    kernel_params! {
-        /// `dec_step`: n tokens of the recurrence, S and z updated in place, o_t written.
-        pub struct Step => "dec_step" {
-            q: Ptr, k: Ptr, v: Ptr, s: Ptr, z: Ptr, out: Ptr, favor_w: Ptr, n: i32, d: i32,
-            c: i32, m: i32, decay: f32, eps: f32,
-        }
+crate::kernel_params! {
+    /// The argument struct of decode.cu's entry point.
+    pub mod params;
+    /// `dec_step`: n tokens of the recurrence, S and z updated in place, o_t written.
+    pub struct Step => "dec_step" {
+        q: Ptr, k: Ptr, v: Ptr, s: Ptr, z: Ptr, out: Ptr, favor_w: Ptr, n: i32, d: i32,
+        c: i32, m: i32, decay: f32, eps: f32,
     }
 }
 
-/// Every entry point's signature.
-pub const KERNEL_PARAMS: [ParamSpec; 1] = [params::Step::SPEC];
-pub const ENTRY_POINTS: [&str; 1] = entry_names(&KERNEL_PARAMS);
+pub use params::ENTRIES as ENTRY_POINTS;
+pub use params::SPECS as KERNEL_PARAMS;
 /// Threads of a `dec_step` block (8 warps).
 pub const THREADS: u32 = 256;
 /// Largest C and M the kernel stages in shared memory.

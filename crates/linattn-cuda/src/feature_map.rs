@@ -22,7 +22,7 @@ use linattn_core::{AttnError, FeatureMap, Precision, Problem, Unsupported};
 
 use crate::executor::{Executor, Launch};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
-use crate::params::{entry_names, launch, ptr, KernelParams, ParamSpec, Ptr};
+use crate::params::{launch, ptr, KernelParams, Ptr};
 use crate::runtime::{
     as_i32, blocks_for, check_head_dim, head_dim_class, storage_define, KernelVariant,
     HEAD_DIM_CLASSES,
@@ -31,58 +31,42 @@ use crate::runtime::{
 /// kernels/feature_map.cu.
 pub const SOURCE: &str = include_str!("../../../kernels/feature_map.cu");
 
-/// The argument structs of feature_map.cu's entry points.
-pub mod params {
-    use crate::kernel_params;
-    use crate::params::Ptr;
-
-    kernel_params! {
-        /// `la_phi_softmax_rows`: φ = softmax over each row's D features.
-        pub struct PhiSoftmaxRows => "la_phi_softmax_rows" { x: Ptr, phi: Ptr, rows: i64, d: i32 }
-        /// `la_vjp_softmax_rows`: its vector-Jacobian product.
-        pub struct VjpSoftmaxRows => "la_vjp_softmax_rows" {
-            phi: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32,
-        }
-        /// `la_phi_softmax_cols`: φ = softmax of each feature over the N rows of a head.
-        pub struct PhiSoftmaxCols => "la_phi_softmax_cols" { x: Ptr, phi: Ptr, n: i32, d: i32 }
-        /// `la_vjp_softmax_cols`: its vector-Jacobian product.
-        pub struct VjpSoftmaxCols => "la_vjp_softmax_cols" {
-            phi: Ptr, g: Ptr, dx: Ptr, n: i32, d: i32,
-        }
-        /// `la_phi_cos_rows`: φ = [1 + cos x, 1 + sin x].
-        pub struct PhiCosRows => "la_phi_cos_rows" { x: Ptr, phi: Ptr, rows: i64, d: i32 }
-        /// `la_vjp_cos_rows`: its vector-Jacobian product.
-        pub struct VjpCosRows => "la_vjp_cos_rows" { x: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32 }
-        /// `la_favor_exponents`: FAVOR+'s exponents w_r·x·scale − ‖x‖²/2 and each row's max.
-        pub struct FavorExponents => "la_favor_exponents" {
-            x: Ptr, w: Ptr, phi: Ptr, row_max: Ptr, rows: i64, d: i32, r: i32, scale: f32,
-        }
-        /// `la_favor_head_max`: the max of a head's row maxima (the keys' shift).
-        pub struct FavorHeadMax => "la_favor_head_max" { row_max: Ptr, head_max: Ptr, n: i32 }
-        /// `la_favor_exp`: φ = exp(exponent − shift)/√R and the ε log-scales.
-        pub struct FavorExp => "la_favor_exp" {
-            phi: Ptr, shift: Ptr, log_scale: Ptr, rows: i64, n: i32, r: i32, per_row: bool,
-        }
-        /// `la_vjp_favor`: FAVOR+'s vector-Jacobian product.
-        pub struct VjpFavor => "la_vjp_favor" {
-            x: Ptr, w: Ptr, phi: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32, r: i32, scale: f32,
-        }
+crate::kernel_params! {
+    /// The argument structs of feature_map.cu's entry points.
+    pub mod params;
+    /// `la_phi_softmax_rows`: φ = softmax over each row's D features.
+    pub struct PhiSoftmaxRows => "la_phi_softmax_rows" { x: Ptr, phi: Ptr, rows: i64, d: i32 }
+    /// `la_vjp_softmax_rows`: its vector-Jacobian product.
+    pub struct VjpSoftmaxRows => "la_vjp_softmax_rows" {
+        phi: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32,
+    }
+    /// `la_phi_softmax_cols`: φ = softmax of each feature over the N rows of a head.
+    pub struct PhiSoftmaxCols => "la_phi_softmax_cols" { x: Ptr, phi: Ptr, n: i32, d: i32 }
+    /// `la_vjp_softmax_cols`: its vector-Jacobian product.
+    pub struct VjpSoftmaxCols => "la_vjp_softmax_cols" {
+        phi: Ptr, g: Ptr, dx: Ptr, n: i32, d: i32,
+    }
+    /// `la_phi_cos_rows`: φ = [1 + cos x, 1 + sin x].
+    pub struct PhiCosRows => "la_phi_cos_rows" { x: Ptr, phi: Ptr, rows: i64, d: i32 }
+    /// `la_vjp_cos_rows`: its vector-Jacobian product.
+    pub struct VjpCosRows => "la_vjp_cos_rows" { x: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32 }
+    /// `la_favor_exponents`: FAVOR+'s exponents w_r·x·scale − ‖x‖²/2 and each row's max.
+    pub struct FavorExponents => "la_favor_exponents" {
+        x: Ptr, w: Ptr, phi: Ptr, row_max: Ptr, rows: i64, d: i32, r: i32, scale: f32,
+    }
+    /// `la_favor_head_max`: the max of a head's row maxima (the keys' shift).
+    pub struct FavorHeadMax => "la_favor_head_max" { row_max: Ptr, head_max: Ptr, n: i32 }
+    /// `la_favor_exp`: φ = exp(exponent − shift)/√R and the ε log-scales.
+    pub struct FavorExp => "la_favor_exp" {
+        phi: Ptr, shift: Ptr, log_scale: Ptr, rows: i64, n: i32, r: i32, per_row: bool,
+    }
+    /// `la_vjp_favor`: FAVOR+'s vector-Jacobian product.
+    pub struct VjpFavor => "la_vjp_favor" {
+        x: Ptr, w: Ptr, phi: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32, r: i32, scale: f32,
     }
 }
 
-/// Every entry point's signature.
-pub const KERNEL_PARAMS: [ParamSpec; 10] = [
-    params::PhiSoftmaxRows::SPEC,
-    params::VjpSoftmaxRows::SPEC,
-    params::PhiSoftmaxCols::SPEC,
-    params::VjpSoftmaxCols::SPEC,
-    params::PhiCosRows::SPEC,
-    params::VjpCosRows::SPEC,
-    params::FavorExponents::SPEC,
-    params::FavorHeadMax::SPEC,
-    params::FavorExp::SPEC,
-    params::VjpFavor::SPEC,
-];
+pub use params::SPECS as KERNEL_PARAMS;
 
 /// Rows per 256-thread block of the row-wise kernels (one warp per row).
 const ROWS_PER_BLOCK: usize = 8;
@@ -95,7 +79,7 @@ pub fn variant(precision: Precision, dk_class: usize) -> Result<KernelVariant, U
     Ok(KernelVariant::new("feature_map.cu", SOURCE)
         .define(name, value)
         .define("LA_DK_MAX", dk_class)
-        .entries(&entry_names(&KERNEL_PARAMS)))
+        .entries(&params::ENTRIES))
 }
 
 /// Every storage precision × key-dim class.
@@ -275,19 +259,7 @@ impl FeatureStage {
         match self.map {
             FeatureMap::Softmax | FeatureMap::EfficientAttention => {
                 // Both maps softmax a query over its features.
-                let (phi, g, dx) = (ptr(&features.q), ptr(g_q), ptr(dq));
-                self.by_rows(
-                    rows,
-                    &params::VjpSoftmaxRows {
-                        phi,
-                        g,
-                        dx,
-                        rows,
-                        d,
-                    },
-                )?;
-                let (phi, g, dx) = (ptr(&features.k), ptr(g_k), ptr(dk));
-                if self.map == FeatureMap::Softmax {
+                let softmax_rows = |phi, g, dx| {
                     self.by_rows(
                         rows,
                         &params::VjpSoftmaxRows {
@@ -297,7 +269,12 @@ impl FeatureStage {
                             rows,
                             d,
                         },
-                    )?;
+                    )
+                };
+                softmax_rows(ptr(&features.q), ptr(g_q), ptr(dq))?;
+                let (phi, g, dx) = (ptr(&features.k), ptr(g_k), ptr(dk));
+                if self.map == FeatureMap::Softmax {
+                    softmax_rows(phi, g, dx)?;
                 } else {
                     // Efficient attention softmaxes keys over the sequence instead.
                     let n = as_i32("sequence length N", n)?;

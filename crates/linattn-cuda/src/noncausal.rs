@@ -26,7 +26,7 @@ use crate::executor::{Executor, Launch, Platform};
 use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
 use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
-use crate::params::{entry_names, launch, ptr, KernelParams, ParamSpec, Ptr};
+use crate::params::{launch, ptr, Ptr};
 use crate::runtime::{
     as_i32, blocks_for, check_head_dim, map_define, storage_define, KernelVariant,
 };
@@ -34,44 +34,34 @@ use crate::runtime::{
 /// kernels/noncausal.cu.
 pub const SOURCE: &str = include_str!("../../../kernels/noncausal.cu");
 
-/// The argument structs of noncausal.cu's entry points.
-pub mod params {
-    use crate::kernel_params;
-    use crate::params::Ptr;
-
-    kernel_params! {
-        /// `la_nc_accumulate`: Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j over a split of N.
-        pub struct Accumulate => "la_nc_accumulate" {
-            a: Ptr, a_kind: i32, b: Ptr, b_row_scale: Ptr, v_row_scale: Ptr, partial: Ptr,
-            n: i32, c: i32, m: i32, rows_per_split: i32, log2_decay: f32,
-        }
-        /// `la_nc_reduce`: the splits' partial states summed.
-        pub struct Reduce => "la_nc_reduce" {
-            partial: Ptr, state: Ptr, splits: i32, state_len: i64, heads: i64,
-        }
-        /// `la_nc_row_terms`: 1/den and gd per row.
-        pub struct RowTerms => "la_nc_row_terms" {
-            q: Ptr, q_kind: i32, state: Ptr, g: Ptr, o: Ptr, o_f32: bool, q_log_scale: Ptr,
-            k_log_scale: Ptr, eps: f32, inv_den: Ptr, gd: Ptr, rows: i64, n: i32, c: i32, m: i32,
-        }
-        /// `la_nc_rowgemm`: O, ∂Q̃, ∂K̃ or ∂V as row products with a state.
-        pub struct Rowgemm => "la_nc_rowgemm" {
-            mode: i32, x: Ptr, x_kind: i32, state: Ptr, c: i32, m: i32, out: Ptr, out_f32: bool,
-            pre: Ptr, inv_den: Ptr, gd: Ptr, q_log_scale: Ptr, k_log_scale: Ptr, eps: f32,
-            normalised: bool, n: i32, log2_decay: f32,
-        }
+crate::kernel_params! {
+    /// The argument structs of noncausal.cu's entry points.
+    pub mod params;
+    /// `la_nc_accumulate`: Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j over a split of N.
+    pub struct Accumulate => "la_nc_accumulate" {
+        a: Ptr, a_kind: i32, b: Ptr, b_row_scale: Ptr, v_row_scale: Ptr, partial: Ptr,
+        n: i32, c: i32, m: i32, rows_per_split: i32, log2_decay: f32,
+    }
+    /// `la_nc_reduce`: the splits' partial states summed.
+    pub struct Reduce => "la_nc_reduce" {
+        partial: Ptr, state: Ptr, splits: i32, state_len: i64, heads: i64,
+    }
+    /// `la_nc_row_terms`: 1/den and gd per row.
+    pub struct RowTerms => "la_nc_row_terms" {
+        q: Ptr, q_kind: i32, state: Ptr, g: Ptr, o: Ptr, o_f32: bool, q_log_scale: Ptr,
+        k_log_scale: Ptr, eps: f32, inv_den: Ptr, gd: Ptr, rows: i64, n: i32, c: i32, m: i32,
+    }
+    /// `la_nc_rowgemm`: O, ∂Q̃, ∂K̃ or ∂V as row products with a state.
+    pub struct Rowgemm => "la_nc_rowgemm" {
+        mode: i32, x: Ptr, x_kind: i32, state: Ptr, c: i32, m: i32, out: Ptr, out_f32: bool,
+        pre: Ptr, inv_den: Ptr, gd: Ptr, q_log_scale: Ptr, k_log_scale: Ptr, eps: f32,
+        normalised: bool, n: i32, log2_decay: f32,
     }
 }
 
-/// Every entry point's signature, in the order of `ENTRY_POINTS`.
-pub const KERNEL_PARAMS: [ParamSpec; 4] = [
-    params::Accumulate::SPEC,
-    params::Reduce::SPEC,
-    params::RowTerms::SPEC,
-    params::Rowgemm::SPEC,
-];
+pub use params::SPECS as KERNEL_PARAMS;
 
-const ENTRY_POINTS: [&str; 4] = entry_names(&KERNEL_PARAMS);
+use params::ENTRIES as ENTRY_POINTS;
 
 /// Output tile edge and threads per block of `la_nc_accumulate` / `la_nc_rowgemm`.
 const TILE: usize = 64;

@@ -121,36 +121,58 @@ pub trait KernelParams {
     fn args(&self) -> Vec<KernelArg>;
 }
 
-/// Declares the argument struct of a kernel entry point: field names are the parameter names
-/// of the `.cu` source, in signature order (checked by `tests/kernel_params.rs`).
+/// Declares the module of a kernel file's argument structs: one struct per entry point, its
+/// field names the parameter names of the `.cu` source in signature order (checked by
+/// `tests/kernel_params.rs`), and the module's `SPECS` (every struct's [`ParamSpec`]) and
+/// `ENTRIES` (the entry names, for the file's variants), both in declaration order.
 ///
 /// ```ignore
 /// kernel_params! {
+///     /// The argument structs of causal_chunked.cu.
+///     pub mod params;
 ///     /// `cc_scan`: exclusive scan over chunk states.
-///     pub struct CcScan => "cc_scan" { states: Ptr, num_chunks: i32, chunk_decay: f32, reverse: bool }
+///     pub struct Scan => "cc_scan" { states: Ptr, num_chunks: i32, chunk_decay: f32, reverse: bool }
 /// }
 /// ```
 #[macro_export]
 macro_rules! kernel_params {
-    ($(
-        $(#[$meta:meta])*
-        $vis:vis struct $name:ident => $entry:literal { $($field:ident : $ty:ty),* $(,)? }
-    )*) => {$(
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy)]
-        $vis struct $name { $(pub $field: $ty),* }
+    (
+        $(#[$module_meta:meta])*
+        $module_vis:vis mod $module:ident;
+        $(
+            $(#[$meta:meta])*
+            $vis:vis struct $name:ident => $entry:literal { $($field:ident : $ty:ty),* $(,)? }
+        )*
+    ) => {
+        $(#[$module_meta])*
+        $module_vis mod $module {
+            #[allow(unused_imports)]
+            use $crate::params::Ptr;
 
-        impl $crate::params::KernelParams for $name {
-            const SPEC: $crate::params::ParamSpec = $crate::params::ParamSpec {
-                entry: $entry,
-                names: &[$(stringify!($field)),*],
-                kinds: &[$(<$ty as $crate::params::Param>::KIND),*],
-            };
-            fn args(&self) -> Vec<$crate::executor::KernelArg> {
-                vec![$($crate::params::Param::arg(self.$field)),*]
-            }
+            $(
+                $(#[$meta])*
+                #[derive(Debug, Clone, Copy)]
+                $vis struct $name { $(pub $field: $ty),* }
+
+                impl $crate::params::KernelParams for $name {
+                    const SPEC: $crate::params::ParamSpec = $crate::params::ParamSpec {
+                        entry: $entry,
+                        names: &[$(stringify!($field)),*],
+                        kinds: &[$(<$ty as $crate::params::Param>::KIND),*],
+                    };
+                    fn args(&self) -> Vec<$crate::executor::KernelArg> {
+                        vec![$($crate::params::Param::arg(self.$field)),*]
+                    }
+                }
+            )*
+
+            /// Every entry point's signature, in declaration order.
+            pub const SPECS: [$crate::params::ParamSpec; [$($entry),*].len()] =
+                [$(<$name as $crate::params::KernelParams>::SPEC),*];
+            /// Every entry point's name, in declaration order.
+            pub const ENTRIES: [&str; [$($entry),*].len()] = [$($entry),*];
         }
-    )*};
+    };
 }
 
 /// Launches `params`' entry point, resolved in `variant` (compiled and loaded on first use).
@@ -179,15 +201,4 @@ pub fn launch_kernel<P: KernelParams>(
         )));
     }
     exec.launch(kernel, launch, &params.args())
-}
-
-/// The entry-point names of `specs`, for a variant's entry list.
-pub const fn entry_names<const N: usize>(specs: &[ParamSpec; N]) -> [&'static str; N] {
-    let mut names = [""; N];
-    let mut i = 0;
-    while i < N {
-        names[i] = specs[i].entry;
-        i += 1;
-    }
-    names
 }

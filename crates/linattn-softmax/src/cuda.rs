@@ -34,7 +34,7 @@ use linattn_cuda::executor::gemm::{GemmCall, RowMajorGemm};
 use linattn_cuda::executor::{Executor, Kernel, Launch, Platform};
 use linattn_cuda::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run};
 use linattn_cuda::memory::{DeviceBuffer, MemoryMeter, StorageElem};
-use linattn_cuda::params::{entry_names, launch_kernel, ptr, KernelParams, ParamSpec};
+use linattn_cuda::params::{launch_kernel, ptr, KernelParams};
 use linattn_cuda::registry::FormEntry;
 use linattn_cuda::runtime::{as_i32, storage_define, KernelVariant};
 use linattn_cuda::DeviceBackend;
@@ -46,34 +46,25 @@ use std::time::Duration;
 pub const SOURCE: &str = include_str!("../../../kernels/softmax.cu");
 const SOURCE_NAME: &str = "softmax.cu";
 
-/// The argument structs of softmax.cu's entry points.
-pub mod params {
-    use linattn_cuda::kernel_params;
-    use linattn_cuda::params::Ptr;
-
-    kernel_params! {
-        /// `la_softmax_gemm`: C_z = op(A_z)·op(B_z), row-major, 64×64 tiles.
-        pub struct Gemm => "la_softmax_gemm" {
-            a: Ptr, b: Ptr, c: Ptr, m: i32, n: i32, k: i32, a_transposed: bool,
-            b_transposed: bool, stride_a: i64, stride_b: i64, stride_c: i64, batches: i32,
-        }
-        /// `la_softmax_forward_rows`: scores → probabilities in place, one block per row.
-        pub struct ForwardRows => "la_softmax_forward_rows" {
-            scores: Ptr, n: i32, causal: bool, scale: f32,
-        }
-        /// `la_softmax_backward_rows`: dP → dS in place, one block per row.
-        pub struct BackwardRows => "la_softmax_backward_rows" {
-            probs: Ptr, grad: Ptr, n: i32, causal: bool, scale: f32,
-        }
+linattn_cuda::kernel_params! {
+    /// The argument structs of softmax.cu's entry points.
+    pub mod params;
+    /// `la_softmax_gemm`: C_z = op(A_z)·op(B_z), row-major, 64×64 tiles.
+    pub struct Gemm => "la_softmax_gemm" {
+        a: Ptr, b: Ptr, c: Ptr, m: i32, n: i32, k: i32, a_transposed: bool,
+        b_transposed: bool, stride_a: i64, stride_b: i64, stride_c: i64, batches: i32,
+    }
+    /// `la_softmax_forward_rows`: scores → probabilities in place, one block per row.
+    pub struct ForwardRows => "la_softmax_forward_rows" {
+        scores: Ptr, n: i32, causal: bool, scale: f32,
+    }
+    /// `la_softmax_backward_rows`: dP → dS in place, one block per row.
+    pub struct BackwardRows => "la_softmax_backward_rows" {
+        probs: Ptr, grad: Ptr, n: i32, causal: bool, scale: f32,
     }
 }
 
-/// Every entry point's signature.
-pub const KERNEL_PARAMS: [ParamSpec; 3] = [
-    params::ForwardRows::SPEC,
-    params::BackwardRows::SPEC,
-    params::Gemm::SPEC,
-];
+pub use params::SPECS as KERNEL_PARAMS;
 
 /// This crate's CUDA form, for the lab's registry beside `linattn_cuda::FORMS`.
 pub const FORM: FormEntry = FormEntry {
@@ -104,7 +95,7 @@ pub fn kernel_variant(precision: Precision) -> Result<KernelVariant, Unsupported
     }
     Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .define(name, value)
-        .entries(&entry_names(&KERNEL_PARAMS))
+        .entries(&params::ENTRIES)
         .hot())
 }
 

@@ -182,7 +182,7 @@ impl CoreDims {
             .ok_or_else(|| AttnError::SizeOverflow(format!("B·H·N·{width}")))
     }
 
-    pub(super) fn ints(&self) -> Result<(i32, i32, i32), AttnError> {
+    pub(crate) fn ints(&self) -> Result<(i32, i32, i32), AttnError> {
         Ok((
             as_i32("N", self.n)?,
             as_i32("C", self.c)?,

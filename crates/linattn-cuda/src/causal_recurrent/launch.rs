@@ -9,73 +9,59 @@ use super::geometry::{
     grid_y, per_token_launch, scan_launch, CoreDims, MapClass, ScanRole, COLUMNS_PER_BLOCK,
 };
 use crate::executor::{Executor, Launch};
-use crate::memory::DeviceBuffer;
-use crate::params::{entry_names, launch, ptr, KernelParams, ParamSpec, Ptr};
+use crate::feature_map::{log_scales, DeviceFeatures};
+use crate::form::DeviceInputs;
+use crate::params::{launch, ptr, Ptr};
 use crate::runtime::{self, as_i32, storage_define, KernelVariant};
 
 pub const SOURCE_NAME: &str = "causal_recurrent.cu";
 pub const SOURCE: &str = include_str!("../../../../kernels/causal_recurrent.cu");
 
-/// Every entry point's signature.
-pub const KERNEL_PARAMS: [ParamSpec; 8] = [
-    params::Forward::SPEC,
-    params::ForwardStored::SPEC,
-    params::ForwardGo::SPEC,
-    params::BackwardDq::SPEC,
-    params::BackwardDk::SPEC,
-    params::BackwardDv::SPEC,
-    params::BackwardPrep::SPEC,
-    params::DqFromStates::SPEC,
-];
+pub use params::SPECS as KERNEL_PARAMS;
 
-/// Every `extern "C"` kernel of `causal_recurrent.cu`.
-pub const ENTRY_POINTS: [&str; 8] = entry_names(&KERNEL_PARAMS);
+pub use params::ENTRIES as ENTRY_POINTS;
 
-/// The argument structs of causal_recurrent.cu's entry points.
-pub mod params {
-    use crate::kernel_params;
-    use crate::params::Ptr;
-
-    kernel_params! {
-        /// `cr_forward`: the forward scan, O and den.
-        pub struct Forward => "cr_forward" {
-            q: Ptr, k: Ptr, v: Ptr, out: Ptr, den_out: Ptr, q_log_scale: Ptr, k_log_scale: Ptr,
-            n: i32, c_dim: i32, m_dim: i32, decay: f32, eps: f32,
-        }
-        /// `cr_forward_go`: the forward scan writing only G·O partials (fp32 O for gd).
-        pub struct ForwardGo => "cr_forward_go" {
-            q: Ptr, k: Ptr, v: Ptr, g: Ptr, go: Ptr, q_log_scale: Ptr, k_log_scale: Ptr, n: i32,
-            c_dim: i32, m_dim: i32, decay: f32, eps: f32,
-        }
-        /// `cr_forward_stored`: the forward scan writing every S_i, z_i as well.
-        pub struct ForwardStored => "cr_forward_stored" {
-            q: Ptr, k: Ptr, v: Ptr, out: Ptr, den_out: Ptr, states: Ptr, z_states: Ptr,
-            q_log_scale: Ptr, k_log_scale: Ptr, n: i32, c_dim: i32, m_dim: i32, decay: f32,
-            eps: f32,
-        }
-        /// `cr_backward_dq`: the ∂Q scan.
-        pub struct BackwardDq => "cr_backward_dq" {
-            q: Ptr, k: Ptr, v: Ptr, g: Ptr, den: Ptr, gd: Ptr, dq: Ptr, n: i32, c_dim: i32,
-            m_dim: i32, decay: f32,
-        }
-        /// `cr_backward_dk`: the reverse ∂K scan.
-        pub struct BackwardDk => "cr_backward_dk" {
-            q: Ptr, k: Ptr, v: Ptr, g: Ptr, den: Ptr, gd: Ptr, dk: Ptr, n: i32, c_dim: i32,
-            m_dim: i32, decay: f32,
-        }
-        /// `cr_backward_dv`: the reverse ∂V scan.
-        pub struct BackwardDv => "cr_backward_dv" {
-            q: Ptr, k: Ptr, g: Ptr, den: Ptr, dv: Ptr, n: i32, c_dim: i32, m_dim: i32, decay: f32,
-        }
-        /// `cr_backward_prep`: gd = −G·O/den per token.
-        pub struct BackwardPrep => "cr_backward_prep" {
-            g: Ptr, out: Ptr, go: Ptr, slices: i32, den: Ptr, gd: Ptr, tokens: i64, m_dim: i32,
-        }
-        /// `cr_dq_from_states`: ∂Q (and gd) from the stored S_i, z_i.
-        pub struct DqFromStates => "cr_dq_from_states" {
-            q: Ptr, g: Ptr, den: Ptr, gd: Ptr, states: Ptr, z_states: Ptr, dq: Ptr, n: i32,
-            c_dim: i32, m_dim: i32,
-        }
+crate::kernel_params! {
+    /// The argument structs of causal_recurrent.cu's entry points.
+    pub mod params;
+    /// `cr_forward`: the forward scan, O and den.
+    pub struct Forward => "cr_forward" {
+        q: Ptr, k: Ptr, v: Ptr, out: Ptr, den_out: Ptr, q_log_scale: Ptr, k_log_scale: Ptr,
+        n: i32, c_dim: i32, m_dim: i32, decay: f32, eps: f32,
+    }
+    /// `cr_forward_go`: the forward scan writing only G·O partials (fp32 O for gd).
+    pub struct ForwardGo => "cr_forward_go" {
+        q: Ptr, k: Ptr, v: Ptr, g: Ptr, go: Ptr, q_log_scale: Ptr, k_log_scale: Ptr, n: i32,
+        c_dim: i32, m_dim: i32, decay: f32, eps: f32,
+    }
+    /// `cr_forward_stored`: the forward scan writing every S_i, z_i as well.
+    pub struct ForwardStored => "cr_forward_stored" {
+        q: Ptr, k: Ptr, v: Ptr, out: Ptr, den_out: Ptr, states: Ptr, z_states: Ptr,
+        q_log_scale: Ptr, k_log_scale: Ptr, n: i32, c_dim: i32, m_dim: i32, decay: f32,
+        eps: f32,
+    }
+    /// `cr_backward_dq`: the ∂Q scan.
+    pub struct BackwardDq => "cr_backward_dq" {
+        q: Ptr, k: Ptr, v: Ptr, g: Ptr, den: Ptr, gd: Ptr, dq: Ptr, n: i32, c_dim: i32,
+        m_dim: i32, decay: f32,
+    }
+    /// `cr_backward_dk`: the reverse ∂K scan.
+    pub struct BackwardDk => "cr_backward_dk" {
+        q: Ptr, k: Ptr, v: Ptr, g: Ptr, den: Ptr, gd: Ptr, dk: Ptr, n: i32, c_dim: i32,
+        m_dim: i32, decay: f32,
+    }
+    /// `cr_backward_dv`: the reverse ∂V scan.
+    pub struct BackwardDv => "cr_backward_dv" {
+        q: Ptr, k: Ptr, g: Ptr, den: Ptr, dv: Ptr, n: i32, c_dim: i32, m_dim: i32, decay: f32,
+    }
+    /// `cr_backward_prep`: gd = −G·O/den per token.
+    pub struct BackwardPrep => "cr_backward_prep" {
+        g: Ptr, out: Ptr, go: Ptr, slices: i32, den: Ptr, gd: Ptr, tokens: i64, m_dim: i32,
+    }
+    /// `cr_dq_from_states`: ∂Q (and gd) from the stored S_i, z_i.
+    pub struct DqFromStates => "cr_dq_from_states" {
+        q: Ptr, g: Ptr, den: Ptr, gd: Ptr, states: Ptr, z_states: Ptr, dq: Ptr, n: i32,
+        c_dim: i32, m_dim: i32,
     }
 }
 
@@ -113,21 +99,39 @@ fn module(
     Ok(variant(precision, dims.map, class)?)
 }
 
-/// Enqueues the forward scan. `states` = (S_i, z_i) buffers for the stored-states variant.
-/// `Q` is the element type of q, k: `T`, or f32 after a φ stage. `log_scales` are FAVOR+'s
-/// ε scales (null otherwise; see `feature_map`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_forward<T, Q>(
+/// What the core kernels read as q and k: the storage inputs for a fused map, or the φ
+/// stage's fp32 features (then `CR_QK_F32`), with FAVOR+'s ε scales (null otherwise; see
+/// `feature_map`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CoreOperands {
+    pub q: Ptr,
+    pub k: Ptr,
+    pub log_scales: (Ptr, Ptr),
+}
+
+impl CoreOperands {
+    pub fn of<T>(inputs: &DeviceInputs<T>, features: Option<&DeviceFeatures>) -> CoreOperands {
+        let (q, k) = match features {
+            Some(f) => (ptr(&f.q), ptr(&f.k)),
+            None => (ptr(&inputs.q), ptr(&inputs.k)),
+        };
+        CoreOperands {
+            q,
+            k,
+            log_scales: log_scales(features),
+        }
+    }
+}
+
+/// Enqueues the forward scan of `ops` and v ([B·H, N, ·] as the callers allocate them) into
+/// out and den; `states` = (S_i, z_i) buffers for the stored-states variant.
+pub(crate) fn launch_forward(
     exec: &Arc<dyn Executor>,
     precision: Precision,
     dims: &CoreDims,
-    q: &DeviceBuffer<Q>,
-    k: &DeviceBuffer<Q>,
-    v: &DeviceBuffer<T>,
-    out: &DeviceBuffer<T>,
-    den: &DeviceBuffer<f32>,
-    states: Option<(&DeviceBuffer<f32>, &DeviceBuffer<f32>)>,
-    (q_log_scale, k_log_scale): (Ptr, Ptr),
+    ops: CoreOperands,
+    (v, out, den_out): (Ptr, Ptr, Ptr),
+    states: Option<(Ptr, Ptr)>,
 ) -> Result<(), AttnError> {
     let variant = module(precision, dims, ScanRole::Forward)?;
     let shape = scan_launch(
@@ -139,12 +143,10 @@ pub(crate) fn launch_forward<T, Q>(
     )?;
     let (n, c_dim, m_dim) = dims.ints()?;
     let (decay, eps) = (dims.decay, dims.eps);
-    // Buffers hold [B·H, N, ·] elements as the callers allocate them.
-    let (q, k, v, out, den_out) = (ptr(q), ptr(k), ptr(v), ptr(out), ptr(den));
+    let (q, k, (q_log_scale, k_log_scale)) = (ops.q, ops.k, ops.log_scales);
     let exec = exec.as_ref();
     match states {
         Some((states, z_states)) => {
-            let (states, z_states) = (ptr(states), ptr(z_states));
             let params = params::ForwardStored {
                 q,
                 k,
@@ -183,25 +185,23 @@ pub(crate) fn launch_forward<T, Q>(
     }
 }
 
-/// Buffers the backward reads and writes.
-pub(crate) struct BackwardBuffers<'a, T, Q> {
-    pub q: &'a DeviceBuffer<Q>,
-    pub k: &'a DeviceBuffer<Q>,
-    pub v: &'a DeviceBuffer<T>,
-    pub d_out: &'a DeviceBuffer<T>,
-    pub out: &'a DeviceBuffer<T>,
-    pub den: &'a DeviceBuffer<f32>,
-    pub gd: &'a DeviceBuffer<f32>,
+/// Buffers the backward reads and writes ([B·H, N, ·]; dq and dk are fp32 ∂φ buffers when the
+/// operands are φ features).
+pub(crate) struct BackwardBuffers {
+    pub ops: CoreOperands,
+    pub v: Ptr,
+    pub d_out: Ptr,
+    pub out: Ptr,
+    pub den: Ptr,
+    pub gd: Ptr,
     /// G·O partials from the fp32 O (`cr_forward_go`): ⌈M/32⌉ per token where
     /// [`go_slices`] says so, else an empty placeholder.
-    pub go: &'a DeviceBuffer<f32>,
-    /// FAVOR+'s ε scales of the forward (null otherwise), for `cr_forward_go`.
-    pub log_scales: (Ptr, Ptr),
-    pub dq: &'a DeviceBuffer<Q>,
-    pub dk: &'a DeviceBuffer<Q>,
-    pub dv: &'a DeviceBuffer<T>,
+    pub go: Ptr,
+    pub dq: Ptr,
+    pub dk: Ptr,
+    pub dv: Ptr,
     /// (S_i, z_i) from `cr_forward_stored`: ∂Q read from them instead of a scan.
-    pub states: Option<(&'a DeviceBuffer<f32>, &'a DeviceBuffer<f32>)>,
+    pub states: Option<(Ptr, Ptr)>,
 }
 
 /// G·O partials per token the backward needs from `cr_forward_go`: ⌈M/32⌉ (one per block of
@@ -220,19 +220,19 @@ pub(crate) fn go_slices(precision: Precision, dims: &CoreDims, stored_states: bo
 /// gd = −G·O/den takes O in fp32: for 16-bit storage the forward scan runs again as
 /// `cr_forward_go` (G·O partials, nothing else written) before `cr_backward_prep`; the
 /// stored-states path computes gd inside `cr_dq_from_states`, before the ∂K scan reads it.
-pub(crate) fn launch_backward<T, Q>(
+pub(crate) fn launch_backward(
     exec: &Arc<dyn Executor>,
     precision: Precision,
     dims: &CoreDims,
-    b: BackwardBuffers<'_, T, Q>,
+    b: &BackwardBuffers,
 ) -> Result<(), AttnError> {
     let (n, c_dim, m_dim) = dims.ints()?;
     let c_module = module(precision, dims, ScanRole::Dv)?;
     let m_module = module(precision, dims, ScanRole::Dq)?;
     let normalised = dims.map.normalised();
     let decay = dims.decay;
-    let (q, k, v, g) = (ptr(b.q), ptr(b.k), ptr(b.v), ptr(b.d_out));
-    let (den, gd, go) = (ptr(b.den), ptr(b.gd), ptr(b.go));
+    let (q, k, v, g) = (b.ops.q, b.ops.k, b.v, b.d_out);
+    let (den, gd, go) = (b.den, b.gd, b.go);
     let exec = exec.as_ref();
 
     if normalised && b.states.is_none() {
@@ -245,8 +245,8 @@ pub(crate) fn launch_backward<T, Q>(
                 v,
                 g,
                 go,
-                q_log_scale: b.log_scales.0,
-                k_log_scale: b.log_scales.1,
+                q_log_scale: b.ops.log_scales.0,
+                k_log_scale: b.ops.log_scales.1,
                 n,
                 c_dim,
                 m_dim,
@@ -260,7 +260,7 @@ pub(crate) fn launch_backward<T, Q>(
         let tokens = dims.tokens()?;
         let params = params::BackwardPrep {
             g,
-            out: ptr(b.out),
+            out: b.out,
             go,
             slices: as_i32("G·O slices", slices)?,
             den,
@@ -282,9 +282,9 @@ pub(crate) fn launch_backward<T, Q>(
                 g,
                 den,
                 gd,
-                states: ptr(states),
-                z_states: ptr(z_states),
-                dq: ptr(b.dq),
+                states,
+                z_states,
+                dq: b.dq,
                 n,
                 c_dim,
                 m_dim,
@@ -293,7 +293,7 @@ pub(crate) fn launch_backward<T, Q>(
         }
         None => {
             // ∂Q and ∂K scans run from the M-rows module, dq and dk hold tokens·C elements.
-            let dq = ptr(b.dq);
+            let dq = b.dq;
             let params = params::BackwardDq {
                 q,
                 k,
@@ -310,7 +310,7 @@ pub(crate) fn launch_backward<T, Q>(
             launch(exec, &m_module, &feature_scan(ScanRole::Dq)?, &params)?;
         }
     }
-    let dk = ptr(b.dk);
+    let dk = b.dk;
     let params = params::BackwardDk {
         q,
         k,
@@ -326,7 +326,7 @@ pub(crate) fn launch_backward<T, Q>(
     };
     launch(exec, &m_module, &feature_scan(ScanRole::Dk)?, &params)?;
 
-    let dv = ptr(b.dv);
+    let dv = b.dv;
     let params = params::BackwardDv {
         q,
         k,

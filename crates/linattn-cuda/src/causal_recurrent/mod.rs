@@ -44,6 +44,7 @@ pub use geometry::{
     per_token_launch, scan_launch, CoreDims, MapClass, ScanRole, COLUMNS_PER_BLOCK, MAIN_THREADS,
     MAX_BATCH_HEADS, MAX_FEATURE_DIM, MAX_SEQ, Z_WARP_THREADS,
 };
+pub(crate) use launch::CoreOperands;
 pub use launch::{params, variant, ENTRY_POINTS, KERNEL_PARAMS, SOURCE, SOURCE_NAME};
 pub(crate) use scan_form::{buffer_or_placeholder, recurrent_backward, run_feature_stage};
 pub use scan_form::{ScanPlan, ScanSaved};

@@ -8,11 +8,12 @@ use std::time::Duration;
 use linattn_core::{AttnError, Precision, Problem};
 
 use super::geometry::CoreDims;
-use super::launch::{go_slices, launch_backward, launch_forward, BackwardBuffers};
+use super::launch::{go_slices, launch_backward, launch_forward, BackwardBuffers, CoreOperands};
 use crate::executor::Executor;
-use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
+use crate::feature_map::{DeviceFeatures, FeatureStage};
 use crate::form::{DeviceGrads, Forward, Run};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
+use crate::params::ptr;
 
 /// A staging of a scan form: the core's sizes and, for a map that is not fused, the φ stage
 /// (FAVOR+'s W uploaded with the inputs).
@@ -112,17 +113,10 @@ pub(crate) fn recurrent_forward<T: StorageElem>(
     let mut features = None;
     let elapsed = run.time(|| {
         features = run_feature_stage(run, plan)?;
-        let state_args = states.as_ref().map(|(s, z)| (s, z));
-        let scales = log_scales(features.as_ref());
-        match &features {
-            Some(f) => launch_forward(
-                exec, precision, &dims, &f.q, &f.k, &inputs.v, &out, &den, state_args, scales,
-            ),
-            None => launch_forward(
-                exec, precision, &dims, &inputs.q, &inputs.k, &inputs.v, &out, &den, state_args,
-                scales,
-            ),
-        }
+        let ops = CoreOperands::of(inputs, features.as_ref());
+        let outputs = (ptr(&inputs.v), ptr(&out), ptr(&den));
+        let state_ptrs = states.as_ref().map(|(s, z)| (ptr(s), ptr(z)));
+        launch_forward(exec, precision, &dims, ops, outputs, state_ptrs)
     })?;
     Ok((
         Forward {
@@ -152,77 +146,55 @@ pub(crate) fn recurrent_backward<T: StorageElem>(
     let precision = T::PRECISION;
     let slices = go_slices(precision, &dims, saved.states.is_some());
     let go = buffer_or_placeholder::<f32>(exec, meter, slices > 0, dims.len(slices)?)?;
-    let scales = log_scales(saved.features.as_ref());
     let mut dq = DeviceBuffer::<T>::uninit(exec, meter, inputs.q.len())?;
     let mut dk = DeviceBuffer::<T>::uninit(exec, meter, inputs.k.len())?;
     let dv = DeviceBuffer::<T>::uninit(exec, meter, inputs.v.len())?;
-    let states = saved.states.as_ref().map(|(s, z)| (s, z));
-    let elapsed = match (&plan.features, &saved.features) {
-        (Some(stage), Some(features)) => {
-            // ∂φ(Q), ∂φ(K) in fp32, chained through φ by the stage.
-            let d_phi_q = DeviceBuffer::<f32>::uninit(exec, meter, dims.len(dims.c)?)?;
-            let d_phi_k = DeviceBuffer::<f32>::uninit(exec, meter, dims.len(dims.c)?)?;
-            run.time(|| {
-                launch_backward(
-                    exec,
-                    precision,
-                    &dims,
-                    BackwardBuffers {
-                        q: &features.q,
-                        k: &features.k,
-                        v: &inputs.v,
-                        d_out,
-                        out: &fwd.out,
-                        den: &saved.den,
-                        gd: &gd,
-                        go: &go,
-                        log_scales: scales,
-                        dq: &d_phi_q,
-                        dk: &d_phi_k,
-                        dv: &dv,
-                        states,
-                    },
-                )?;
-                stage.backward(
-                    &inputs.q,
-                    &inputs.k,
-                    features,
-                    &d_phi_q,
-                    &d_phi_k,
-                    &mut dq,
-                    &mut dk,
-                    dims.batch_heads,
-                    dims.n,
-                )
-            })?
-        }
-        (None, None) => run.time(|| {
-            launch_backward(
-                exec,
-                precision,
-                &dims,
-                BackwardBuffers {
-                    q: &inputs.q,
-                    k: &inputs.k,
-                    v: &inputs.v,
-                    d_out,
-                    out: &fwd.out,
-                    den: &saved.den,
-                    gd: &gd,
-                    go: &go,
-                    log_scales: scales,
-                    dq: &dq,
-                    dk: &dk,
-                    dv: &dv,
-                    states,
-                },
-            )
-        })?,
+    // With a φ stage the core writes fp32 ∂φ(Q), ∂φ(K), which the stage chains through φ.
+    let d_phi = match (&plan.features, &saved.features) {
+        (Some(_), Some(_)) => Some((
+            DeviceBuffer::<f32>::uninit(exec, meter, dims.len(dims.c)?)?,
+            DeviceBuffer::<f32>::uninit(exec, meter, dims.len(dims.c)?)?,
+        )),
+        (None, None) => None,
         _ => {
             return Err(AttnError::State(
                 "forward and staged inputs disagree about the φ stage".into(),
             ))
         }
     };
+    let (dq_core, dk_core) = match &d_phi {
+        Some((d_phi_q, d_phi_k)) => (ptr(d_phi_q), ptr(d_phi_k)),
+        None => (ptr(&dq), ptr(&dk)),
+    };
+    let buffers = BackwardBuffers {
+        ops: CoreOperands::of(inputs, saved.features.as_ref()),
+        v: ptr(&inputs.v),
+        d_out: ptr(d_out),
+        out: ptr(&fwd.out),
+        den: ptr(&saved.den),
+        gd: ptr(&gd),
+        go: ptr(&go),
+        dq: dq_core,
+        dk: dk_core,
+        dv: ptr(&dv),
+        states: saved.states.as_ref().map(|(s, z)| (ptr(s), ptr(z))),
+    };
+    let elapsed = run.time(|| {
+        launch_backward(exec, precision, &dims, &buffers)?;
+        match (&plan.features, &saved.features, &d_phi) {
+            (Some(stage), Some(features), Some((d_phi_q, d_phi_k))) => stage.backward(
+                &inputs.q,
+                &inputs.k,
+                features,
+                d_phi_q,
+                d_phi_k,
+                &mut dq,
+                &mut dk,
+                dims.batch_heads,
+                dims.n,
+            ),
+            _ => Ok(()),
+        }
+    })?;
     Ok((DeviceGrads { dq, dk, dv }, elapsed))
 }

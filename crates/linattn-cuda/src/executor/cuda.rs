@@ -20,10 +20,11 @@ use linattn_core::{AttnError, Unsupported};
 use super::cublas::{cublas_available, Cublas};
 use super::gemm::GemmCall;
 use super::seam::{
-    check_launch, report_for, DeviceInfo, Executor, Kernel, KernelArg, Launch, Platform,
+    check_launch, check_shared_opt_in, load_module, report_for, DeviceInfo, Executor, Kernel,
+    KernelArg, Launch, Platform,
 };
 use crate::runtime::nvrtc::CompileKey;
-use crate::runtime::{compile, gpu_available, lock, nvrtc_version, Arch, KernelVariant};
+use crate::runtime::{gpu_available, lock, nvrtc_version, Arch, KernelVariant};
 
 /// The process-wide GPU executor (device 0), or why there is none.
 pub fn executor() -> Result<Arc<dyn Executor>, Unsupported> {
@@ -208,26 +209,11 @@ impl Executor for CudaExecutor {
     }
 
     fn kernel(&self, variant: &KernelVariant, entry: &str) -> Result<Kernel, AttnError> {
-        if !variant.entry_points.iter().any(|e| e == entry) {
-            return Err(AttnError::State(format!(
-                "{} does not list entry point '{entry}'",
-                variant.label()
-            )));
-        }
-        let compiled = compile(variant, self.arch)?;
-        let key = CompileKey::of(variant, self.arch);
-        let cached = lock(&self.modules)?.get(&key).cloned();
-        let module = match cached {
-            Some(module) => module,
-            None => {
-                let module = self
-                    .ctx
-                    .load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin.clone()))
-                    .cuda(&format!("cuModuleLoadData({})", compiled.label))?;
-                lock(&self.modules)?.insert(key, module.clone());
-                module
-            }
-        };
+        let (compiled, module) = load_module(&self.modules, variant, entry, self.arch, |c| {
+            self.ctx
+                .load_module(cudarc::nvrtc::Ptx::from_binary(c.cubin.clone()))
+                .cuda(&format!("cuModuleLoadData({})", c.label))
+        })?;
         let function = module
             .load_function(entry)
             .cuda(&format!("cuModuleGetFunction({entry})"))?;
@@ -240,12 +226,7 @@ impl Executor for CudaExecutor {
     }
 
     fn allow_dynamic_shared(&self, kernel: &Kernel, bytes: u32) -> Result<(), AttnError> {
-        if u64::from(bytes) > self.info.max_shared_per_block_optin {
-            return Err(AttnError::InvalidArgument(format!(
-                "{bytes} bytes of shared memory requested; {} allows {} per block",
-                self.info.name, self.info.max_shared_per_block_optin
-            )));
-        }
+        check_shared_opt_in(&self.info, bytes)?;
         Self::function(kernel)?
             .set_attribute(
                 cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

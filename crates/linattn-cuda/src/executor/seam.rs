@@ -9,8 +9,12 @@ use std::time::Duration;
 
 use linattn_core::{AttnError, Unsupported};
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use super::gemm::GemmCall;
-use crate::runtime::{Arch, KernelVariant, PtxasReport};
+use crate::runtime::nvrtc::{CompileKey, CompiledKernel};
+use crate::runtime::{compile, lock, Arch, KernelVariant, PtxasReport};
 
 /// What a device reports about itself.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -213,4 +217,45 @@ pub fn check_launch(info: &DeviceInfo, kernel: &Kernel, launch: &Launch) -> Resu
 /// The ptxas report of `entry` in a compiled variant.
 pub(crate) fn report_for(reports: &[PtxasReport], entry: &str) -> Option<PtxasReport> {
     reports.iter().find(|r| r.kernel == entry).cloned()
+}
+
+/// What both executors do to load `entry` of `variant`: refuse an entry the variant does not
+/// list, compile it for `arch` (cached), and load its module once per compiled variant
+/// through `load` (a CUDA module, a simulator module) into `modules`.
+pub(crate) fn load_module<M: Clone>(
+    modules: &Mutex<HashMap<CompileKey, M>>,
+    variant: &KernelVariant,
+    entry: &str,
+    arch: Arch,
+    load: impl FnOnce(&CompiledKernel) -> Result<M, AttnError>,
+) -> Result<(Arc<CompiledKernel>, M), AttnError> {
+    if !variant.entry_points.iter().any(|e| e == entry) {
+        return Err(AttnError::State(format!(
+            "{} does not list entry point '{entry}'",
+            variant.label()
+        )));
+    }
+    let compiled = compile(variant, arch)?;
+    let key = CompileKey::of(variant, arch);
+    let cached = lock(modules)?.get(&key).cloned();
+    let module = match cached {
+        Some(module) => module,
+        None => {
+            let module = load(&compiled)?;
+            lock(modules)?.insert(key, module.clone());
+            module
+        }
+    };
+    Ok((compiled, module))
+}
+
+/// Refuses dynamic shared memory beyond what one block of the device may opt in to.
+pub(crate) fn check_shared_opt_in(info: &DeviceInfo, bytes: u32) -> Result<(), AttnError> {
+    if u64::from(bytes) > info.max_shared_per_block_optin {
+        return Err(AttnError::InvalidArgument(format!(
+            "{bytes} bytes of shared memory requested; {} allows {} per block",
+            info.name, info.max_shared_per_block_optin
+        )));
+    }
+    Ok(())
 }

@@ -22,10 +22,11 @@ use linattn_ptxsim::{Arg, Device, LaunchConfig, Module, SimError};
 
 use super::gemm::GemmCall;
 use super::seam::{
-    check_launch, report_for, DeviceInfo, Executor, Kernel, KernelArg, Launch, Platform,
+    check_launch, check_shared_opt_in, load_module, report_for, DeviceInfo, Executor, Kernel,
+    KernelArg, Launch, Platform,
 };
 use crate::runtime::nvrtc::CompileKey;
-use crate::runtime::{compile, lock, nvrtc_available, nvrtc_version, Arch, KernelVariant};
+use crate::runtime::{lock, nvrtc_available, nvrtc_version, Arch, KernelVariant};
 
 /// Shared memory a CTA may use without opting in.
 const DEFAULT_SHARED: u64 = 48 << 10;
@@ -297,25 +298,12 @@ impl Executor for SimExecutor {
     }
 
     fn kernel(&self, variant: &KernelVariant, entry: &str) -> Result<Kernel, AttnError> {
-        if !variant.entry_points.iter().any(|e| e == entry) {
-            return Err(AttnError::State(format!(
-                "{} does not list entry point '{entry}'",
-                variant.label()
-            )));
-        }
-        let compiled = compile(variant, self.arch)?;
+        let (compiled, module) = load_module(&self.modules, variant, entry, self.arch, |c| {
+            self.device
+                .load(&c.ptx)
+                .map_err(|e| AttnError::Compile(format!("ptxsim cannot load {}: {e}", c.label)))
+        })?;
         let key = CompileKey::of(variant, self.arch);
-        let cached = lock(&self.modules)?.get(&key).cloned();
-        let module = match cached {
-            Some(module) => module,
-            None => {
-                let module = self.device.load(&compiled.ptx).map_err(|e| {
-                    AttnError::Compile(format!("ptxsim cannot load {}: {e}", compiled.label))
-                })?;
-                lock(&self.modules)?.insert(key.clone(), module.clone());
-                module
-            }
-        };
         module.kernel(entry).map_err(sim_error)?;
         Ok(Kernel {
             entry: entry.to_string(),
@@ -329,12 +317,7 @@ impl Executor for SimExecutor {
     }
 
     fn allow_dynamic_shared(&self, kernel: &Kernel, bytes: u32) -> Result<(), AttnError> {
-        if u64::from(bytes) > self.info.max_shared_per_block_optin {
-            return Err(AttnError::InvalidArgument(format!(
-                "{bytes} bytes of shared memory requested; {} allows {} per block",
-                self.info.name, self.info.max_shared_per_block_optin
-            )));
-        }
+        check_shared_opt_in(&self.info, bytes)?;
         let key = Self::sim_kernel(kernel)?.key.clone();
         lock(&self.opt_in)?.insert(key, bytes);
         Ok(())
