@@ -20,7 +20,7 @@
 //   then dQ = dQ̃ ⊙ φ'(Q), dK = dK̃ ⊙ φ'(K). Identity map: no normaliser (den ≡ 1, gd ≡ 0).
 //
 // ---- parallelisation: three passes, every pass fully parallel over (chunk, b·h, tile) ----
-//   1. cc_state_fwd  per chunk: ΔS_c = Σ_j λ^{L−1−j} v_j k̃_jᵀ (stored transposed, Sᵀ[e][d]),
+//   1. cc_forward_state  per chunk: ΔS_c = Σ_j λ^{L−1−j} v_j k̃_jᵀ (stored transposed, Sᵀ[e][d]),
 //                    Δz_c.                                      grid (NC, B·H, M/64)
 //   2. cc_scan       exclusive scan over chunks, in place: buf[c] ← S⁰_c. One thread per
 //                    state element, sequential over NC.         grid (⌈C(M+1)/256⌉, B·H)
@@ -29,13 +29,13 @@
 //   H100 has 132 SMs. Here every pass has NC·B·H·(M/64) CTAs (N = 262144, B·H = 16: 65536),
 //   at the price of the chunk-state buffer: N/L · C·(M+1) fp32 per (b, h) (O(N/L·C·M)),
 //   e.g. 4096 chunks · 64·65·4 B = 68 MB per head at D = M = 64.
-//   Backward: cc_state_fwd (split k̃, see precision) + forward scan again (states
-//   recomputed, never stored per token); for normalised maps cc_forward_go, the forward once
+//   Backward: cc_forward_state (split k̃, see precision) + forward scan again (states
+//   recomputed, never stored per token); for normalised maps cc_backward_go, the forward once
 //   more on those states, writing only G_i·O_i from the fp32 O (M/64 partials per token, one
-//   per slice: N·M/64 fp32 per head); cc_state_bwd + reverse scan (R⁰, r⁰: another
-//   N/L·C·(M+1) fp32), then cc_dq, cc_dk (grid (NC, B·H, C/64)) and cc_dv (grid (NC, B·H,
+//   per slice: N·M/64 fp32 per head); cc_backward_state + reverse scan (R⁰, r⁰: another
+//   N/L·C·(M+1) fp32), then cc_backward_dq, cc_backward_dk (grid (NC, B·H, C/64)) and cc_backward_dv (grid (NC, B·H,
 //   M/64)). Per-token saved data: only den (N fp32 per head, written by the forward) and O
-//   itself, which the backward no longer reads (gd takes the fp32 O of cc_forward_go).
+//   itself, which the backward no longer reads (gd takes the fp32 O of cc_backward_go).
 //
 // ---- warp / fragment mapping ----
 //   Block = 128 threads = 4 warps; warp w owns rows 16w .. 16w+15 of the 64-row chunk (rows =
@@ -64,12 +64,12 @@
 //   16-bit; v and G are exact in storage precision, q̃ = φ(q) and k̃ = φ(k) are not, and
 //   where they feed a term that cancels they are split x = hi + lo (both 16-bit, ~16 bits of
 //   mantissa in bf16, ~22 in fp16, one mma per part): k̃ in the backward's S⁰, z⁰
-//   (cc_state_fwd split = 1) and in dQ's intra term, q̃ in R⁰, r⁰ (cc_state_bwd) and in dK's
+//   (cc_forward_state split = 1) and in dQ's intra term, q̃ in R⁰, r⁰ (cc_backward_state) and in dK's
 //   intra term. In the forward q̃, k̃ are rounded once after φ (O's error is its storage).
 //   Range: no operand holds an unscaled 1/den or λ^i/den. Products whose per-token weight
 //   runs along a row of the A operand (A, Aᵀ, Pᵀ/den in dQ, dK, dV) get one power-of-two scale
 //   per row before their hi + lo split (cc_row_scale, row max below 2^14), undone on the fp32
-//   result; the weighted q̃ of cc_state_bwd, whose weight λ^i/den_i runs along the k dim, gets
+//   result; the weighted q̃ of cc_backward_state, whose weight λ^i/den_i runs along the k dim, gets
 //   one per feature row (cc_tile_cols col_unscale). So den ~ N at long sequences (λ^i/den_i
 //   was an fp16 subnormal by N ~ 10^4: dK 3.9e-3 at N = 16384) and den = ε (relu with q̃ = 0
 //   or no positive key yet: 1/ε overflowed fp16 to inf, NaN dQ and dK) both keep the full
@@ -81,7 +81,7 @@
 //   forward, A in dQ and dK, Pᵀ/den in dV) are split hi + lo as well: those terms cancel
 //   against the inter-chunk ones (Σ_j A_ij ≈ 0 since k̃ ≈ 1 + elu(k), and v_j − O_i ≈ 0 for
 //   the first tokens), so their 16-bit rounding, not storage, would dominate bf16 dQ.
-//   gd_i = −G_i·O_i/den_i takes O in fp32 (cc_forward_go), never the stored 16-bit O: z⁰ gd
+//   gd_i = −G_i·O_i/den_i takes O in fp32 (cc_backward_go), never the stored 16-bit O: z⁰ gd
 //   and r carry it into dQ and dK, where they cancel against the S gn terms.
 //   z, r and the denominators' inter term go through CUDA-core fp32 dot products.
 //   Measured on the simulator against the f64 oracle (B = H = 1, D = M = 64, elu+1, RMS
@@ -93,7 +93,7 @@
 // ---- limits ----
 //   D = C and M ∈ {64, 128}, compile-time (CC_D, CC_M). Any N ≥ 1: the tail chunk is
 //   zero-padded on load and masked on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
-//   Dynamic shared memory ≤ 88,320 B per CTA (cc_dq at M = 128; ≤ 79,360 B elsewhere) plus
+//   Dynamic shared memory ≤ 88,320 B per CTA (cc_backward_dq at M = 128; ≤ 79,360 B elsewhere) plus
 //   ≤ 1,024 B static: the host opts in above 48 KB (fits every sm_80+ part, 99 KB+ opt-in).
 //   Storage (LA_STORAGE) and CC_D, CC_M are defines; the map (codes of LA_MAP) and decay
 //   (log2 λ; 0 = no decay) are kernel arguments, so one program per (precision, D, M).
@@ -344,11 +344,11 @@ __device__ __forceinline__ void cc_tile_rows(cc_u16* dst, int ld, const la_stora
 }
 
 // Same data transposed: dst[feature][token] (stride CC_LDT), COLS features from col0. With
-// `dst_lo`, also the rounding residue x − hi(x) (a hi + lo split of the fp32 value, see cc_dq);
+// `dst_lo`, also the rounding residue x − hi(x) (a hi + lo split of the fp32 value, see cc_backward_dq);
 // dst = null stores only that residue (the state passes run the mma twice on one buffer).
 // With `col_unscale`, every feature row is multiplied by its own power of two 2^s (max over
 // the 64 tokens below 2^14, see cc_split_exp) before the rounding, and 2^−s goes to
-// col_unscale[feature]: a row whose values are tiny (λ^i/den_i ~ 1/N in cc_state_bwd: fp16
+// col_unscale[feature]: a row whose values are tiny (λ^i/den_i ~ 1/N in cc_backward_state: fp16
 // subnormals) or huge (1/den at den = ε) keeps the full 16-bit mantissa; the caller rescales
 // the products of that row. `unscale_ready`: col_unscale already holds these factors (a
 // second call on the same data, after a barrier) and is only read.
@@ -402,7 +402,7 @@ __device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __
     };
     if (col_unscale && !unscale_ready) {
         // Two passes over the group (loads and φ twice): keeping its 64 tokens in registers
-        // cost cc_state_bwd 8 registers, one CTA per SM of its 7.
+        // cost cc_backward_state 8 registers, one CTA per SM of its 7.
         for (int fg = threadIdx.x >> 5; fg < COLS / 16; fg += CC_THREADS / 32) {  // warp-uniform
             const int f = fg * 16 + 2 * fp;
             float mx = 0.0f, my = 0.0f;
@@ -461,7 +461,7 @@ __device__ __forceinline__ float cc_state_tile(float* dst, int ld, const float* 
         static_assert(ROWS % 8 == 0 && COLS % 8 == 0, "8×8 blocks");
         const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2, first = rp >> 1;
         static_assert((ROWS / 8) * (COLS / 8) % (CC_THREADS / 32) == 0, "whole steps per warp");
-#pragma unroll 4  // fully unrolled, ptxas spilled in cc_dv (sm_80)
+#pragma unroll 4  // fully unrolled, ptxas spilled in cc_backward_dv (sm_80)
         for (int k = 0; k < (ROWS / 8) * (COLS / 8) / (CC_THREADS / 32); ++k) {
             const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
             const int r = (blk % (ROWS / 8)) * 8 + 2 * rp, c = (blk / (ROWS / 8)) * 8 + cl;
@@ -493,7 +493,7 @@ __device__ __forceinline__ float cc_block_max_nonneg(float x, int* slot) {
 #define CC_MT (CC_M / CC_TILE)
 
 // 1/den and −G·O for the 64 rows of a chunk (identity map: 1 and 0); rows ≥ n: 0 and 0.
-// G·O is the sum of the CC_MT partials cc_forward_go wrote from the fp32 O (not from the
+// G·O is the sum of the CC_MT partials cc_backward_go wrote from the fp32 O (not from the
 // 16-bit stored O: gd = −G·O/den feeds z⁰gd and r, which cancel against the S gn terms, so
 // O's storage rounding was the largest error of bf16 dQ). gn = G·(1/den) and gd are never
 // formed in 16 bits: G (exact in storage precision) is the mma operand and 1/den scales fp32
@@ -585,7 +585,7 @@ __device__ __forceinline__ void cc_row_unscale(float (&c)[NT][4], float u_lo, fl
 // error there is its bf16 storage either way.
 // grid (NC, B·H, M/64); dynamic shared (M-slice 64 × LDT + D × LDT) · 2 B.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_state_fwd(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v,
+cc_forward_state(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v,
              float* __restrict__ states, int split, int n, int num_chunks, float log2_decay,
              int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
@@ -638,7 +638,7 @@ cc_state_fwd(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
 // (dK, dV lost precision as N grew). Row d of ΔR and Δr[d] are multiplied back in fp32.
 // grid (NC, B·H, D/64); dynamic shared (64 × LDT + M × LDT) · 2 B.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_state_bwd(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ grad,
+cc_backward_state(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ grad,
              const float* __restrict__ go_parts, const float* __restrict__ den,
              float* __restrict__ states, int n, int num_chunks, float log2_decay, int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
@@ -728,7 +728,7 @@ cc_scan(float* __restrict__ states, int num_chunks, float chunk_decay, int rever
 
 // O[:, e0:e0+64] and den for one chunk (GO = false: cc_forward), or, in the backward, the
 // partial G_i·O_i over this slice of M from the fp32 O before any rounding (GO = true:
-// cc_forward_go, writes go[token · CC_MT + blockIdx.z] and neither O nor den).
+// cc_backward_go, writes go[token · CC_MT + blockIdx.z] and neither O nor den).
 // grid (NC, B·H, M/64); dynamic shared CC_FWD_SMEM.
 template <bool GO>
 __device__ __forceinline__ void
@@ -901,7 +901,7 @@ cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ 
 // uses the den recomputed here (on the split S⁰, z⁰, so it may differ from the saved den in
 // the last bits); the gradient kernels divide by the saved den.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_forward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+cc_backward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
               const la_storage_t* __restrict__ v, const float* __restrict__ states,
               const la_storage_t* __restrict__ grad, float* __restrict__ go, int n,
               int num_chunks, float log2_decay, float eps, int map) {
@@ -957,7 +957,7 @@ __device__ __forceinline__ void cc_store_grad(la_storage_t* __restrict__ dst, co
 
 // dQ[:, d0:d0+64] for one chunk: (A k̃ + λ^{i+1}(gn S⁰ᵀ + gd z⁰)) ⊙ φ'(q), with
 // A_ij = (G_i·v_j − G_i·O_i)/den_i and gn S⁰ᵀ + gd z⁰ = (G S⁰ᵀ − (G·O) z⁰)/den; G·O from
-// go_parts (cc_forward_go, fp32 O).
+// go_parts (cc_backward_go, fp32 O).
 // Precision: A k̃ cancels against the inter term (Σ_j A_ij ≈ 0 where k̃ ≈ 1 + elu(k)), so
 // 16-bit rounding of A and k̃ would dominate dQ's error in bf16: both are split hi + lo
 // (3 mma's: hi·hi + hi·lo + lo·hi), an emulated-fp32 product for this term only. Row i of A
@@ -967,7 +967,7 @@ __device__ __forceinline__ void cc_store_grad(la_storage_t* __restrict__ dst, co
 // grid (NC, B·H, D/64); dynamic shared CC_DQ_SMEM. `states` holds S⁰ (the backward's split
 // forward scan).
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_dq(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+cc_backward_dq(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
       const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,
       const float* __restrict__ go_parts, const float* __restrict__ den,
       const float* __restrict__ states, la_storage_t* __restrict__ dq, int n, int num_chunks,
@@ -1056,13 +1056,13 @@ cc_dq(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
 
 // dK[:, d0:d0+64] for one chunk: (Aᵀ q̃ + λ^{L−j}(v_j R⁰ᵀ + r⁰)) ⊙ φ'(k), with
 // Aᵀ[j][i] = (v_j·G_i − G_i·O_i)/den_i (G·O from go_parts, fp32 O).
-// Precision as cc_dq: Aᵀ q̃ cancels against the inter term, so Aᵀ is split hi + lo after a
+// Precision as cc_backward_dq: Aᵀ q̃ cancels against the inter term, so Aᵀ is split hi + lo after a
 // power-of-two scale per row j (its 1/den_i runs along the row: den = ε rows give dK̃ ~ 1/ε,
 // finite in fp32, zeroed by φ'(k) = 0), and q̃ too: the hi tile first, then its residue
 // reloaded into the same shared tile (3 mma's, no extra shared memory).
 // grid (NC, B·H, D/64); dynamic shared CC_DK_SMEM. `states` holds R⁰ (reverse scan), R[d][e].
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_dk(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+cc_backward_dk(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
       const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,
       const float* __restrict__ go_parts, const float* __restrict__ den,
       const float* __restrict__ states, la_storage_t* __restrict__ dk, int n, int num_chunks,
@@ -1166,7 +1166,7 @@ cc_dk(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
 // subnormals.
 // grid (NC, B·H, M/64); dynamic shared CC_DV_SMEM. `states` holds R⁰ (reverse scan), R[d][e].
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+cc_backward_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
       const la_storage_t* __restrict__ grad, const float* __restrict__ den,
       const float* __restrict__ states, la_storage_t* __restrict__ dv, int n, int num_chunks,
       float log2_decay, int map) {
@@ -1241,6 +1241,6 @@ cc_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
         }
     }
     cc_row_unscale(acc, u_lo, u_hi);
-    // Narrow stores: the quad shuffles made ptxas spill cc_dv (fp16, D = 128, sm_80).
+    // Narrow stores: the quad shuffles made ptxas spill cc_backward_dv (fp16, D = 128, sm_80).
     cc_store_grad(dv, k, acc, head_row0, tok0 + row0 + g, n, e0, CC_M, CC_MAP_IDENTITY, false);
 }

@@ -5,7 +5,7 @@
 //   O_i = q̃_iᵀ S_i / (q̃_iᵀ z_i + ε)            (LA_NORMALISED = 0: O_i = q̃_iᵀ S_i)
 // Backward, G_i = ∂L/∂O_i, den_i = q̃_iᵀ z_i + ε saved by the forward:
 //   gn_i = G_i / den_i,  gd_i = −(G_i·O_i) / den_i                  (cr_backward_prep)
-//   with O_i in fp32: for 16-bit storage the forward scan runs again (cr_forward_go) and
+//   with O_i in fp32: for 16-bit storage the forward scan runs again (cr_backward_go) and
 //   writes G_i·O_i per 32-column block instead of O; z·gd and r cancel against S·gn and R·v,
 //   so the stored O's 16-bit rounding was the largest error of bf16 ∂q (3.2e-3 → 1.66e-3,
 //   the floor of storing ∂q in bf16, at N = 1000). fp32 storage reads O itself.
@@ -15,7 +15,7 @@
 //   ∂v_j = R_jᵀ k̃_j                                                   (cr_backward_dv)
 //   then ∂q = ∂q̃ ⊙ φ'(q), ∂k = ∂k̃ ⊙ φ'(k) (la_phi_grad; identity after a φ stage).
 // The naive "stored states" backward: cr_forward_stored also writes every S_i (N·C·M fp32)
-// and z_i (N·C), and cr_dq_from_states reads them instead of recomputing, and takes gd from
+// and z_i (N·C), and cr_backward_dq_from_states reads them instead of recomputing, and takes gd from
 // them too (G_i·O_i = q̃_i·(S_i G_i)/den_i in fp32, no pre-pass); ∂k̃, ∂v still need the
 // reverse scans, which no amount of stored forward state replaces.
 //
@@ -54,7 +54,7 @@
 // K are φ(Q), φ(K) written in fp32 by the φ stage (then ∂q̃, ∂k̃ are written in fp32 too).
 // FAVOR+ features come shifted; the forward then takes per-token ε_i = ε·exp(q_log_scale_i +
 // k_log_scale_head) (null pointers otherwise); the backward needs the saved den_i, and the
-// same scales for cr_forward_go (its den, hence its O, must be the forward's).
+// same scales for cr_backward_go (its den, hence its O, must be the forward's).
 
 #ifndef CR_A_MAX
 #define CR_A_MAX 64
@@ -414,7 +414,7 @@ cr_forward(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
 // and gd's z·gd and r terms cancel against the S·gn terms: that rounding was the largest
 // error of bf16 dQ). q_log_scale, k_log_scale as cr_forward (FAVOR+), so O is the forward's.
 extern "C" __global__ void __launch_bounds__(CR_MAX_THREADS, 1)
-cr_forward_go(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
+cr_backward_go(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
               const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ g,
               float* __restrict__ go, const float* __restrict__ q_log_scale,
               const float* __restrict__ k_log_scale, int n, int c_dim, int m_dim, float decay,
@@ -466,7 +466,7 @@ cr_backward_dv(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
 
 // gd_i = −(G_i·O_i) / den_i. A warp owns a chunk of 32 tokens, lane l token l of it (warps
 // grid-stride over chunks), so den and gd move as whole coalesced rows. G·O is the sum of
-// `slices` partials go[token · slices + s] from cr_forward_go (fp32 O, 16-bit storage): the
+// `slices` partials go[token · slices + s] from cr_backward_go (fp32 O, 16-bit storage): the
 // chunk's 32·slices partials are contiguous, read lane-consecutive into shared memory and
 // summed there per token. With slices = 0 it is read from `out` (fp32 storage: O is exact
 // there), the warp walking its chunk one token at a time along the (contiguous) row.
@@ -529,7 +529,7 @@ cr_backward_prep(const la_storage_t* __restrict__ g, const la_storage_t* __restr
 // gd_i = −(q̃_i·y)/den_i needs neither the 16-bit stored O nor a pre-pass; the block writes
 // it to gd[token] for the ∂K scan (normalised maps; no cr_backward_prep on this path).
 extern "C" __global__ void __launch_bounds__(256)
-cr_dq_from_states(const cr_qk_t* __restrict__ q, const la_storage_t* __restrict__ g,
+cr_backward_dq_from_states(const cr_qk_t* __restrict__ q, const la_storage_t* __restrict__ g,
                   const float* __restrict__ den, float* __restrict__ gd,
                   const float* __restrict__ states, const float* __restrict__ z_states,
                   cr_qk_t* __restrict__ dq, int n, int c_dim, int m_dim) {

@@ -21,26 +21,26 @@
 // 32×8 threads owns 32 columns of one head and strides over N (coalesced along the columns).
 // FAVOR+ stages x' (exponents: lanes own features r) or g⊙φ (VJP: lanes own inputs t) in
 // shared memory per warp; W is fp32 [R, D] row-major.
-// Limits: D ≤ LA_DK_MAX ≤ 256 (class define), R ≤ 256 (LA_FAVOR_MAX_R), rows < 2^62.
+// Limits: D ≤ LA_DK_MAX ≤ 256 (class define), R ≤ 256 (FM_FAVOR_MAX_R), rows < 2^62.
 
 #ifndef LA_DK_MAX
 #define LA_DK_MAX 256
 #endif
-#define LA_FM_PER_LANE (LA_DK_MAX / LA_WARP)
-#define LA_FM_ROWS_PER_BLOCK 8
-#define LA_FAVOR_MAX_R 256
+#define FM_PER_LANE (LA_DK_MAX / LA_WARP)
+#define FM_ROWS_PER_BLOCK 8
+#define FM_FAVOR_MAX_R 256
 
 // ---- softmax over the feature axis (softmax map; efficient attention's queries) ----------
-extern "C" __global__ void la_phi_softmax_rows(const la_storage_t* __restrict__ x,
+extern "C" __global__ void fm_softmax_rows(const la_storage_t* __restrict__ x,
                                                float* __restrict__ phi, long long rows, int d) {
-    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
+    const long long row = (long long)blockIdx.x * FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
     const int lane = threadIdx.x % LA_WARP;
     if (row >= rows) return;
     const la_index_t base = row * d;
-    float v[LA_FM_PER_LANE];
+    float v[FM_PER_LANE];
     float best = LA_NEG_INF;
 #pragma unroll
-    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+    for (int j = 0; j < FM_PER_LANE; ++j) {
         const int t = lane + j * LA_WARP;
         v[j] = t < d ? la_load(x, base + t) : LA_NEG_INF;
         best = fmaxf(best, v[j]);
@@ -48,31 +48,31 @@ extern "C" __global__ void la_phi_softmax_rows(const la_storage_t* __restrict__ 
     best = la_warp_max(best);
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+    for (int j = 0; j < FM_PER_LANE; ++j) {
         const int t = lane + j * LA_WARP;
         v[j] = t < d ? expf(v[j] - best) : 0.0f;
         sum += v[j];
     }
     const float inv = 1.0f / la_warp_sum(sum);
 #pragma unroll
-    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+    for (int j = 0; j < FM_PER_LANE; ++j) {
         const int t = lane + j * LA_WARP;
         if (t < d) phi[base + t] = v[j] * inv;
     }
 }
 
-extern "C" __global__ void la_vjp_softmax_rows(const float* __restrict__ phi,
+extern "C" __global__ void fm_backward_softmax_rows(const float* __restrict__ phi,
                                                const float* __restrict__ g,
                                                la_storage_t* __restrict__ dx, long long rows,
                                                int d) {
-    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
+    const long long row = (long long)blockIdx.x * FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
     const int lane = threadIdx.x % LA_WARP;
     if (row >= rows) return;
     const la_index_t base = row * d;
-    float p[LA_FM_PER_LANE], gg[LA_FM_PER_LANE];
+    float p[FM_PER_LANE], gg[FM_PER_LANE];
     float dot = 0.0f;
 #pragma unroll
-    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+    for (int j = 0; j < FM_PER_LANE; ++j) {
         const int t = lane + j * LA_WARP;
         p[j] = t < d ? phi[base + t] : 0.0f;
         gg[j] = t < d ? g[base + t] : 0.0f;
@@ -80,7 +80,7 @@ extern "C" __global__ void la_vjp_softmax_rows(const float* __restrict__ phi,
     }
     dot = la_warp_sum(dot);
 #pragma unroll
-    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+    for (int j = 0; j < FM_PER_LANE; ++j) {
         const int t = lane + j * LA_WARP;
         if (t < d) la_store(dx, base + t, p[j] * (gg[j] - dot));
     }
@@ -88,7 +88,7 @@ extern "C" __global__ void la_vjp_softmax_rows(const float* __restrict__ phi,
 
 // ---- softmax over N per (head, column): efficient attention's keys -----------------------
 // grid (ceil(d/32), heads), block (32, 8).
-extern "C" __global__ void la_phi_softmax_cols(const la_storage_t* __restrict__ x,
+extern "C" __global__ void fm_softmax_cols(const la_storage_t* __restrict__ x,
                                                float* __restrict__ phi, int n, int d) {
     __shared__ float scratch[8][LA_WARP];
     const int col = blockIdx.x * LA_WARP + threadIdx.x;
@@ -117,7 +117,7 @@ extern "C" __global__ void la_phi_softmax_cols(const la_storage_t* __restrict__ 
     }
 }
 
-extern "C" __global__ void la_vjp_softmax_cols(const float* __restrict__ phi,
+extern "C" __global__ void fm_backward_softmax_cols(const float* __restrict__ phi,
                                                const float* __restrict__ g,
                                                la_storage_t* __restrict__ dx, int n, int d) {
     __shared__ float scratch[8][LA_WARP];
@@ -142,17 +142,17 @@ extern "C" __global__ void la_vjp_softmax_cols(const float* __restrict__ phi,
 }
 
 // ---- 1+cos: φ = [1, x̂] --------------------------------------------------------------------
-extern "C" __global__ void la_phi_cos_rows(const la_storage_t* __restrict__ x,
+extern "C" __global__ void fm_cos_rows(const la_storage_t* __restrict__ x,
                                            float* __restrict__ phi, long long rows, int d) {
-    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
+    const long long row = (long long)blockIdx.x * FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
     const int lane = threadIdx.x % LA_WARP;
     if (row >= rows) return;
     const la_index_t in = row * d;
     const la_index_t out = row * (d + 1);
-    float v[LA_FM_PER_LANE];
+    float v[FM_PER_LANE];
     float sq = 0.0f;
 #pragma unroll
-    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+    for (int j = 0; j < FM_PER_LANE; ++j) {
         const int t = lane + j * LA_WARP;
         v[j] = t < d ? la_load(x, in + t) : 0.0f;
         sq += v[j] * v[j];
@@ -161,24 +161,24 @@ extern "C" __global__ void la_phi_cos_rows(const la_storage_t* __restrict__ x,
     const float inv = sq > 0.0f ? rsqrtf(sq) : 0.0f;
     if (lane == 0) phi[out] = 1.0f;
 #pragma unroll
-    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+    for (int j = 0; j < FM_PER_LANE; ++j) {
         const int t = lane + j * LA_WARP;
         if (t < d) phi[out + 1 + t] = v[j] * inv;
     }
 }
 
-extern "C" __global__ void la_vjp_cos_rows(const la_storage_t* __restrict__ x,
+extern "C" __global__ void fm_backward_cos_rows(const la_storage_t* __restrict__ x,
                                            const float* __restrict__ g,
                                            la_storage_t* __restrict__ dx, long long rows, int d) {
-    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
+    const long long row = (long long)blockIdx.x * FM_ROWS_PER_BLOCK + threadIdx.x / LA_WARP;
     const int lane = threadIdx.x % LA_WARP;
     if (row >= rows) return;
     const la_index_t in = row * d;
     const la_index_t feat = row * (d + 1) + 1;
-    float v[LA_FM_PER_LANE], gg[LA_FM_PER_LANE];
+    float v[FM_PER_LANE], gg[FM_PER_LANE];
     float sq = 0.0f, dot = 0.0f;
 #pragma unroll
-    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+    for (int j = 0; j < FM_PER_LANE; ++j) {
         const int t = lane + j * LA_WARP;
         v[j] = t < d ? la_load(x, in + t) : 0.0f;
         gg[j] = t < d ? g[feat + t] : 0.0f;
@@ -191,7 +191,7 @@ extern "C" __global__ void la_vjp_cos_rows(const la_storage_t* __restrict__ x,
     const float inv_norm = sq > 0.0f ? rsqrtf(sq) : 0.0f;
     const float inv_sq = inv_norm * inv_norm;
 #pragma unroll
-    for (int j = 0; j < LA_FM_PER_LANE; ++j) {
+    for (int j = 0; j < FM_PER_LANE; ++j) {
         const int t = lane + j * LA_WARP;
         if (t < d) la_store(dx, in + t, (gg[j] - v[j] * dot * inv_sq) * inv_norm);
     }
@@ -199,15 +199,15 @@ extern "C" __global__ void la_vjp_cos_rows(const la_storage_t* __restrict__ x,
 
 // ---- FAVOR+ --------------------------------------------------------------------------------
 // Pass 1: u = W x' − ‖x'‖²/2 into phi (fp32 [rows, R]) and each row's max into row_max.
-extern "C" __global__ void la_favor_exponents(const la_storage_t* __restrict__ x,
+extern "C" __global__ void fm_favor_exponents(const la_storage_t* __restrict__ x,
                                               const float* __restrict__ w,
                                               float* __restrict__ phi,
                                               float* __restrict__ row_max, long long rows, int d,
                                               int r, float scale) {
-    __shared__ float xs[LA_FM_ROWS_PER_BLOCK][LA_DK_MAX];
+    __shared__ float xs[FM_ROWS_PER_BLOCK][LA_DK_MAX];
     const int warp = threadIdx.x / LA_WARP;
     const int lane = threadIdx.x % LA_WARP;
-    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + warp;
+    const long long row = (long long)blockIdx.x * FM_ROWS_PER_BLOCK + warp;
     if (row >= rows) return;  // whole warps leave together; no block barrier below
     const la_index_t in = row * d;
     float sq = 0.0f;
@@ -232,7 +232,7 @@ extern "C" __global__ void la_favor_exponents(const la_storage_t* __restrict__ x
 }
 
 // Keys: the max over each head's rows. grid (heads), block 256.
-extern "C" __global__ void la_favor_head_max(const float* __restrict__ row_max,
+extern "C" __global__ void fm_favor_head_max(const float* __restrict__ row_max,
                                              float* __restrict__ head_max, int n) {
     __shared__ float scratch[LA_WARP];
     const float* mine = row_max + (la_index_t)blockIdx.x * n;
@@ -245,7 +245,7 @@ extern "C" __global__ void la_favor_head_max(const float* __restrict__ row_max,
 // Pass 2: φ = exp(u − shift)/√R in place; shift = row_max[row] (queries, per_row = 1) or
 // head_max[row / n] (keys, per_row = 0). log_scale = −shift per row (queries) or per head
 // (keys; every row of a head writes the same value): the ε scale the core uses.
-extern "C" __global__ void la_favor_exp(float* __restrict__ phi, const float* __restrict__ shift,
+extern "C" __global__ void fm_favor_exp(float* __restrict__ phi, const float* __restrict__ shift,
                                         float* __restrict__ log_scale, long long rows, int n,
                                         int r, int per_row) {
     const long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -257,16 +257,16 @@ extern "C" __global__ void la_favor_exp(float* __restrict__ phi, const float* __
 }
 
 // ∂x_t = scale·(Σ_f W_ft t_f − x'_t Σ_f t_f), t_f = g_f φ_f.
-extern "C" __global__ void la_vjp_favor(const la_storage_t* __restrict__ x,
+extern "C" __global__ void fm_backward_favor(const la_storage_t* __restrict__ x,
                                         const float* __restrict__ w,
                                         const float* __restrict__ phi,
                                         const float* __restrict__ g,
                                         la_storage_t* __restrict__ dx, long long rows, int d,
                                         int r, float scale) {
-    __shared__ float ts[LA_FM_ROWS_PER_BLOCK][LA_FAVOR_MAX_R];
+    __shared__ float ts[FM_ROWS_PER_BLOCK][FM_FAVOR_MAX_R];
     const int warp = threadIdx.x / LA_WARP;
     const int lane = threadIdx.x % LA_WARP;
-    const long long row = (long long)blockIdx.x * LA_FM_ROWS_PER_BLOCK + warp;
+    const long long row = (long long)blockIdx.x * FM_ROWS_PER_BLOCK + warp;
     if (row >= rows) return;
     float total = 0.0f;
     for (int f = lane; f < r; f += LA_WARP) {

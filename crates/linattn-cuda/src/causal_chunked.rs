@@ -3,13 +3,13 @@
 //!
 //! The math, the three-pass schedule, the fragment layouts and the precision choices are
 //! documented at the top of `kernels/causal_chunked.cu`. In short:
-//! * pass 1 (`cc_state_fwd`): per chunk, ΔS = Σ λ^{L−1−j} k̃_j v_jᵀ and Δz (fp32, tensor cores);
+//! * pass 1 (`cc_forward_state`): per chunk, ΔS = Σ λ^{L−1−j} k̃_j v_jᵀ and Δz (fp32, tensor cores);
 //! * pass 2 (`cc_scan`): exclusive scan over chunks, in place: the state entering each chunk;
 //! * pass 3 (`cc_forward`): per chunk, O = (intra masked q̃k̃ᵀ v + inter q̃ S⁰) / den.
 //!
-//! The backward: passes 1–2 again (k̃ split hi + lo for accuracy), `cc_forward_go` (the
+//! The backward: passes 1–2 again (k̃ split hi + lo for accuracy), `cc_backward_go` (the
 //! forward once more on those states, writing only G·O from the fp32 O, for gd: normalised
-//! maps), `cc_state_bwd` + reverse scan (R⁰, r⁰), then `cc_dq`, `cc_dk`, `cc_dv`.
+//! maps), `cc_backward_state` + reverse scan (R⁰, r⁰), then `cc_backward_dq`, `cc_backward_dk`, `cc_backward_dv`.
 //!
 //! Every pass runs `N/64 · B·H · (M or D)/64` CTAs, so B·H = 16 fills an H100 at any N ≥ 1k;
 //! the cost is a workspace of one fp32 state per chunk, `N/64 · D·(M+1) · 4` bytes per head
@@ -57,16 +57,16 @@ pub const FUSED_MAPS: [FeatureMap; 3] = [
     FeatureMap::Identity,
 ];
 
-/// Kernel entry points of `causal_chunked.cu` (`cc_forward_go`: the backward's G·O pre-pass).
+/// Kernel entry points of `causal_chunked.cu` (`cc_backward_go`: the backward's G·O pre-pass).
 pub const ENTRY_POINTS: [&str; 8] = [
-    "cc_state_fwd",
-    "cc_state_bwd",
+    "cc_forward_state",
+    "cc_backward_state",
     "cc_scan",
     "cc_forward",
-    "cc_forward_go",
-    "cc_dq",
-    "cc_dk",
-    "cc_dv",
+    "cc_backward_go",
+    "cc_backward_dq",
+    "cc_backward_dk",
+    "cc_backward_dv",
 ];
 
 /// The compile-time specialisation of one program: storage precision and (D, M). The map and
@@ -151,9 +151,9 @@ pub struct LaunchPlan {
     pub state_stride: usize,
     /// fp32 elements of one state buffer (all heads, all chunks).
     pub state_len: usize,
-    /// (NC, B·H, M/64): cc_state_fwd, cc_forward, cc_dv.
+    /// (NC, B·H, M/64): cc_forward_state, cc_forward, cc_backward_dv.
     pub grid_value_tiles: (u32, u32, u32),
-    /// (NC, B·H, D/64): cc_state_bwd, cc_dq, cc_dk.
+    /// (NC, B·H, D/64): cc_backward_state, cc_backward_dq, cc_backward_dk.
     pub grid_key_tiles: (u32, u32, u32),
     /// (⌈stride/256⌉, B·H): cc_scan.
     pub grid_scan: (u32, u32, u32),
@@ -214,7 +214,7 @@ impl LaunchPlan {
                 2 * CHUNK * ld_d * half + TILE * ld_t * half + TILE * ld_d * 4 + d * 4,
                 "shared bytes",
             )?,
-            // cc_dk: G, v tiles; q̃ slice; R⁰ slice fp32; r⁰ slice. cc_dq adds k̃'s lo residue.
+            // cc_backward_dk: G, v tiles; q̃ slice; R⁰ slice fp32; r⁰ slice. cc_backward_dq adds k̃'s lo residue.
             smem_dk: u(
                 2 * CHUNK * ld_m * half + TILE * ld_t * half + TILE * ld_m * 4 + TILE * 4,
                 "shared bytes",
@@ -332,14 +332,14 @@ impl Kernels {
             Ok(k)
         };
         Ok(Kernels {
-            state_fwd: kernel("cc_state_fwd", plan.smem_state_fwd)?,
-            state_bwd: kernel("cc_state_bwd", plan.smem_state_bwd)?,
+            state_fwd: kernel("cc_forward_state", plan.smem_state_fwd)?,
+            state_bwd: kernel("cc_backward_state", plan.smem_state_bwd)?,
             scan: kernel("cc_scan", 0)?,
             forward: kernel("cc_forward", plan.smem_forward)?,
-            forward_go: kernel("cc_forward_go", plan.smem_forward)?,
-            dq: kernel("cc_dq", plan.smem_dq)?,
-            dk: kernel("cc_dk", plan.smem_dk)?,
-            dv: kernel("cc_dv", plan.smem_dv)?,
+            forward_go: kernel("cc_backward_go", plan.smem_forward)?,
+            dq: kernel("cc_backward_dq", plan.smem_dq)?,
+            dk: kernel("cc_backward_dk", plan.smem_dk)?,
+            dv: kernel("cc_backward_dv", plan.smem_dv)?,
         })
     }
 }
@@ -358,8 +358,8 @@ struct ScalarArgs {
 }
 
 impl ScalarArgs {
-    /// The scalars that end the parameter list of `cc_state_fwd`, `cc_state_bwd`, `cc_dq`,
-    /// `cc_dk` and `cc_dv`: n, num_chunks, log2_decay, map.
+    /// The scalars that end the parameter list of `cc_forward_state`, `cc_backward_state`, `cc_backward_dq`,
+    /// `cc_backward_dk` and `cc_backward_dv`: n, num_chunks, log2_decay, map.
     fn chunk_scalars(&self) -> [KernelArg; 4] {
         args![self.n, self.num_chunks, self.log2_decay, self.map]
     }
@@ -416,7 +416,7 @@ impl<T: StorageElem> Staged<T> {
     }
 
     /// Pass 1 + pass 2 of the forward direction: S⁰, z⁰ of every chunk into `states`.
-    /// `split`: k̃ as hi + lo 16-bit operands (the backward's S⁰, z⁰; see `cc_state_fwd`).
+    /// `split`: k̃ as hi + lo 16-bit operands (the backward's S⁰, z⁰; see `cc_forward_state`).
     fn launch_forward_states(
         &self,
         states: &DeviceBuffer<f32>,
@@ -599,7 +599,7 @@ impl<T: StorageElem> Backend for ChunkedBackend<T> {
                 &args![q, d_out, &go_parts, den, &states_rev],
             )?;
             st_ref.launch_scan(&states_rev, true)?;
-            // cc_dq and cc_dk take the same parameter list; dq, dk hold B·H·N·D elements.
+            // cc_backward_dq and cc_backward_dk take the same parameter list; dq, dk hold B·H·N·D elements.
             for (kernel, states, grad, shared) in [
                 (&ks.dq, &states_fwd, &dq, p.smem_dq),
                 (&ks.dk, &states_rev, &dk, p.smem_dk),

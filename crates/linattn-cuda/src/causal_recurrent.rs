@@ -4,7 +4,7 @@
 //! * `{cuda,sim}/causal_recurrent/{f32,f16,bf16}` — forward scan with the C×M state in registers,
 //!   memory-efficient backward (SPEC §4: states recomputed by a forward scan for ∂Q, reverse
 //!   scans for ∂K and ∂V; O(C·M) state per block, O(N) saved denominators). gd = −G·O/den
-//!   takes O in fp32: f16/bf16 run the forward scan once more (`cr_forward_go`, writing
+//!   takes O in fp32: f16/bf16 run the forward scan once more (`cr_backward_go`, writing
 //!   ⌈M/32⌉ fp32 G·O partials per token instead of O) before `cr_backward_prep`.
 //! * `{cuda,sim}/causal_recurrent+storedbwd/{f32,f16}` — the naive backward: the forward writes every
 //!   S_i and z_i (N·C·M + N·C fp32 per head, on purpose, for the memory tables) and ∂Q reads
@@ -45,12 +45,12 @@ pub const SOURCE: &str = include_str!("../../../kernels/causal_recurrent.cu");
 pub const ENTRY_POINTS: [&str; 8] = [
     "cr_forward",
     "cr_forward_stored",
-    "cr_forward_go",
+    "cr_backward_go",
     "cr_backward_dq",
     "cr_backward_dk",
     "cr_backward_dv",
     "cr_backward_prep",
-    "cr_dq_from_states",
+    "cr_backward_dq_from_states",
 ];
 
 /// Columns of the sliced dim each scan block owns (= lanes of a warp).
@@ -377,10 +377,10 @@ pub(crate) struct BackwardBuffers<'a, T, Q> {
     pub out: &'a DeviceBuffer<T>,
     pub den: &'a DeviceBuffer<f32>,
     pub gd: &'a DeviceBuffer<f32>,
-    /// G·O partials from the fp32 O (`cr_forward_go`): ⌈M/32⌉ per token where
+    /// G·O partials from the fp32 O (`cr_backward_go`): ⌈M/32⌉ per token where
     /// [`go_slices`] says so, else an empty placeholder.
     pub go: &'a DeviceBuffer<f32>,
-    /// FAVOR+'s ε scales of the forward (0, 0 otherwise), for `cr_forward_go`.
+    /// FAVOR+'s ε scales of the forward (0, 0 otherwise), for `cr_backward_go`.
     pub log_scales: (u64, u64),
     pub dq: &'a DeviceBuffer<Q>,
     pub dk: &'a DeviceBuffer<Q>,
@@ -389,9 +389,9 @@ pub(crate) struct BackwardBuffers<'a, T, Q> {
     pub states: Option<(&'a DeviceBuffer<f32>, &'a DeviceBuffer<f32>)>,
 }
 
-/// G·O partials per token the backward needs from `cr_forward_go`: ⌈M/32⌉ (one per block of
+/// G·O partials per token the backward needs from `cr_backward_go`: ⌈M/32⌉ (one per block of
 /// the forward scan) for 16-bit storage on the scan path, none for fp32 storage (O is exact
-/// there), the stored-states path (`cr_dq_from_states` takes gd from the fp32 states) or
+/// there), the stored-states path (`cr_backward_dq_from_states` takes gd from the fp32 states) or
 /// the identity map (no gd).
 pub(crate) fn go_slices(precision: Precision, dims: &CoreDims, stored_states: bool) -> usize {
     if dims.map.normalised() && precision != Precision::F32 && !stored_states {
@@ -403,8 +403,8 @@ pub(crate) fn go_slices(precision: Precision, dims: &CoreDims, stored_states: bo
 
 /// Enqueues the whole backward: gd (normalised maps), ∂Q (scan or stored states), ∂K, ∂V.
 /// gd = −G·O/den takes O in fp32: for 16-bit storage the forward scan runs again as
-/// `cr_forward_go` (G·O partials, nothing else written) before `cr_backward_prep`; the
-/// stored-states path computes gd inside `cr_dq_from_states`, before the ∂K scan reads it.
+/// `cr_backward_go` (G·O partials, nothing else written) before `cr_backward_prep`; the
+/// stored-states path computes gd inside `cr_backward_dq_from_states`, before the ∂K scan reads it.
 pub(crate) fn launch_backward<T, Q>(
     exec: &Arc<dyn Executor>,
     precision: Precision,
@@ -421,7 +421,7 @@ pub(crate) fn launch_backward<T, Q>(
         if slices > 0 {
             // q, k hold tokens·C elements, v and d_out tokens·M, go tokens·slices.
             exec.launch(
-                &exec.kernel(&c_module, "cr_forward_go")?,
+                &exec.kernel(&c_module, "cr_backward_go")?,
                 &scan_launch(ScanRole::Forward, dims.c, dims.m, dims.batch_heads, true)?,
                 &args![
                     b.q,
@@ -464,7 +464,7 @@ pub(crate) fn launch_backward<T, Q>(
             // states hold tokens·C·M elements, z_states tokens·C; gd (written) tokens.
             let grid = (as_u32_grid_x(dims.n)?, grid_y(dims.batch_heads)?, 1);
             exec.launch(
-                &exec.kernel(&c_module, "cr_dq_from_states")?,
+                &exec.kernel(&c_module, "cr_backward_dq_from_states")?,
                 &Launch::new(grid, 256),
                 &args![b.q, b.d_out, b.den, b.gd, states, z_states, b.dq, n, c, m],
             )?;

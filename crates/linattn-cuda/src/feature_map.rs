@@ -32,16 +32,16 @@ use crate::runtime::{
 pub const SOURCE: &str = include_str!("../../../kernels/feature_map.cu");
 
 const ENTRY_POINTS: [&str; 10] = [
-    "la_phi_softmax_rows",
-    "la_vjp_softmax_rows",
-    "la_phi_softmax_cols",
-    "la_vjp_softmax_cols",
-    "la_phi_cos_rows",
-    "la_vjp_cos_rows",
-    "la_favor_exponents",
-    "la_favor_head_max",
-    "la_favor_exp",
-    "la_vjp_favor",
+    "fm_softmax_rows",
+    "fm_backward_softmax_rows",
+    "fm_softmax_cols",
+    "fm_backward_softmax_cols",
+    "fm_cos_rows",
+    "fm_backward_cos_rows",
+    "fm_favor_exponents",
+    "fm_favor_head_max",
+    "fm_favor_exp",
+    "fm_backward_favor",
 ];
 
 /// Rows per 256-thread block of the row-wise kernels (one warp per row).
@@ -187,23 +187,16 @@ impl FeatureStage {
         };
         match self.map {
             FeatureMap::Softmax => {
-                self.rows_kernel("la_phi_softmax_rows", q, &out.q, rows)?;
-                self.rows_kernel("la_phi_softmax_rows", k, &out.k, rows)?;
+                self.rows_kernel("fm_softmax_rows", q, &out.q, rows)?;
+                self.rows_kernel("fm_softmax_rows", k, &out.k, rows)?;
             }
             FeatureMap::EfficientAttention => {
-                self.rows_kernel("la_phi_softmax_rows", q, &out.q, rows)?;
-                self.cols_kernel(
-                    "la_phi_softmax_cols",
-                    k.address(),
-                    0,
-                    out.k.address(),
-                    heads,
-                    n,
-                )?;
+                self.rows_kernel("fm_softmax_rows", q, &out.q, rows)?;
+                self.cols_kernel("fm_softmax_cols", k.address(), 0, out.k.address(), heads, n)?;
             }
             FeatureMap::OnePlusCos => {
-                self.rows_kernel("la_phi_cos_rows", q, &out.q, rows)?;
-                self.rows_kernel("la_phi_cos_rows", k, &out.k, rows)?;
+                self.rows_kernel("fm_cos_rows", q, &out.q, rows)?;
+                self.rows_kernel("fm_cos_rows", k, &out.k, rows)?;
             }
             FeatureMap::Favor { .. } => {
                 let q_scale = DeviceBuffer::uninit(&self.exec, meter, rows)?;
@@ -240,13 +233,25 @@ impl FeatureStage {
         match self.map {
             FeatureMap::Softmax | FeatureMap::EfficientAttention => {
                 // Both maps softmax a query over its features.
-                self.vjp_rows("la_vjp_softmax_rows", features.q.address(), g_q, dq, rows)?;
+                self.vjp_rows(
+                    "fm_backward_softmax_rows",
+                    features.q.address(),
+                    g_q,
+                    dq,
+                    rows,
+                )?;
                 if self.map == FeatureMap::Softmax {
-                    self.vjp_rows("la_vjp_softmax_rows", features.k.address(), g_k, dk, rows)?;
+                    self.vjp_rows(
+                        "fm_backward_softmax_rows",
+                        features.k.address(),
+                        g_k,
+                        dk,
+                        rows,
+                    )?;
                 } else {
                     // Efficient attention softmaxes keys over the sequence instead.
                     self.cols_kernel(
-                        "la_vjp_softmax_cols",
+                        "fm_backward_softmax_cols",
                         features.k.address(),
                         g_k.address(),
                         dk.address(),
@@ -256,8 +261,8 @@ impl FeatureStage {
                 }
             }
             FeatureMap::OnePlusCos => {
-                self.vjp_rows("la_vjp_cos_rows", q.address(), g_q, dq, rows)?;
-                self.vjp_rows("la_vjp_cos_rows", k.address(), g_k, dk, rows)?;
+                self.vjp_rows("fm_backward_cos_rows", q.address(), g_q, dq, rows)?;
+                self.vjp_rows("fm_backward_cos_rows", k.address(), g_k, dk, rows)?;
             }
             FeatureMap::Favor { .. } => {
                 self.vjp_favor(q, &features.q, g_q, dq, rows)?;
@@ -316,8 +321,8 @@ impl FeatureStage {
         )
     }
 
-    /// Column softmax over N: `la_phi_softmax_cols(x, phi, n, d)` (middle = 0 unused) or
-    /// `la_vjp_softmax_cols(phi, g, dx, n, d)`.
+    /// Column softmax over N: `fm_softmax_cols(x, phi, n, d)` (middle = 0 unused) or
+    /// `fm_backward_softmax_cols(phi, g, dx, n, d)`.
     #[allow(clippy::too_many_arguments)]
     fn cols_kernel(
         &self,
@@ -340,7 +345,7 @@ impl FeatureStage {
             KernelArg::Ptr(middle),
             KernelArg::Ptr(last),
         );
-        if entry == "la_vjp_softmax_cols" {
+        if entry == "fm_backward_softmax_cols" {
             self.launch(entry, &launch, &args![first, middle, last, n_i32, d])
         } else {
             self.launch(entry, &launch, &args![first, last, n_i32, d])
@@ -378,7 +383,7 @@ impl FeatureStage {
         let row_max = DeviceBuffer::<f32>::uninit(&self.exec, meter, rows)?;
         // W is [r, d], phi [rows, r], row_max [rows].
         self.launch(
-            "la_favor_exponents",
+            "fm_favor_exponents",
             &Self::row_launch(rows)?,
             &args![x, self.favor_w()?, phi, &row_max, rows_i64, d, r_i32, scale],
         )?;
@@ -391,7 +396,7 @@ impl FeatureStage {
                     .map_err(|_| AttnError::SizeOverflow(format!("{heads} heads")))?;
                 // row_max [heads·n] → head_max [heads].
                 self.launch(
-                    "la_favor_head_max",
+                    "fm_favor_head_max",
                     &Launch::new((heads_u32, 1, 1), 256),
                     &args![&row_max, &head_max, n_i32],
                 )?;
@@ -407,7 +412,7 @@ impl FeatureStage {
             .ok_or_else(|| AttnError::SizeOverflow(format!("{rows} rows × {r} features")))?;
         // log_scale holds rows (queries) or heads (keys).
         self.launch(
-            "la_favor_exp",
+            "fm_favor_exp",
             &Launch::new((blocks_for(total, 256)?, 1, 1), 256),
             &args![phi, shift, log_scale, rows_i64, n_i32, r_i32, per_row],
         )
@@ -425,7 +430,7 @@ impl FeatureStage {
         let r = as_i32("FAVOR+ features", self.feature_dim())?;
         // (x, W, phi, g, dx, rows, d, r, scale).
         self.launch(
-            "la_vjp_favor",
+            "fm_backward_favor",
             &Self::row_launch(rows)?,
             &args![
                 x,

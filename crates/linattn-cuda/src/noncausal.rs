@@ -35,13 +35,13 @@ use crate::staged::{self, DeviceInputs};
 pub const SOURCE: &str = include_str!("../../../kernels/noncausal.cu");
 
 const ENTRY_POINTS: [&str; 4] = [
-    "la_nc_accumulate",
-    "la_nc_reduce",
-    "la_nc_row_terms",
-    "la_nc_rowgemm",
+    "nc_accumulate",
+    "nc_reduce",
+    "nc_backward_row_terms",
+    "nc_rowgemm",
 ];
 
-/// Output tile edge and threads per block of `la_nc_accumulate` / `la_nc_rowgemm`.
+/// Output tile edge and threads per block of `nc_accumulate` / `nc_rowgemm`.
 const TILE: usize = 64;
 const THREADS: u32 = 256;
 /// Operand kinds and product modes of noncausal.cu.
@@ -520,7 +520,7 @@ fn backward<T: StorageElem>(
     Ok([dq, dk, dv])
 }
 
-/// `[BH, C·M + C]`: Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j (see `la_nc_accumulate`), split over
+/// `[BH, C·M + C]`: Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j (see `nc_accumulate`), split over
 /// N across blocks when one block per tile would leave the GPU idle.
 #[allow(clippy::too_many_arguments)]
 fn reduce_outer_products(
@@ -557,7 +557,7 @@ fn reduce_outer_products(
     let target = partial.as_ref().unwrap_or(&state).address();
 
     // a is [BH,N,C], b [BH,N,M], the row scales [BH·N] or null, target [BH, splits, C·M+C].
-    let kernel = exec.kernel(variant, "la_nc_accumulate")?;
+    let kernel = exec.kernel(variant, "nc_accumulate")?;
     let grid = (
         u32::try_from(tiles).map_err(|_| AttnError::SizeOverflow("tiles".into()))?,
         splits as u32,
@@ -583,7 +583,7 @@ fn reduce_outer_products(
 
     if let Some(partial) = &partial {
         // partial [BH, splits, len] summed into state [BH, len].
-        let kernel = exec.kernel(variant, "la_nc_reduce")?;
+        let kernel = exec.kernel(variant, "nc_reduce")?;
         let total = dims.heads * state_len;
         let grid = (blocks_for(total, 256)?.min(65_535 * 16), 1, 1);
         exec.launch(
@@ -601,7 +601,7 @@ fn reduce_outer_products(
     Ok(state)
 }
 
-/// One `la_nc_rowgemm` launch (addresses are device pointers or 0).
+/// One `nc_rowgemm` launch (addresses are device pointers or 0).
 struct RowGemm {
     mode: i32,
     x: (u64, i32),
@@ -656,7 +656,7 @@ fn rowgemm(
     };
     // x is [BH,N,inner], state [BH,C·M+C], out [BH,N,width] of the type out_f32 says, pre
     // [BH,N,width] storage or null.
-    let kernel = exec.kernel(variant, "la_nc_rowgemm")?;
+    let kernel = exec.kernel(variant, "nc_rowgemm")?;
     let grid = (
         blocks_for(dims.n, TILE)?,
         blocks_for(width, TILE)?,
@@ -701,7 +701,7 @@ fn row_terms(
     outputs: (u64, u64),
 ) -> Result<(), AttnError> {
     // One warp per row of [BH·N].
-    let kernel = exec.kernel(variant, "la_nc_row_terms")?;
+    let kernel = exec.kernel(variant, "nc_backward_row_terms")?;
     let rows = dims.rows();
     let ptr = KernelArg::Ptr;
     exec.launch(

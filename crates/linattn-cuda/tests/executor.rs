@@ -119,7 +119,7 @@ fn out_of_memory(exec: &Arc<dyn Executor>) -> Result<(), String> {
 fn bad_launches(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let variant = noncausal::variant(Precision::F32, 1).map_err(|e| e.to_string())?;
     let kernel = exec
-        .kernel(&variant, "la_nc_reduce")
+        .kernel(&variant, "nc_reduce")
         .map_err(|e| e.to_string())?;
     let meter = MemoryMeter::new();
     let state = DeviceBuffer::<f32>::zeros(exec, &meter, 64).map_err(|e| e.to_string())?;
@@ -134,8 +134,8 @@ fn bad_launches(exec: &Arc<dyn Executor>) -> Result<(), String> {
         ),
     ] {
         match exec.launch(&kernel, &launch, &arguments) {
-            Err(AttnError::InvalidArgument(m))
-                if m.contains("la_nc_reduce") && m.contains(expect) => {}
+            Err(AttnError::InvalidArgument(m)) if m.contains("nc_reduce") && m.contains(expect) => {
+            }
             other => {
                 return Err(format!(
                     "{launch:?}: expected an error naming '{expect}', got {other:?}"
@@ -169,12 +169,12 @@ fn timing_runs(exec: &Arc<dyn Executor>) -> Result<(), String> {
     Ok(())
 }
 
-/// la_nc_reduce sums `splits` partials of `state_len` floats per head: asking for more heads
+/// nc_reduce sums `splits` partials of `state_len` floats per head: asking for more heads
 /// than the buffers hold reads past the end of `partial`.
 fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let variant = noncausal::variant(Precision::F32, 1).map_err(|e| e.to_string())?;
     let kernel = exec
-        .kernel(&variant, "la_nc_reduce")
+        .kernel(&variant, "nc_reduce")
         .map_err(|e| e.to_string())?;
     let meter = MemoryMeter::new();
     let partial = DeviceBuffer::<f32>::zeros(exec, &meter, 64).map_err(|e| e.to_string())?;
@@ -186,9 +186,7 @@ fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     );
     match result {
         Err(AttnError::KernelFault(m))
-            if m.starts_with("memcheck")
-                && m.contains("la_nc_reduce")
-                && m.contains("PTX line") =>
+            if m.starts_with("memcheck") && m.contains("nc_reduce") && m.contains("PTX line") =>
         {
             Ok(())
         }
@@ -199,7 +197,7 @@ fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
 fn initcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let variant = noncausal::variant(Precision::F32, 1).map_err(|e| e.to_string())?;
     let kernel = exec
-        .kernel(&variant, "la_nc_reduce")
+        .kernel(&variant, "nc_reduce")
         .map_err(|e| e.to_string())?;
     let meter = MemoryMeter::new();
     let partial = DeviceBuffer::<f32>::uninit(exec, &meter, 64).map_err(|e| e.to_string())?;

@@ -28,7 +28,7 @@
 //!
 //! NOT YET RUN ON A GPU: no GPU has been available to this project. Everything up to the
 //! [`ColumnMajorCall`] is checked on the host (gemm_plan.rs) and, through the same plans, by
-//! `la_softmax_gemm` on the simulator; the cuBLAS call itself is only checked on a GPU.
+//! `sm_gemm` on the simulator; the cuBLAS call itself is only checked on a GPU.
 
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};

@@ -10,7 +10,7 @@
 //! same plans (`gemm_plan.rs`):
 //! * [`GemmEngine::Cublas`] — cuBLAS `GemmStridedBatchedEx`, on `cuda` only and its default
 //!   there (see `cublas.rs` for how it shares the executor's stream);
-//! * [`GemmEngine::Kernel`] — `la_softmax_gemm` of `kernels/softmax.cu`, a shared-memory tiled
+//! * [`GemmEngine::Kernel`] — `sm_gemm` of `kernels/softmax.cu`, a shared-memory tiled
 //!   batched GEMM launched through the executor: what `sim/softmax` runs, and selectable on
 //!   `cuda` with [`CudaSoftmaxBackend::with_gemm`] (named `cuda/softmax/<p>+gemmkernel`).
 //!
@@ -44,17 +44,17 @@ pub use crate::cublas::cublas_available;
 /// The kernel source, embedded at build time.
 pub const SOURCE: &str = include_str!("../../../kernels/softmax.cu");
 const SOURCE_NAME: &str = "softmax.cu";
-const FORWARD_ENTRY: &str = "la_softmax_forward_rows";
-const BACKWARD_ENTRY: &str = "la_softmax_backward_rows";
-const GEMM_ENTRY: &str = "la_softmax_gemm";
+const FORWARD_ENTRY: &str = "sm_forward_rows";
+const BACKWARD_ENTRY: &str = "sm_backward_rows";
+const GEMM_ENTRY: &str = "sm_gemm";
 /// Threads per row block: enough to stream long rows, a multiple of 32 (the reductions).
 const MAX_THREADS_PER_ROW: usize = 256;
 /// Largest row count one launch covers (grid.x limit).
 const MAX_ROWS: usize = i32::MAX as usize;
-/// `la_softmax_gemm`: output tile edge and threads per block (LA_GEMM_TILE, LA_GEMM_THREADS).
+/// `sm_gemm`: output tile edge and threads per block (SM_GEMM_TILE, SM_GEMM_THREADS).
 const GEMM_TILE: usize = 64;
 const GEMM_THREADS: u32 = 256;
-/// grid.y limit; `la_softmax_gemm` loops over batches beyond it.
+/// grid.y limit; `sm_gemm` loops over batches beyond it.
 const MAX_GRID_Y: usize = 65_535;
 
 /// The softmax kernels (rows and GEMM) for one storage precision.
@@ -133,7 +133,7 @@ pub fn to_storage<T: StorageElem>(t: &Tensor, role: TensorRole) -> Result<Vec<T>
 pub enum GemmEngine {
     /// cuBLAS strided-batched GEMMs: `cuda` only, its default.
     Cublas,
-    /// `la_softmax_gemm` of `kernels/softmax.cu`, launched through the executor: any
+    /// `sm_gemm` of `kernels/softmax.cu`, launched through the executor: any
     /// platform, the simulator's only engine.
     Kernel,
 }
@@ -186,13 +186,13 @@ enum Engine {
 pub struct BatchedGemm<T> {
     exec: Arc<dyn Executor>,
     engine: Engine,
-    /// Most blocks along grid.y (`la_softmax_gemm` loops over the batches beyond).
+    /// Most blocks along grid.y (`sm_gemm` loops over the batches beyond).
     max_grid_y: usize,
     _storage: PhantomData<T>,
 }
 
 impl<T: StorageElem> BatchedGemm<T> {
-    /// Loads `la_softmax_gemm` or opens the cuBLAS handle (cuBLAS only on `cuda`).
+    /// Loads `sm_gemm` or opens the cuBLAS handle (cuBLAS only on `cuda`).
     pub fn new(exec: &Arc<dyn Executor>, engine: GemmEngine) -> Result<Self, AttnError> {
         engine.available_on(exec.platform())?;
         let engine = match engine {
@@ -209,7 +209,7 @@ impl<T: StorageElem> BatchedGemm<T> {
         })
     }
 
-    /// Caps grid.y of `la_softmax_gemm` below the device's 65535, so each block loops over
+    /// Caps grid.y of `sm_gemm` below the device's 65535, so each block loops over
     /// more batches: lets a test cover that loop without launching 65536 batches.
     pub fn with_max_grid_y(mut self, blocks: usize) -> Self {
         self.max_grid_y = blocks.clamp(1, MAX_GRID_Y);

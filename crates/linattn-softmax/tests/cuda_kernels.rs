@@ -2,8 +2,8 @@
 //! * it compiles (NVRTC + ptxas) for real sm_80 and sm_90 targets, in every variant the
 //!   backends use, without spilling (NVRTC only: ignored by the runner, with the reason, when
 //!   NVRTC is absent, unless LINATTN_REQUIRE_NVRTC=1, then it fails);
-//! * each GEMM engine of each platform (sim: `la_softmax_gemm`; cuda: cuBLAS and
-//!   `la_softmax_gemm`) computes every plan softmax attention uses (`RowMajorGemm::all`: AB,
+//! * each GEMM engine of each platform (sim: `sm_gemm`; cuda: cuBLAS and
+//!   `sm_gemm`) computes every plan softmax attention uses (`RowMajorGemm::all`: AB,
 //!   ABᵀ, AᵀB) like a plain f64 matmul, for odd sizes, tails of every tile and batches.
 
 mod common;
@@ -41,11 +41,7 @@ fn softmax_kernels_compile_for_sm80_and_sm90_without_spills() {
     for variant in &variants {
         assert_eq!(
             variant.entry_points,
-            [
-                "la_softmax_forward_rows",
-                "la_softmax_backward_rows",
-                "la_softmax_gemm"
-            ]
+            ["sm_forward_rows", "sm_backward_rows", "sm_gemm"]
         );
         for arch in [Arch::SM80, Arch::SM90] {
             let compiled = runtime::compile(variant, arch)
@@ -186,7 +182,7 @@ fn gemm_engines_match_f64_matmul(platform: Platform) {
     }
 }
 
-/// More batches than grid.y: `la_softmax_gemm` loops over them. The cap is lowered from the
+/// More batches than grid.y: `sm_gemm` loops over them. The cap is lowered from the
 /// device's 65535 to 2 (65536 simulated blocks take minutes), with 5 batches so the blocks
 /// loop unevenly (3 and 2 batches).
 fn gemm_kernel_loops_over_batches_beyond_grid_y(platform: Platform) {
