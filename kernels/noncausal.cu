@@ -12,19 +12,20 @@
 //   R,r), split partials of the same size, and two fp32 scalars per row in the backward.
 //
 // Kernels (all fp32 arithmetic; Q, K, V, O, gradients in the storage type LA_STORAGE):
-//   nc_accumulate  Σ over a split of rows of w·Aᵀ⊗B and Σ v·A. Grid (C-tiles × M-tiles,
-//                     splits, heads), 256 threads; a block owns a 64×64 tile of the C×M
-//                     output and walks its rows 16 at a time through shared memory, each
-//                     thread accumulating a 4×4 register tile. Long N is split over blocks
-//                     (grid.y) into fp32 partials, summed by nc_reduce (deterministic,
-//                     no atomics). With one split the partial is the state itself.
-//   nc_reduce      sums the partials per head.
-//   nc_rowgemm     row-parallel products with the state: a block owns 64 rows × 64
-//                     output columns, steps over the inner dim 16 at a time (X and state
-//                     tiles both read with lanes along contiguous memory, the transposed
-//                     state too); the mode picks the operands and the epilogue (output,
-//                     ∂Q, ∂K, ∂V; see below).
-//   nc_backward_row_terms   1/den_i and gd_i, one warp per row.
+//   nc_accumulate          Σ over a split of rows of w·Aᵀ⊗B and Σ v·A. Grid (C-tiles ×
+//                          M-tiles, splits, heads), 256 threads; a block owns a 64×64 tile of
+//                          the C×M output and walks its rows 16 at a time through shared
+//                          memory, each thread accumulating a 4×4 register tile. Long N is
+//                          split over blocks (grid.y) into fp32 partials, summed by nc_reduce
+//                          (deterministic, no atomics). With one split the partial is the
+//                          state itself.
+//   nc_reduce              sums the partials per head.
+//   nc_rowgemm             row-parallel products with the state: a block owns 64 rows × 64
+//                          output columns, steps over the inner dim 16 at a time (X and state
+//                          tiles both read with lanes along contiguous memory, the transposed
+//                          state too); the mode picks the operands and the epilogue (output,
+//                          ∂Q, ∂K, ∂V; see below).
+//   nc_backward_row_terms  1/den_i and gd_i, one warp per row.
 // Operands A/X are read with a kind: 0 storage, 1 storage through the fused map φ (LA_MAP),
 // 2 fp32 (features from the φ stage, or fp32 workspaces).
 // Layouts: rows [heads, N, dim] row-major; a state is [heads, C·M + C] (matrix, then vector).
@@ -60,12 +61,14 @@ __device__ __forceinline__ float nc_decay(int n, int j, float log2_decay) {
 
 // partial[(head·splits + split)·(c·m + c) + ...] = Σ_{rows of split} bw_j A_jᵀ ⊗ B_j, and
 // Σ vw_j A_j. bw_j = b_row_scale[j] if given, else λ^{N−1−j}; vw_j = v_row_scale[j] if given,
-// else bw_j.
+// else bw_j. Grid (⌈C/64⌉·⌈M/64⌉, splits, heads), 256 threads: a block owns a 64×64 tile of
+// the C×M output (its first M-tile also the C vector) and walks its split's rows 16 at a
+// time; thread (ty, tx) the 4×4 outputs (ty + 16i, tx + 16j). Limits: splits, heads ≤ 65535.
 extern "C" __global__ void __launch_bounds__(NC_THREADS, NC_MIN_BLOCKS)
-    nc_accumulate(const void* __restrict__ a, int a_kind, const la_storage_t* __restrict__ b,
-                     const float* __restrict__ b_row_scale, const float* __restrict__ v_row_scale,
-                     float* __restrict__ partial, int n, int c, int m, int rows_per_split,
-                     float log2_decay) {
+nc_accumulate(const void* __restrict__ a, int a_kind, const la_storage_t* __restrict__ b,
+              const float* __restrict__ b_row_scale, const float* __restrict__ v_row_scale,
+              float* __restrict__ partial, int n, int c, int m, int rows_per_split,
+              float log2_decay) {
     __shared__ float as[NC_STEP][NC_TILE];
     __shared__ float bs[NC_STEP][NC_TILE];
     __shared__ float vs[NC_STEP];
@@ -151,10 +154,11 @@ extern "C" __global__ void __launch_bounds__(NC_THREADS, NC_MIN_BLOCKS)
     if (owns_vector && c0 + tid < c) out[(la_index_t)c * m + c0 + tid] = vacc;
 }
 
-// state[head][e] = Σ_split partial[head][split][e]. Grid-stride over heads·state_len.
-extern "C" __global__ void nc_reduce(const float* __restrict__ partial,
-                                        float* __restrict__ state, int splits,
-                                        long long state_len, long long heads) {
+// state[head][e] = Σ_split partial[head][split][e], splits in order (deterministic). A thread
+// per element, grid-stride over heads·state_len (any 1-D grid). Limits: heads·state_len < 2^63.
+extern "C" __global__ void
+nc_reduce(const float* __restrict__ partial, float* __restrict__ state, int splits,
+          long long state_len, long long heads) {
     const long long total = heads * state_len;
     for (long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x; at < total;
          at += (long long)gridDim.x * blockDim.x) {
@@ -166,25 +170,24 @@ extern "C" __global__ void nc_reduce(const float* __restrict__ partial,
     }
 }
 
-__device__ __forceinline__ float nc_eps(float eps, const float* q_log_scale,
-                                           const float* k_log_scale, la_index_t head,
-                                           la_index_t row_at) {
+// ε_i of row row_at (see the header): ε, or ε·exp(q_log_scale_i + k_log_scale_head).
+__device__ __forceinline__ float nc_eps(float eps, const float* q_log_scale, const float* k_log_scale,
+                                        la_index_t head, la_index_t row_at) {
     if (!q_log_scale && !k_log_scale) return eps;
     const float log = (q_log_scale ? q_log_scale[row_at] : 0.0f) +
                       (k_log_scale ? k_log_scale[head] : 0.0f);
     return eps * expf(log);
 }
 
-// One warp per row: inv_den_i = 1/(Q̃_i·z + ε_i), gd_i = −(G_i·O_i)·inv_den_i.
-// o is fp32 when o_f32 (the backward's full-precision recomputation), else storage.
-extern "C" __global__ void nc_backward_row_terms(const void* __restrict__ q, int q_kind,
-                                           const float* __restrict__ state,
-                                           const la_storage_t* __restrict__ g,
-                                           const void* __restrict__ o, int o_f32,
-                                           const float* __restrict__ q_log_scale,
-                                           const float* __restrict__ k_log_scale, float eps,
-                                           float* __restrict__ inv_den, float* __restrict__ gd,
-                                           long long rows, int n, int c, int m) {
+// inv_den_i = 1/(Q̃_i·z + ε_i), gd_i = −(G_i·O_i)·inv_den_i for the backward. o is fp32 when
+// o_f32 (the backward's full-precision recomputation), else storage. One warp per row, lanes
+// strided over C and M (any block of whole warps, 1-D grid). Limits: rows < 2^63.
+extern "C" __global__ void
+nc_backward_row_terms(const void* __restrict__ q, int q_kind, const float* __restrict__ state,
+                      const la_storage_t* __restrict__ g, const void* __restrict__ o, int o_f32,
+                      const float* __restrict__ q_log_scale, const float* __restrict__ k_log_scale,
+                      float eps, float* __restrict__ inv_den, float* __restrict__ gd, long long rows,
+                      int n, int c, int m) {
     const long long row_at = (long long)blockIdx.x * (blockDim.x / LA_WARP) + threadIdx.x / LA_WARP;
     const int lane = threadIdx.x % LA_WARP;
     if (row_at >= rows) return;
@@ -215,13 +218,14 @@ extern "C" __global__ void nc_backward_row_terms(const void* __restrict__ q, int
 //   GRAD_V  X = K̃ [N×C], R [C×M]:  ∂V = w_j acc
 // GRAD_Q/GRAD_K then multiply by φ'(pre) when pre (the raw Q or K) is given (fused maps).
 // out is fp32 when out_f32 (∂Q̃, ∂K̃ for the φ-stage VJP; O recomputed in fp32), else storage.
+// Thread (ty, tx) owns outputs (ty + 16i, tx + 16j) of the block's 64 rows × 64 columns.
+// Limits: the file's (output tiles ≤ 65535: grid.y, heads ≤ 65535: grid.z).
 extern "C" __global__ void __launch_bounds__(NC_THREADS, NC_MIN_BLOCKS)
-    nc_rowgemm(int mode, const void* __restrict__ x, int x_kind,
-                  const float* __restrict__ state, int c, int m, void* __restrict__ out,
-                  int out_f32, const la_storage_t* __restrict__ pre,
-                  const float* __restrict__ inv_den, const float* __restrict__ gd,
-                  const float* __restrict__ q_log_scale, const float* __restrict__ k_log_scale,
-                  float eps, int normalised, int n, float log2_decay) {
+nc_rowgemm(int mode, const void* __restrict__ x, int x_kind, const float* __restrict__ state, int c,
+           int m, void* __restrict__ out, int out_f32, const la_storage_t* __restrict__ pre,
+           const float* __restrict__ inv_den, const float* __restrict__ gd,
+           const float* __restrict__ q_log_scale, const float* __restrict__ k_log_scale, float eps,
+           int normalised, int n, float log2_decay) {
     __shared__ float xs[NC_STEP][NC_TILE + 1];
     // +1 pad: the transposed Y fill below writes down columns of ys (see there).
     __shared__ float ys[NC_STEP][NC_TILE + 1];
