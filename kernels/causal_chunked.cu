@@ -20,7 +20,7 @@
 //   then dQ = dQ̃ ⊙ φ'(Q), dK = dK̃ ⊙ φ'(K). Identity map: no normaliser (den ≡ 1, gd ≡ 0).
 //
 // ---- parallelisation: three passes, every pass fully parallel over (chunk, b·h, tile) ----
-//   1. cc_state_fwd  per chunk: ΔS_c = Σ_j λ^{L−1−j} v_j k̃_jᵀ (stored transposed, Sᵀ[e][d]),
+//   1. cc_forward_state  per chunk: ΔS_c = Σ_j λ^{L−1−j} v_j k̃_jᵀ (stored transposed, Sᵀ[e][d]),
 //                    Δz_c.                                      grid (NC, B·H, M/64)
 //   2. cc_scan       exclusive scan over chunks, in place: buf[c] ← S⁰_c. One thread per
 //                    state element, sequential over NC.         grid (⌈C(M+1)/256⌉, B·H)
@@ -29,13 +29,13 @@
 //   H100 has 132 SMs. Here every pass has NC·B·H·(M/64) CTAs (N = 262144, B·H = 16: 65536),
 //   at the price of the chunk-state buffer: N/L · C·(M+1) fp32 per (b, h) (O(N/L·C·M)),
 //   e.g. 4096 chunks · 64·65·4 B = 68 MB per head at D = M = 64.
-//   Backward: cc_state_fwd (split k̃, see precision) + forward scan again (states
-//   recomputed, never stored per token); for normalised maps cc_forward_go, the forward once
+//   Backward: cc_forward_state (split k̃, see precision) + forward scan again (states
+//   recomputed, never stored per token); for normalised maps cc_backward_go, the forward once
 //   more on those states, writing only G_i·O_i from the fp32 O (M/64 partials per token, one
-//   per slice: N·M/64 fp32 per head); cc_state_bwd + reverse scan (R⁰, r⁰: another
-//   N/L·C·(M+1) fp32), then cc_dq, cc_dk (grid (NC, B·H, C/64)) and cc_dv (grid (NC, B·H,
+//   per slice: N·M/64 fp32 per head); cc_backward_state + reverse scan (R⁰, r⁰: another
+//   N/L·C·(M+1) fp32), then cc_backward_dq, cc_backward_dk (grid (NC, B·H, C/64)) and cc_backward_dv (grid (NC, B·H,
 //   M/64)). Per-token saved data: only den (N fp32 per head, written by the forward) and O
-//   itself, which the backward no longer reads (gd takes the fp32 O of cc_forward_go).
+//   itself, which the backward no longer reads (gd takes the fp32 O of cc_backward_go).
 //
 // ---- warp / fragment mapping ----
 //   Block = 128 threads = 4 warps; warp w owns rows 16w .. 16w+15 of the 64-row chunk (rows =
@@ -64,12 +64,12 @@
 //   16-bit; v and G are exact in storage precision, q̃ = φ(q) and k̃ = φ(k) are not, and
 //   where they feed a term that cancels they are split x = hi + lo (both 16-bit, ~16 bits of
 //   mantissa in bf16, ~22 in fp16, one mma per part): k̃ in the backward's S⁰, z⁰
-//   (cc_state_fwd split = 1) and in dQ's intra term, q̃ in R⁰, r⁰ (cc_state_bwd) and in dK's
+//   (cc_forward_state split = 1) and in dQ's intra term, q̃ in R⁰, r⁰ (cc_backward_state) and in dK's
 //   intra term. In the forward q̃, k̃ are rounded once after φ (O's error is its storage).
 //   Range: no operand holds an unscaled 1/den or λ^i/den. Products whose per-token weight
 //   runs along a row of the A operand (A, Aᵀ, Pᵀ/den in dQ, dK, dV) get one power-of-two scale
 //   per row before their hi + lo split (cc_row_scale, row max below 2^14), undone on the fp32
-//   result; the weighted q̃ of cc_state_bwd, whose weight λ^i/den_i runs along the k dim, gets
+//   result; the weighted q̃ of cc_backward_state, whose weight λ^i/den_i runs along the k dim, gets
 //   one per feature row (cc_tile_cols col_unscale). So den ~ N at long sequences (λ^i/den_i
 //   was an fp16 subnormal by N ~ 10^4: dK 3.9e-3 at N = 16384) and den = ε (relu with q̃ = 0
 //   or no positive key yet: 1/ε overflowed fp16 to inf, NaN dQ and dK) both keep the full
@@ -81,7 +81,7 @@
 //   forward, A in dQ and dK, Pᵀ/den in dV) are split hi + lo as well: those terms cancel
 //   against the inter-chunk ones (Σ_j A_ij ≈ 0 since k̃ ≈ 1 + elu(k), and v_j − O_i ≈ 0 for
 //   the first tokens), so their 16-bit rounding, not storage, would dominate bf16 dQ.
-//   gd_i = −G_i·O_i/den_i takes O in fp32 (cc_forward_go), never the stored 16-bit O: z⁰ gd
+//   gd_i = −G_i·O_i/den_i takes O in fp32 (cc_backward_go), never the stored 16-bit O: z⁰ gd
 //   and r carry it into dQ and dK, where they cancel against the S gn terms.
 //   z, r and the denominators' inter term go through CUDA-core fp32 dot products.
 //   Measured on the simulator against the f64 oracle (B = H = 1, D = M = 64, elu+1, RMS
@@ -93,7 +93,7 @@
 // ---- limits ----
 //   D = C and M ∈ {64, 128}, compile-time (CC_D, CC_M). Any N ≥ 1: the tail chunk is
 //   zero-padded on load and masked on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
-//   Dynamic shared memory ≤ 88,320 B per CTA (cc_dq at M = 128; ≤ 79,360 B elsewhere) plus
+//   Dynamic shared memory ≤ 88,320 B per CTA (cc_backward_dq at M = 128; ≤ 79,360 B elsewhere) plus
 //   ≤ 1,024 B static: the host opts in above 48 KB (fits every sm_80+ part, 99 KB+ opt-in).
 //   Storage (LA_STORAGE) and CC_D, CC_M are defines; the map (codes of LA_MAP) and decay
 //   (log2 λ; 0 = no decay) are kernel arguments, so one program per (precision, D, M).
@@ -141,27 +141,12 @@ __device__ __forceinline__ cc_u32 cc_pack(float lo, float hi) {
 __device__ __forceinline__ float cc_lo(cc_u32 r) { return la_to_float((cc_u16)(r & 0xffffu)); }
 __device__ __forceinline__ float cc_hi(cc_u32 r) { return la_to_float((cc_u16)(r >> 16)); }
 
-// Fused feature map, chosen at run time (codes as LA_MAP: 0 identity, 1 elu+1, 2 relu): the
-// branch is uniform across the grid and costs nothing next to the loads, and one program then
-// serves every map (a third of the NVRTC/ptxas work of compiling one per map).
-#define CC_MAP_IDENTITY 0
-#define CC_MAP_ELU_PLUS_ONE 1
-#define CC_MAP_RELU 2
-
-__device__ __forceinline__ float cc_phi(int map, float x) {
-    if (map == CC_MAP_ELU_PLUS_ONE) return x > 0.0f ? x + 1.0f : expf(x);  // fp32 (SPEC §9)
-    if (map == CC_MAP_RELU) return fmaxf(x, 0.0f);
-    return x;
-}
-
-__device__ __forceinline__ float cc_phi_grad(int map, float x) {
-    if (map == CC_MAP_ELU_PLUS_ONE) return x > 0.0f ? 1.0f : expf(x);
-    if (map == CC_MAP_RELU) return x > 0.0f ? 1.0f : 0.0f;
-    return 1.0f;
-}
+// The fused feature map is a kernel argument (codes as LA_MAP, through the prelude's
+// la_phi_of_map): the branch is uniform across the grid and costs nothing next to the loads,
+// and one program then serves every map (a third of the NVRTC/ptxas work of one per map).
 
 // Identity is un-normalised (SPEC §7): den ≡ 1, gd ≡ 0.
-__device__ __forceinline__ bool cc_normalised(int map) { return map != CC_MAP_IDENTITY; }
+__device__ __forceinline__ bool cc_normalised(int map) { return map != LA_MAP_IDENTITY; }
 
 // λ^n for a decay given as log2 λ (exactly 1 when log2 λ = 0).
 __device__ __forceinline__ float cc_pow(float log2_decay, float n) {
@@ -214,23 +199,30 @@ __device__ __forceinline__ void cc_acc_to_a_split(cc_u32 (&hi)[4], cc_u32 (&lo)[
     }
 }
 
+// The loop of a product A·B with A the warp's 16-bit [m][k] tile (KS k-steps of 16): for
+// each k-step ks, A's fragment a, then f(n, ks, a) for each n-tile n < NT of the output.
+template <int NT, int KS, typename F>
+__device__ __forceinline__ void cc_each_fragment(const cc_u16* A, int lda, F f) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+        cc_u32 a[4];
+        cc_load_a(a, A, lda, ks);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) f(n, ks, a);
+    }
+}
+
 // acc[n-tile] += A(16×16·KS, [m][k]) · B where B is a 16-bit [n][k] tile, for n-tiles in
 // [nt_lo, nt_hi) only (causal masks make the others zero; bounds are warp-uniform).
 template <int NT, int KS>
 __device__ __forceinline__ void cc_mma_ss(float (&acc)[NT][4], const cc_u16* A, int lda,
                                           const cc_u16* B, int ldb, int nt_lo, int nt_hi) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-        cc_u32 a[4];
-        cc_load_a(a, A, lda, ks);
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            if (n < nt_lo || n >= nt_hi) continue;
-            const cc_u16* p = B + (n * 8 + g) * ldb + ks * 16 + 2 * t;
-            cc_mma(acc[n], a, *(const cc_u32*)p, *(const cc_u32*)(p + 8));
-        }
-    }
+    cc_each_fragment<NT, KS>(A, lda, [&](int n, int ks, const cc_u32(&a)[4]) {
+        if (n < nt_lo || n >= nt_hi) return;
+        const cc_u16* p = B + (n * 8 + g) * ldb + ks * 16 + 2 * t;
+        cc_mma(acc[n], a, *(const cc_u32*)p, *(const cc_u32*)(p + 8));
+    });
 }
 
 // acc += A(16-bit [m][k]) · B where B is an fp32 [n][k] state tile, split hi + lo after
@@ -239,23 +231,17 @@ template <int NT, int KS>
 __device__ __forceinline__ void cc_mma_split(float (&acc)[NT][4], const cc_u16* A, int lda,
                                              const float* B, int ldb, float scale) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-        cc_u32 a[4];
-        cc_load_a(a, A, lda, ks);
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            const float* p = B + (n * 8 + g) * ldb + ks * 16 + 2 * t;
-            const float2 x0 = *(const float2*)p;
-            const float2 x1 = *(const float2*)(p + 8);
-            const cc_u32 h0 = cc_pack(x0.x * scale, x0.y * scale);
-            const cc_u32 h1 = cc_pack(x1.x * scale, x1.y * scale);
-            const cc_u32 l0 = cc_pack(x0.x * scale - cc_lo(h0), x0.y * scale - cc_hi(h0));
-            const cc_u32 l1 = cc_pack(x1.x * scale - cc_lo(h1), x1.y * scale - cc_hi(h1));
-            cc_mma(acc[n], a, h0, h1);
-            cc_mma(acc[n], a, l0, l1);
-        }
-    }
+    cc_each_fragment<NT, KS>(A, lda, [&](int n, int ks, const cc_u32(&a)[4]) {
+        const float* p = B + (n * 8 + g) * ldb + ks * 16 + 2 * t;
+        const float2 x0 = *(const float2*)p;
+        const float2 x1 = *(const float2*)(p + 8);
+        const cc_u32 h0 = cc_pack(x0.x * scale, x0.y * scale);
+        const cc_u32 h1 = cc_pack(x1.x * scale, x1.y * scale);
+        const cc_u32 l0 = cc_pack(x0.x * scale - cc_lo(h0), x0.y * scale - cc_hi(h0));
+        const cc_u32 l1 = cc_pack(x1.x * scale - cc_lo(h1), x1.y * scale - cc_hi(h1));
+        cc_mma(acc[n], a, h0, h1);
+        cc_mma(acc[n], a, l0, l1);
+    });
 }
 
 // Power-of-two scale 2^s putting max|x| below 2^14 (fp16 range with headroom for the sums of
@@ -332,8 +318,8 @@ __device__ __forceinline__ void cc_tile_rows(cc_u16* dst, int ld, const la_stora
         const bool valid = tok0 + r < n;
         float2 x = cc_load_pair(src, head_row0 + tok0 + r, src_cols, col0 + cp, valid);
         if (valid) {
-            x.x = cc_phi(phi, x.x);
-            x.y = cc_phi(phi, x.y);
+            x.x = la_phi_of_map(phi, x.x);
+            x.y = la_phi_of_map(phi, x.y);
         }
         if (row_scale) {
             x.x *= row_scale[r];
@@ -344,11 +330,11 @@ __device__ __forceinline__ void cc_tile_rows(cc_u16* dst, int ld, const la_stora
 }
 
 // Same data transposed: dst[feature][token] (stride CC_LDT), COLS features from col0. With
-// `dst_lo`, also the rounding residue x − hi(x) (a hi + lo split of the fp32 value, see cc_dq);
+// `dst_lo`, also the rounding residue x − hi(x) (a hi + lo split of the fp32 value, see cc_backward_dq);
 // dst = null stores only that residue (the state passes run the mma twice on one buffer).
 // With `col_unscale`, every feature row is multiplied by its own power of two 2^s (max over
 // the 64 tokens below 2^14, see cc_split_exp) before the rounding, and 2^−s goes to
-// col_unscale[feature]: a row whose values are tiny (λ^i/den_i ~ 1/N in cc_state_bwd: fp16
+// col_unscale[feature]: a row whose values are tiny (λ^i/den_i ~ 1/N in cc_backward_state: fp16
 // subnormals) or huge (1/den at den = ε) keeps the full 16-bit mantissa; the caller rescales
 // the products of that row. `unscale_ready`: col_unscale already holds these factors (a
 // second call on the same data, after a barrier) and is only read.
@@ -393,8 +379,8 @@ __device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __
         const bool v0 = tok0 + r < n, v1 = tok0 + r + 1 < n;
         r0 = cc_load_pair(src, head_row0 + tok0 + r, src_cols, c, v0);
         r1 = cc_load_pair(src, head_row0 + tok0 + r + 1, src_cols, c, v1);
-        if (v0) { r0.x = cc_phi(phi, r0.x); r0.y = cc_phi(phi, r0.y); }
-        if (v1) { r1.x = cc_phi(phi, r1.x); r1.y = cc_phi(phi, r1.y); }
+        if (v0) { r0.x = la_phi_of_map(phi, r0.x); r0.y = la_phi_of_map(phi, r0.y); }
+        if (v1) { r1.x = la_phi_of_map(phi, r1.x); r1.y = la_phi_of_map(phi, r1.y); }
         if (row_scale) {
             r0.x *= row_scale[r]; r0.y *= row_scale[r];
             r1.x *= row_scale[r + 1]; r1.y *= row_scale[r + 1];
@@ -402,7 +388,7 @@ __device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __
     };
     if (col_unscale && !unscale_ready) {
         // Two passes over the group (loads and φ twice): keeping its 64 tokens in registers
-        // cost cc_state_bwd 8 registers, one CTA per SM of its 7.
+        // cost cc_backward_state 8 registers, one CTA per SM of its 7.
         for (int fg = threadIdx.x >> 5; fg < COLS / 16; fg += CC_THREADS / 32) {  // warp-uniform
             const int f = fg * 16 + 2 * fp;
             float mx = 0.0f, my = 0.0f;
@@ -461,7 +447,7 @@ __device__ __forceinline__ float cc_state_tile(float* dst, int ld, const float* 
         static_assert(ROWS % 8 == 0 && COLS % 8 == 0, "8×8 blocks");
         const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2, first = rp >> 1;
         static_assert((ROWS / 8) * (COLS / 8) % (CC_THREADS / 32) == 0, "whole steps per warp");
-#pragma unroll 4  // fully unrolled, ptxas spilled in cc_dv (sm_80)
+#pragma unroll 4  // fully unrolled, ptxas spilled in cc_backward_dv (sm_80)
         for (int k = 0; k < (ROWS / 8) * (COLS / 8) / (CC_THREADS / 32); ++k) {
             const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
             const int r = (blk % (ROWS / 8)) * 8 + 2 * rp, c = (blk / (ROWS / 8)) * 8 + cl;
@@ -493,7 +479,7 @@ __device__ __forceinline__ float cc_block_max_nonneg(float x, int* slot) {
 #define CC_MT (CC_M / CC_TILE)
 
 // 1/den and −G·O for the 64 rows of a chunk (identity map: 1 and 0); rows ≥ n: 0 and 0.
-// G·O is the sum of the CC_MT partials cc_forward_go wrote from the fp32 O (not from the
+// G·O is the sum of the CC_MT partials cc_backward_go wrote from the fp32 O (not from the
 // 16-bit stored O: gd = −G·O/den feeds z⁰gd and r, which cancel against the S gn terms, so
 // O's storage rounding was the largest error of bf16 dQ). gn = G·(1/den) and gd are never
 // formed in 16 bits: G (exact in storage precision) is the mma operand and 1/den scales fp32
@@ -583,11 +569,13 @@ __device__ __forceinline__ void cc_row_unscale(float (&c)[NT][4], float u_lo, fl
 // (after gd from the fp32 O) the largest error of bf16 dQ: 2.8e-3 → 1.75e-3 at N = 1000,
 // against 1.66e-3 for rounding the exact dQ to bf16. split = 0 (the forward): hi only; O's
 // error there is its bf16 storage either way.
-// grid (NC, B·H, M/64); dynamic shared (M-slice 64 × LDT + D × LDT) · 2 B.
+// grid (NC, B·H, M/64), warp w rows (values e) 16w .. 16w+15 of the slice, thread d < D also
+// sums z[d] (blockIdx.z = 0); dynamic shared (M-slice 64 × LDT + D × LDT) · 2 B. Limits: the
+// file's.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_state_fwd(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v,
-             float* __restrict__ states, int split, int n, int num_chunks, float log2_decay,
-             int map) {
+cc_forward_state(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v,
+                 float* __restrict__ states, int split, int n, int num_chunks, float log2_decay,
+                 int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_vt = (cc_u16*)cc_smem;                 // [64 e][LDT]
     cc_u16* s_kt = s_vt + CC_TILE * CC_LDT;          // [D][LDT], weighted (phase 2: its residue)
@@ -599,7 +587,7 @@ cc_state_fwd(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
     for (int j = threadIdx.x; j < CC_L; j += CC_THREADS)
         s_w[j] = cc_pow(log2_decay, (float)(CC_L - 1 - j));
     __syncthreads();
-    cc_tile_cols<CC_TILE>(s_vt, v, head_row0, tok0, n, e0, CC_M, CC_MAP_IDENTITY, nullptr);
+    cc_tile_cols<CC_TILE>(s_vt, v, head_row0, tok0, n, e0, CC_M, LA_MAP_IDENTITY, nullptr);
     cc_tile_cols<CC_D>(s_kt, k, head_row0, tok0, n, 0, CC_D, map, s_w);
     __syncthreads();
 
@@ -636,11 +624,12 @@ cc_state_fwd(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
 // that operand is scaled by its own power of two before the 16-bit rounding (cc_tile_cols
 // with col_unscale): den grows ~N, and unscaled the weighted q̃ sank into fp16 subnormals
 // (dK, dV lost precision as N grew). Row d of ΔR and Δr[d] are multiplied back in fp32.
-// grid (NC, B·H, D/64); dynamic shared (64 × LDT + M × LDT) · 2 B.
+// grid (NC, B·H, D/64), warp w rows (features d) 16w .. 16w+15 of the slice, thread d < 64
+// also sums Δr[d]; dynamic shared (64 × LDT + M × LDT) · 2 B. Limits: the file's.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_state_bwd(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ grad,
-             const float* __restrict__ go_parts, const float* __restrict__ den,
-             float* __restrict__ states, int n, int num_chunks, float log2_decay, int map) {
+cc_backward_state(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ grad,
+                  const float* __restrict__ go_parts, const float* __restrict__ den,
+                  float* __restrict__ states, int n, int num_chunks, float log2_decay, int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_qt = (cc_u16*)cc_smem;                 // [64 d][LDT], weighted λ^i / den_i, row-scaled
     cc_u16* s_gt = s_qt + CC_TILE * CC_LDT;          // [M][LDT], G
@@ -656,7 +645,7 @@ cc_state_bwd(const la_storage_t* __restrict__ q, const la_storage_t* __restrict_
         s_w[i] = cc_pow(log2_decay, (float)i) * s_den_inv[i];
     __syncthreads();
     cc_tile_cols<CC_TILE>(s_qt, q, head_row0, tok0, n, d0, CC_D, map, s_w, nullptr, s_unscale);
-    cc_tile_cols<CC_M>(s_gt, grad, head_row0, tok0, n, 0, CC_M, CC_MAP_IDENTITY, nullptr);
+    cc_tile_cols<CC_M>(s_gt, grad, head_row0, tok0, n, 0, CC_M, LA_MAP_IDENTITY, nullptr);
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -693,6 +682,7 @@ cc_state_bwd(const la_storage_t* __restrict__ q, const la_storage_t* __restrict_
 // In place, per state element: forward (reverse = 0) buf[c] ← Σ_{c'<c} λ^{L(c−1−c')} buf[c'];
 // reverse: buf[c] ← Σ_{c'>c} λ^{L(c'−c−1)} buf[c']. grid (⌈STRIDE/256⌉, B·H), block 256.
 // Four chunks' loads are issued before their dependent updates to hide latency.
+// Limits: the file's (B·H ≤ 65535); the walk is sequential in NC = ⌈N/64⌉.
 extern "C" __global__ void __launch_bounds__(256)
 cc_scan(float* __restrict__ states, int num_chunks, float chunk_decay, int reverse) {
     const la_index_t elem = (la_index_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -728,7 +718,7 @@ cc_scan(float* __restrict__ states, int num_chunks, float chunk_decay, int rever
 
 // O[:, e0:e0+64] and den for one chunk (GO = false: cc_forward), or, in the backward, the
 // partial G_i·O_i over this slice of M from the fp32 O before any rounding (GO = true:
-// cc_forward_go, writes go[token · CC_MT + blockIdx.z] and neither O nor den).
+// cc_backward_go, writes go[token · CC_MT + blockIdx.z] and neither O nor den).
 // grid (NC, B·H, M/64); dynamic shared CC_FWD_SMEM.
 template <bool GO>
 __device__ __forceinline__ void
@@ -752,7 +742,7 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     if (threadIdx.x == 0) s_max = 0;
     cc_tile_rows<CC_D>(s_q, CC_LDD, q, head_row0, tok0, n, 0, CC_D, map, nullptr);
     cc_tile_rows<CC_D>(s_k, CC_LDD, k, head_row0, tok0, n, 0, CC_D, map, nullptr);
-    cc_tile_cols<CC_TILE>(s_vt, v, head_row0, tok0, n, e0, CC_M, CC_MAP_IDENTITY, nullptr);
+    cc_tile_cols<CC_TILE>(s_vt, v, head_row0, tok0, n, e0, CC_M, LA_MAP_IDENTITY, nullptr);
     float max_abs = cc_state_tile<CC_TILE, CC_D, false>(s_s, CC_LDD, state, e0, CC_D);
     for (int d = threadIdx.x; d < CC_D; d += CC_THREADS) s_z[d] = state[(la_index_t)CC_D * CC_M + d];
     __syncthreads();  // s_max = 0 visible before the atomics
@@ -886,6 +876,10 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     }
 }
 
+// O[:, e0:e0+64] = num/den for one chunk and den (slice 0 writes it), num_i = λ^{i+1} q̃_iᵀS⁰
+// + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) v_j, den_i = λ^{i+1} q̃_iᵀz⁰ + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) + ε
+// (identity map: den ≡ 1, not written); `states` holds S⁰ (the forward scan). grid (NC, B·H,
+// M/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_FWD_SMEM. Limits: the file's.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
 cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
            const la_storage_t* __restrict__ v, const float* __restrict__ states,
@@ -899,20 +893,23 @@ cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ 
 // forward scan, writing go[token · CC_MT + slice] = G·O over the slice from the fp32 O, for
 // gd = −G·O/den (cc_row_grad_terms). Same grid and shared memory as cc_forward. O = num/den
 // uses the den recomputed here (on the split S⁰, z⁰, so it may differ from the saved den in
-// the last bits); the gradient kernels divide by the saved den.
+// the last bits); the gradient kernels divide by the saved den. Limits: the file's.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_forward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
-              const la_storage_t* __restrict__ v, const float* __restrict__ states,
-              const la_storage_t* __restrict__ grad, float* __restrict__ go, int n,
-              int num_chunks, float log2_decay, float eps, int map) {
+cc_backward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+               const la_storage_t* __restrict__ v, const float* __restrict__ states,
+               const la_storage_t* __restrict__ grad, float* __restrict__ go, int n,
+               int num_chunks, float log2_decay, float eps, int map) {
     cc_forward_body<true>(q, k, v, states, nullptr, nullptr, grad, go, n, num_chunks,
                           log2_decay, eps, map);
 }
 
 // ---- backward: gradients ----------------------------------------------------------------------
 
+// Dynamic shared memory of the three gradient kernels (rows, score columns, transposed tile,
+// fp32 state slice, then dQ/dK: the state's vector; dQ: the transposed tile's residue too).
 #define CC_DK_SMEM (2 * CC_L * CC_LDM * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDM * 4 + CC_TILE * 4)
 #define CC_DQ_SMEM (CC_DK_SMEM + CC_TILE * CC_LDT * 2)
+#define CC_DV_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4)
 
 // Stores acc ⊙ φ'(x) (map `chain_map`; identity: acc) for the warp's 16 rows × 64 columns [c0, c0+64) of a [N][cols] head.
 // wide: 8-byte accesses through cc_quad_swap (full sectors); otherwise 4-byte, fragment layout.
@@ -932,14 +929,14 @@ __device__ __forceinline__ void cc_store_grad(la_storage_t* __restrict__ dst, co
             const int c = c0 + p * 16 + cc_quad_col(t);
             float a[4] = {acc[2 * p][2 * h], acc[2 * p][2 * h + 1], acc[2 * p + 1][2 * h],
                           acc[2 * p + 1][2 * h + 1]};
-            if (chain_map != CC_MAP_IDENTITY) {
+            if (chain_map != LA_MAP_IDENTITY) {
                 uint2 xv = make_uint2(0u, 0u);
                 if (valid) xv = *(const uint2*)(x + (head_row0 + i) * cols + c);
                 cc_quad_swap(xv.x, xv.y);
-                a[0] *= cc_phi_grad(chain_map, cc_lo(xv.x));
-                a[1] *= cc_phi_grad(chain_map, cc_hi(xv.x));
-                a[2] *= cc_phi_grad(chain_map, cc_lo(xv.y));
-                a[3] *= cc_phi_grad(chain_map, cc_hi(xv.y));
+                a[0] *= la_phi_grad_of_map(chain_map, cc_lo(xv.x));
+                a[1] *= la_phi_grad_of_map(chain_map, cc_hi(xv.x));
+                a[2] *= la_phi_grad_of_map(chain_map, cc_lo(xv.y));
+                a[3] *= la_phi_grad_of_map(chain_map, cc_hi(xv.y));
             }
             cc_u32 u = cc_pack(a[0], a[1]), v = cc_pack(a[2], a[3]);
             if (!wide) {  // fragment layout: 4-byte stores, half of each sector
@@ -955,292 +952,229 @@ __device__ __forceinline__ void cc_store_grad(la_storage_t* __restrict__ dst, co
     }
 }
 
+// acc += A·B over the k-steps a causal mask leaves (k-step ks of tokens ≤ the warp's rows for
+// queries, ≥ for keys), A the warp's 16 rows of the score tile `sc`, split hi + lo, B a 16-bit
+// [n][k] tile (stride CC_LDT). Terms: hi·B always, lo·B when A_LO, and hi·B_lo when B_LO
+// (dQ: both operands split, 3 mma's). With B_LO both tiles are addressed through one offset,
+// without through pointer steps: the code each gradient compiled to before they shared this.
+template <bool KEYS, bool A_LO, bool B_LO>
+__device__ __forceinline__ void cc_intra_mma(float (&acc)[CC_TILE / 8][4], const float (&sc)[CC_L / 8][4],
+                                             const cc_u16* b, const cc_u16* b_lo) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < CC_L / 16; ++ks) {
+        if (KEYS ? ks < warp : ks > warp) continue;
+        cc_u32 a_hi[4], a_lo[4];
+        cc_acc_to_a_split(a_hi, a_lo, sc, ks);
+#pragma unroll
+        for (int nt = 0; nt < CC_TILE / 8; ++nt) {
+            const cc_u16 *bp, *bp_lo = nullptr;
+            if constexpr (B_LO) {
+                const int off = (nt * 8 + g) * CC_LDT + ks * 16 + 2 * t;
+                bp = b + off;
+                bp_lo = b_lo + off;
+            } else {
+                bp = b + (nt * 8 + g) * CC_LDT + ks * 16 + 2 * t;
+            }
+            const cc_u32 b0 = *(const cc_u32*)bp, b1 = *(const cc_u32*)(bp + 8);
+            cc_mma(acc[nt], a_hi, b0, b1);
+            if constexpr (A_LO) cc_mma(acc[nt], a_lo, b0, b1);
+            if constexpr (B_LO) cc_mma(acc[nt], a_hi, *(const cc_u32*)bp_lo, *(const cc_u32*)(bp_lo + 8));
+        }
+    }
+}
+
+// The three gradient kernels share one skeleton: per chunk and 64-wide output slice, a 64×64
+// score tile (intra-chunk, masked, decayed, per-row scaled for its hi + lo split), an inter
+// term (the warp's rows times the chunk's fp32 state, split), the intra term (the score tile
+// times a transposed 16-bit tile), then the chain rule and the store. Per gradient:
+//   what  rows (A)  scores      state  intra B  weight of row r (inter)  output slice
+//   dQ    G_i       A = G vᵀ    S⁰ᵀ    k̃ (split)  λ^{i+1}/den_i           D
+//   dK    v_j       Aᵀ = v Gᵀ   R⁰ᵀ    q̃ (split)  λ^{L−j}                 D
+//   dV    k̃_j       Pᵀ = k̃ q̃ᵀ   R⁰     G          λ^{L−j}                 M
+// The header of each kernel gives its math and precision. Queries own rows i (causal: keys
+// j ≤ i), keys own rows j (queries i ≥ j).
+#define CC_GRAD_Q 0
+#define CC_GRAD_K 1
+#define CC_GRAD_V 2
+
+template <int WHAT>
+__device__ __forceinline__ void
+cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+                 const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,
+                 const float* __restrict__ go_parts, const float* __restrict__ den,
+                 const float* __restrict__ states, la_storage_t* __restrict__ out, int n,
+                 int num_chunks, float log2_decay, int map) {
+    constexpr bool DQ = WHAT == CC_GRAD_Q, DK = WHAT == CC_GRAD_K, DV = WHAT == CC_GRAD_V;
+    constexpr int WIDTH = DV ? CC_D : CC_M;  // k dim of the scores and of the inter product
+    constexpr int LD = DV ? CC_LDD : CC_LDM;
+    extern __shared__ __align__(16) unsigned char cc_smem[];
+    cc_u16* s_rows = (cc_u16*)cc_smem;                 // [64][LD]   rows: G (dQ), v (dK), k̃ (dV)
+    cc_u16* s_cols = s_rows + CC_L * LD;               // [64][LD]   score columns: v, G, q̃
+    cc_u16* s_t = s_cols + CC_L * LD;                  // [64][LDT]  intra B, transposed: k̃, q̃, G slice
+    cc_u16* s_t_lo = s_t + CC_TILE * CC_LDT;           // [64][LDT]  dQ: k̃'s rounding residue (lo)
+    float* s_state = (float*)(s_t + (DQ ? 2 : 1) * CC_TILE * CC_LDT);  // [64][LD] fp32: S⁰ (S[d][e]), R⁰, R⁰ᵀ
+    float* s_vec = s_state + CC_TILE * LD;             // [64]       z⁰ (dQ), r⁰ (dK) slice
+    __shared__ float s_den_inv[CC_L], s_neg_go[CC_L];  // dV: no s_neg_go
+    __shared__ int s_max;
+
+    const int chunk = blockIdx.x, bh = blockIdx.y, c0 = blockIdx.z * CC_TILE;
+    const int tok0 = chunk * CC_L;
+    const la_index_t head_row0 = (la_index_t)bh * n;
+    const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
+    if (threadIdx.x == 0) s_max = 0;
+    if constexpr (DV) {
+        for (int r = threadIdx.x; r < CC_L; r += CC_THREADS) {
+            const bool valid = tok0 + r < n;
+            s_den_inv[r] = !valid ? 0.0f : (cc_normalised(map) ? 1.0f / den[head_row0 + tok0 + r] : 1.0f);
+        }
+    } else {
+        cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
+    }
+    __syncthreads();
+    const la_storage_t* rows_src = DQ ? grad : (DK ? v : k);
+    const la_storage_t* cols_src = DQ ? v : (DK ? grad : q);
+    const int rows_map = DV ? map : LA_MAP_IDENTITY;
+    cc_tile_rows<WIDTH>(s_rows, LD, rows_src, head_row0, tok0, n, 0, WIDTH, rows_map, nullptr);
+    cc_tile_rows<WIDTH>(s_cols, LD, cols_src, head_row0, tok0, n, 0, WIDTH, rows_map, nullptr);
+    cc_tile_cols<CC_TILE>(s_t, DQ ? k : (DK ? q : grad), head_row0, tok0, n, c0, DV ? CC_M : CC_D,
+                          DV ? LA_MAP_IDENTITY : map, nullptr, DQ ? s_t_lo : nullptr);
+    // Global Sᵀ[e][d] → s_state[d][e] (dQ), R[d][e] as it is (dK), R[d][e] → s_state[e][d] (dV).
+    const float max_abs = cc_state_tile<CC_TILE, WIDTH, !DK>(s_state, LD, state, c0, DQ ? CC_D : CC_M);
+    if constexpr (!DV)
+        for (int d = threadIdx.x; d < CC_TILE; d += CC_THREADS) s_vec[d] = state[(la_index_t)CC_D * CC_M + c0 + d];
+    const float scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int row0 = warp * 16;  // this warp's first row: queries i (dQ), keys j (dK, dV)
+    const cc_u16* a_rows = s_rows + row0 * LD;
+    float go_lo = 0.0f, go_hi = 0.0f, inv_lo = 0.0f, inv_hi = 0.0f;  // dQ: of the warp's rows
+    if constexpr (DQ) {
+        go_lo = s_neg_go[row0 + g], go_hi = s_neg_go[row0 + g + 8];
+        inv_lo = s_den_inv[row0 + g], inv_hi = s_den_inv[row0 + g + 8];
+    }
+
+    // Scores of the rows against the chunk's other tokens: only n-tiles on the causal side of
+    // the warp's rows can be unmasked; masked, decayed λ^{i−j}, weighted 1/den_i in fp32.
+    float sc[CC_L / 8][4];
+    cc_zero(sc);
+    cc_mma_ss<CC_L / 8, WIDTH / 16>(sc, a_rows, LD, s_cols, LD, DQ ? 0 : 2 * warp,
+                                    DQ ? 2 * (warp + 1) : CC_L / 8);
+#pragma unroll
+    for (int nt = 0; nt < CC_L / 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const int own = row0 + g + (c >> 1) * 8, other = nt * 8 + 2 * t + (c & 1);
+            const int i = DQ ? own : other, j = DQ ? other : own;  // query i, key j
+            if constexpr (DQ) {  // A = (G vᵀ − G·O)/den
+                const float go = (c >> 1) ? go_hi : go_lo, inv = (c >> 1) ? inv_hi : inv_lo;
+                sc[nt][c] = (j <= i && tok0 + j < n)
+                                ? (sc[nt][c] + go) * inv * cc_pow(log2_decay, (float)(i - j)) : 0.0f;
+            } else if constexpr (DK) {  // Aᵀ[j][i] = (v_j·G_i − G_i·O_i)/den_i
+                sc[nt][c] = (i >= j && tok0 + i < n)
+                                ? (sc[nt][c] + s_neg_go[i]) * s_den_inv[i] * cc_pow(log2_decay, (float)(i - j))
+                                : 0.0f;
+            } else {  // Pᵀ[j][i] = k̃_j·q̃_i / den_i (den_inv is 0 past n)
+                sc[nt][c] = i >= j ? sc[nt][c] * s_den_inv[i] * cc_pow(log2_decay, (float)(i - j)) : 0.0f;
+            }
+        }
+    float s_lo, s_hi, u_lo, u_hi;  // rows scaled by s (powers of two) for the split; u = 1/s
+    cc_row_scale(sc, s_lo, s_hi, u_lo, u_hi);
+
+    // Inter: the rows times the fp32 state (split), weighted per row, plus the vector term.
+    float acc[CC_TILE / 8][4];
+    cc_zero(acc);
+    cc_mma_split<CC_TILE / 8, WIDTH / 16>(acc, a_rows, LD, s_state, LD, scale);
+    const float inv_scale = 1.0f / scale;
+    float w_lo, w_hi;
+    if constexpr (DQ) {  // λ^{i+1}(G_i S⁰ᵀ − (G_i·O_i) z⁰)/den_i
+        w_lo = cc_pow(log2_decay, (float)(row0 + g + 1)) * inv_lo * s_lo;
+        w_hi = cc_pow(log2_decay, (float)(row0 + g + 9)) * inv_hi * s_hi;
+    } else if constexpr (DK) {  // λ^{L−j}(v_j R⁰ᵀ + r⁰)
+        w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * s_lo;
+        w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * s_hi;
+    } else {  // λ^{L−j} k̃_j R⁰
+        w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * inv_scale * s_lo;
+        w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * inv_scale * s_hi;
+    }
+#pragma unroll
+    for (int nt = 0; nt < CC_TILE / 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const int d = nt * 8 + 2 * t + (c & 1);
+            const float w = (c >> 1) ? w_hi : w_lo;
+            if constexpr (DQ) {
+                const float go = (c >> 1) ? go_hi : go_lo;
+                acc[nt][c] = (acc[nt][c] * inv_scale + go * s_vec[d]) * w;
+            } else if constexpr (DK) {
+                acc[nt][c] = (acc[nt][c] * inv_scale + s_vec[d]) * w;
+            } else {
+                acc[nt][c] *= w;
+            }
+        }
+
+    // Intra: acc += scores · the transposed tile, over the causal k-steps.
+    cc_intra_mma<!DQ, true, DQ>(acc, sc, s_t, s_t_lo);
+    if constexpr (DK) {
+        // q̃'s residue reloaded into the same shared tile: Aᵀ_hi q̃_lo.
+        __syncthreads();  // every read of q̃'s hi tile is done
+        cc_tile_cols<CC_TILE>(nullptr, q, head_row0, tok0, n, c0, CC_D, map, nullptr, s_t);
+        __syncthreads();
+        cc_intra_mma<true, false, false>(acc, sc, s_t, nullptr);
+    }
+    cc_row_unscale(acc, u_lo, u_hi);
+    // dV: narrow stores (the quad shuffles made ptxas spill it: fp16, D = 128, sm_80).
+    cc_store_grad(out, DQ ? q : k, acc, head_row0, tok0 + row0 + g, n, c0, DV ? CC_M : CC_D,
+                  DV ? LA_MAP_IDENTITY : map, !DV);
+}
+
+// cc_backward_dq and cc_backward_dk take one parameter list (the host launches both alike);
+// `out` is dQ or dK.
+#define CC_BACKWARD_QK_ENTRY(name, WHAT)                                                            \
+    extern "C" __global__ void __launch_bounds__(CC_THREADS)                                        \
+    name(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,                    \
+         const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,                 \
+         const float* __restrict__ go_parts, const float* __restrict__ den,                         \
+         const float* __restrict__ states, la_storage_t* __restrict__ out, int n, int num_chunks,   \
+         float log2_decay, int map) {                                                               \
+        cc_backward_body<WHAT>(q, k, v, grad, go_parts, den, states, out, n, num_chunks, log2_decay, \
+                               map);                                                                \
+    }
+
 // dQ[:, d0:d0+64] for one chunk: (A k̃ + λ^{i+1}(gn S⁰ᵀ + gd z⁰)) ⊙ φ'(q), with
 // A_ij = (G_i·v_j − G_i·O_i)/den_i and gn S⁰ᵀ + gd z⁰ = (G S⁰ᵀ − (G·O) z⁰)/den; G·O from
-// go_parts (cc_forward_go, fp32 O).
+// go_parts (cc_backward_go, fp32 O).
 // Precision: A k̃ cancels against the inter term (Σ_j A_ij ≈ 0 where k̃ ≈ 1 + elu(k)), so
 // 16-bit rounding of A and k̃ would dominate dQ's error in bf16: both are split hi + lo
 // (3 mma's: hi·hi + hi·lo + lo·hi), an emulated-fp32 product for this term only. Row i of A
 // carries 1/den_i: each row is scaled by a power of two before the split (cc_row_scale), the
 // inter term by the same factor, and the sum scaled back, so neither den ~ N nor den = ε
 // leaves the 16-bit range.
-// grid (NC, B·H, D/64); dynamic shared CC_DQ_SMEM. `states` holds S⁰ (the backward's split
-// forward scan).
-extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_dq(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
-      const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,
-      const float* __restrict__ go_parts, const float* __restrict__ den,
-      const float* __restrict__ states, la_storage_t* __restrict__ dq, int n, int num_chunks,
-      float log2_decay, int map) {
-    extern __shared__ __align__(16) unsigned char cc_smem[];
-    cc_u16* s_g = (cc_u16*)cc_smem;                  // [64 i][LDM]  G
-    cc_u16* s_v = s_g + CC_L * CC_LDM;               // [64 j][LDM]  v
-    cc_u16* s_kt = s_v + CC_L * CC_LDM;              // [64 d][LDT]  k̃ slice, transposed (hi)
-    cc_u16* s_kt_lo = s_kt + CC_TILE * CC_LDT;       // [64 d][LDT]  its rounding residue (lo)
-    float* s_s = (float*)(s_kt_lo + CC_TILE * CC_LDT); // [64 d][LDM] S⁰ slice (S[d][e]), fp32
-    float* s_z = s_s + CC_TILE * CC_LDM;             // [64]         z⁰ slice
-    __shared__ float s_den_inv[CC_L], s_neg_go[CC_L];
-    __shared__ int s_max;
-
-    const int chunk = blockIdx.x, bh = blockIdx.y, d0 = blockIdx.z * CC_TILE;
-    const int tok0 = chunk * CC_L;
-    const la_index_t head_row0 = (la_index_t)bh * n;
-    const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-    if (threadIdx.x == 0) s_max = 0;
-    cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
-    __syncthreads();
-    cc_tile_rows<CC_M>(s_g, CC_LDM, grad, head_row0, tok0, n, 0, CC_M, CC_MAP_IDENTITY, nullptr);
-    cc_tile_rows<CC_M>(s_v, CC_LDM, v, head_row0, tok0, n, 0, CC_M, CC_MAP_IDENTITY, nullptr);
-    cc_tile_cols<CC_TILE>(s_kt, k, head_row0, tok0, n, d0, CC_D, map, nullptr, s_kt_lo);
-    // global Sᵀ[e][d] → s_s[d][e] for d in the slice
-    const float max_abs = cc_state_tile<CC_TILE, CC_M, true>(s_s, CC_LDM, state, d0, CC_D);
-    for (int d = threadIdx.x; d < CC_TILE; d += CC_THREADS) s_z[d] = state[(la_index_t)CC_D * CC_M + d0 + d];
-    const float scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
-
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int row0 = warp * 16;
-    const cc_u16* a_g = s_g + row0 * CC_LDM;
-    const float go_lo = s_neg_go[row0 + g], go_hi = s_neg_go[row0 + g + 8];
-    const float inv_lo = s_den_inv[row0 + g], inv_hi = s_den_inv[row0 + g + 8];
-
-    // A = (G vᵀ − G·O)/den, masked j ≤ i, decayed.
-    float am[CC_L / 8][4];
-    cc_zero(am);
-    cc_mma_ss<CC_L / 8, CC_M / 16>(am, a_g, CC_LDM, s_v, CC_LDM, 0, 2 * (warp + 1));
-#pragma unroll
-    for (int nt = 0; nt < CC_L / 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const int i = row0 + g + (c >> 1) * 8, j = nt * 8 + 2 * t + (c & 1);
-            const float go = (c >> 1) ? go_hi : go_lo, inv = (c >> 1) ? inv_hi : inv_lo;
-            am[nt][c] = (j <= i && tok0 + j < n)
-                            ? (am[nt][c] + go) * inv * cc_pow(log2_decay, (float)(i - j)) : 0.0f;
-        }
-    float s_lo, s_hi, u_lo, u_hi;  // rows scaled by s (powers of two) for the split; u = 1/s
-    cc_row_scale(am, s_lo, s_hi, u_lo, u_hi);
-
-    // Inter: λ^{i+1}(G_i S⁰ᵀ − (G_i·O_i) z⁰)/den_i.
-    float acc[CC_TILE / 8][4];
-    cc_zero(acc);
-    cc_mma_split<CC_TILE / 8, CC_M / 16>(acc, a_g, CC_LDM, s_s, CC_LDM, scale);
-    const float inv_scale = 1.0f / scale;
-    const float w_lo = cc_pow(log2_decay, (float)(row0 + g + 1)) * inv_lo * s_lo;
-    const float w_hi = cc_pow(log2_decay, (float)(row0 + g + 9)) * inv_hi * s_hi;
-#pragma unroll
-    for (int nt = 0; nt < CC_TILE / 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const int d = nt * 8 + 2 * t + (c & 1);
-            const float go = (c >> 1) ? go_hi : go_lo, w = (c >> 1) ? w_hi : w_lo;
-            acc[nt][c] = (acc[nt][c] * inv_scale + go * s_z[d]) * w;
-        }
-
-    // Intra: acc += A k̃ (k over j ≤ row0 + 15), split operands (see above).
-#pragma unroll
-    for (int ks = 0; ks < CC_L / 16; ++ks) {
-        if (ks > warp) continue;
-        cc_u32 a_hi[4], a_lo[4];
-        cc_acc_to_a_split(a_hi, a_lo, am, ks);
-#pragma unroll
-        for (int nt = 0; nt < CC_TILE / 8; ++nt) {
-            const int off = (nt * 8 + g) * CC_LDT + ks * 16 + 2 * t;
-            const cc_u32 b0 = *(const cc_u32*)(s_kt + off), b1 = *(const cc_u32*)(s_kt + off + 8);
-            cc_mma(acc[nt], a_hi, b0, b1);
-            cc_mma(acc[nt], a_lo, b0, b1);
-            cc_mma(acc[nt], a_hi, *(const cc_u32*)(s_kt_lo + off), *(const cc_u32*)(s_kt_lo + off + 8));
-        }
-    }
-    cc_row_unscale(acc, u_lo, u_hi);
-    cc_store_grad(dq, q, acc, head_row0, tok0 + row0 + g, n, d0, CC_D, map);
-}
+// grid (NC, B·H, D/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_DQ_SMEM.
+// `states` holds S⁰ (the backward's split forward scan). Limits: the file's.
+CC_BACKWARD_QK_ENTRY(cc_backward_dq, CC_GRAD_Q)
 
 // dK[:, d0:d0+64] for one chunk: (Aᵀ q̃ + λ^{L−j}(v_j R⁰ᵀ + r⁰)) ⊙ φ'(k), with
 // Aᵀ[j][i] = (v_j·G_i − G_i·O_i)/den_i (G·O from go_parts, fp32 O).
-// Precision as cc_dq: Aᵀ q̃ cancels against the inter term, so Aᵀ is split hi + lo after a
-// power-of-two scale per row j (its 1/den_i runs along the row: den = ε rows give dK̃ ~ 1/ε,
-// finite in fp32, zeroed by φ'(k) = 0), and q̃ too: the hi tile first, then its residue
-// reloaded into the same shared tile (3 mma's, no extra shared memory).
-// grid (NC, B·H, D/64); dynamic shared CC_DK_SMEM. `states` holds R⁰ (reverse scan), R[d][e].
-extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_dk(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
-      const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,
-      const float* __restrict__ go_parts, const float* __restrict__ den,
-      const float* __restrict__ states, la_storage_t* __restrict__ dk, int n, int num_chunks,
-      float log2_decay, int map) {
-    extern __shared__ __align__(16) unsigned char cc_smem[];
-    cc_u16* s_v = (cc_u16*)cc_smem;                  // [64 j][LDM]  v
-    cc_u16* s_g = s_v + CC_L * CC_LDM;               // [64 i][LDM]  G
-    cc_u16* s_qt = s_g + CC_L * CC_LDM;              // [64 d][LDT]  q̃ slice, transposed
-    float* s_r = (float*)(s_qt + CC_TILE * CC_LDT);  // [64 d][LDM]  R⁰ slice, fp32
-    float* s_rv = s_r + CC_TILE * CC_LDM;            // [64]         r⁰ slice
-    __shared__ float s_den_inv[CC_L], s_neg_go[CC_L];
-    __shared__ int s_max;
-
-    const int chunk = blockIdx.x, bh = blockIdx.y, d0 = blockIdx.z * CC_TILE;
-    const int tok0 = chunk * CC_L;
-    const la_index_t head_row0 = (la_index_t)bh * n;
-    const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-    if (threadIdx.x == 0) s_max = 0;
-    cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
-    __syncthreads();
-    cc_tile_rows<CC_M>(s_v, CC_LDM, v, head_row0, tok0, n, 0, CC_M, CC_MAP_IDENTITY, nullptr);
-    cc_tile_rows<CC_M>(s_g, CC_LDM, grad, head_row0, tok0, n, 0, CC_M, CC_MAP_IDENTITY, nullptr);
-    cc_tile_cols<CC_TILE>(s_qt, q, head_row0, tok0, n, d0, CC_D, map, nullptr);
-    const float max_abs = cc_state_tile<CC_TILE, CC_M, false>(s_r, CC_LDM, state, d0, CC_M);
-    for (int d = threadIdx.x; d < CC_TILE; d += CC_THREADS) s_rv[d] = state[(la_index_t)CC_D * CC_M + d0 + d];
-    const float scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
-
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int row0 = warp * 16;  // rows are keys j
-    const cc_u16* a_v = s_v + row0 * CC_LDM;
-
-    // Aᵀ[j][i] = (v_j·G_i − G_i·O_i)/den_i for i ≥ j (n-tiles nt ≥ 2·warp), decayed λ^{i−j}.
-    float at[CC_L / 8][4];
-    cc_zero(at);
-    cc_mma_ss<CC_L / 8, CC_M / 16>(at, a_v, CC_LDM, s_g, CC_LDM, 2 * warp, CC_L / 8);
-#pragma unroll
-    for (int nt = 0; nt < CC_L / 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const int j = row0 + g + (c >> 1) * 8, i = nt * 8 + 2 * t + (c & 1);
-            at[nt][c] = (i >= j && tok0 + i < n)
-                            ? (at[nt][c] + s_neg_go[i]) * s_den_inv[i] * cc_pow(log2_decay, (float)(i - j))
-                            : 0.0f;
-        }
-    float s_lo, s_hi, u_lo, u_hi;  // rows scaled by s (powers of two) for the split; u = 1/s
-    cc_row_scale(at, s_lo, s_hi, u_lo, u_hi);
-
-    // Inter: λ^{L−j}(v_j R⁰ᵀ + r⁰).
-    float acc[CC_TILE / 8][4];
-    cc_zero(acc);
-    cc_mma_split<CC_TILE / 8, CC_M / 16>(acc, a_v, CC_LDM, s_r, CC_LDM, scale);
-    const float inv_scale = 1.0f / scale;
-    const float w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * s_lo;
-    const float w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * s_hi;
-#pragma unroll
-    for (int nt = 0; nt < CC_TILE / 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const int d = nt * 8 + 2 * t + (c & 1);
-            acc[nt][c] = (acc[nt][c] * inv_scale + s_rv[d]) * ((c >> 1) ? w_hi : w_lo);
-        }
-
-    // Intra: acc += Aᵀ q̃ (k over i ≥ row0); Aᵀ split hi + lo (it cancels against the inter
-    // term as in dQ): Aᵀ_hi q̃_hi + Aᵀ_lo q̃_hi, then Aᵀ_hi q̃_lo.
-#pragma unroll
-    for (int ks = 0; ks < CC_L / 16; ++ks) {
-        if (ks < warp) continue;
-        cc_u32 a_hi[4], a_lo[4];
-        cc_acc_to_a_split(a_hi, a_lo, at, ks);
-#pragma unroll
-        for (int nt = 0; nt < CC_TILE / 8; ++nt) {
-            const cc_u16* bp = s_qt + (nt * 8 + g) * CC_LDT + ks * 16 + 2 * t;
-            const cc_u32 b0 = *(const cc_u32*)bp, b1 = *(const cc_u32*)(bp + 8);
-            cc_mma(acc[nt], a_hi, b0, b1);
-            cc_mma(acc[nt], a_lo, b0, b1);
-        }
-    }
-    __syncthreads();  // every read of q̃'s hi tile is done
-    cc_tile_cols<CC_TILE>(nullptr, q, head_row0, tok0, n, d0, CC_D, map, nullptr, s_qt);
-    __syncthreads();
-#pragma unroll
-    for (int ks = 0; ks < CC_L / 16; ++ks) {
-        if (ks < warp) continue;
-        cc_u32 a_hi[4], a_lo[4];
-        cc_acc_to_a_split(a_hi, a_lo, at, ks);
-#pragma unroll
-        for (int nt = 0; nt < CC_TILE / 8; ++nt) {
-            const cc_u16* bp = s_qt + (nt * 8 + g) * CC_LDT + ks * 16 + 2 * t;
-            cc_mma(acc[nt], a_hi, *(const cc_u32*)bp, *(const cc_u32*)(bp + 8));
-        }
-    }
-    cc_row_unscale(acc, u_lo, u_hi);
-    cc_store_grad(dk, k, acc, head_row0, tok0 + row0 + g, n, d0, CC_D, map);
-}
-
-#define CC_DV_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4)
+// Precision as cc_backward_dq: Aᵀ q̃ cancels against the inter term, so Aᵀ is split hi + lo
+// after a power-of-two scale per row j (its 1/den_i runs along the row: den = ε rows give
+// dK̃ ~ 1/ε, finite in fp32, zeroed by φ'(k) = 0), and q̃ too: the hi tile first, then its
+// residue reloaded into the same shared tile (3 mma's, no extra shared memory).
+// grid (NC, B·H, D/64), warp w rows (keys) 16w .. 16w+15; dynamic shared CC_DK_SMEM.
+// `states` holds R⁰ (reverse scan), R[d][e]. Limits: the file's.
+CC_BACKWARD_QK_ENTRY(cc_backward_dk, CC_GRAD_K)
 
 // dV[:, e0:e0+64] for one chunk: Pᵀ gn + λ^{L−j} k̃_j R⁰, as (Pᵀ diag(1/den)) G + ...
 // Pᵀ/den (in [0, 1] for the normalised maps) is ~1/N at long sequences: its rows get a
 // power-of-two scale before the hi + lo split (cc_row_scale), so they stay out of fp16
 // subnormals.
-// grid (NC, B·H, M/64); dynamic shared CC_DV_SMEM. `states` holds R⁰ (reverse scan), R[d][e].
+// grid (NC, B·H, M/64), warp w rows (keys) 16w .. 16w+15; dynamic shared CC_DV_SMEM.
+// `states` holds R⁰ (reverse scan), R[d][e]. Limits: the file's.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
-      const la_storage_t* __restrict__ grad, const float* __restrict__ den,
-      const float* __restrict__ states, la_storage_t* __restrict__ dv, int n, int num_chunks,
-      float log2_decay, int map) {
-    extern __shared__ __align__(16) unsigned char cc_smem[];
-    cc_u16* s_k = (cc_u16*)cc_smem;                  // [64 j][LDD]  k̃
-    cc_u16* s_q = s_k + CC_L * CC_LDD;               // [64 i][LDD]  q̃
-    cc_u16* s_gt = s_q + CC_L * CC_LDD;              // [64 e][LDT]  G slice, transposed
-    float* s_rt = (float*)(s_gt + CC_TILE * CC_LDT); // [64 e][LDD]  R⁰ᵀ slice, fp32
-    __shared__ float s_den_inv[CC_L];
-    __shared__ int s_max;
-
-    const int chunk = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
-    const int tok0 = chunk * CC_L;
-    const la_index_t head_row0 = (la_index_t)bh * n;
-    const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-    if (threadIdx.x == 0) s_max = 0;
-    for (int r = threadIdx.x; r < CC_L; r += CC_THREADS) {
-        const bool valid = tok0 + r < n;
-        s_den_inv[r] = !valid ? 0.0f : (cc_normalised(map) ? 1.0f / den[head_row0 + tok0 + r] : 1.0f);
-    }
-    __syncthreads();
-    cc_tile_rows<CC_D>(s_k, CC_LDD, k, head_row0, tok0, n, 0, CC_D, map, nullptr);
-    cc_tile_rows<CC_D>(s_q, CC_LDD, q, head_row0, tok0, n, 0, CC_D, map, nullptr);
-    cc_tile_cols<CC_TILE>(s_gt, grad, head_row0, tok0, n, e0, CC_M, CC_MAP_IDENTITY, nullptr);
-    // global R[d][e] → s_rt[e][d] for e in the slice
-    const float max_abs = cc_state_tile<CC_TILE, CC_D, true>(s_rt, CC_LDD, state, e0, CC_M);
-    const float scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
-
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int row0 = warp * 16;  // rows are keys j
-    const cc_u16* a_k = s_k + row0 * CC_LDD;
-
-    // Pᵀ[j][i] = k̃_j·q̃_i / den_i for i ≥ j, decayed.
-    float pt[CC_L / 8][4];
-    cc_zero(pt);
-    cc_mma_ss<CC_L / 8, CC_D / 16>(pt, a_k, CC_LDD, s_q, CC_LDD, 2 * warp, CC_L / 8);
-#pragma unroll
-    for (int nt = 0; nt < CC_L / 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const int j = row0 + g + (c >> 1) * 8, i = nt * 8 + 2 * t + (c & 1);
-            pt[nt][c] = i >= j ? pt[nt][c] * s_den_inv[i] * cc_pow(log2_decay, (float)(i - j)) : 0.0f;
-        }
-    float s_lo, s_hi, u_lo, u_hi;  // rows scaled by s (powers of two) for the split; u = 1/s
-    cc_row_scale(pt, s_lo, s_hi, u_lo, u_hi);
-
-    // Inter: λ^{L−j} k̃_j R⁰.
-    float acc[CC_TILE / 8][4];
-    cc_zero(acc);
-    cc_mma_split<CC_TILE / 8, CC_D / 16>(acc, a_k, CC_LDD, s_rt, CC_LDD, scale);
-    const float inv_scale = 1.0f / scale;
-    const float w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * inv_scale * s_lo;
-    const float w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * inv_scale * s_hi;
-#pragma unroll
-    for (int nt = 0; nt < CC_TILE / 8; ++nt) {
-        acc[nt][0] *= w_lo; acc[nt][1] *= w_lo;
-        acc[nt][2] *= w_hi; acc[nt][3] *= w_hi;
-    }
-
-    // Intra: acc += (Pᵀ/den) G (k over i ≥ row0); G is exact, Pᵀ/den split hi + lo.
-#pragma unroll
-    for (int ks = 0; ks < CC_L / 16; ++ks) {
-        if (ks < warp) continue;
-        cc_u32 a_hi[4], a_lo[4];
-        cc_acc_to_a_split(a_hi, a_lo, pt, ks);
-#pragma unroll
-        for (int nt = 0; nt < CC_TILE / 8; ++nt) {
-            const cc_u16* bp = s_gt + (nt * 8 + g) * CC_LDT + ks * 16 + 2 * t;
-            const cc_u32 b0 = *(const cc_u32*)bp, b1 = *(const cc_u32*)(bp + 8);
-            cc_mma(acc[nt], a_hi, b0, b1);
-            cc_mma(acc[nt], a_lo, b0, b1);
-        }
-    }
-    cc_row_unscale(acc, u_lo, u_hi);
-    // Narrow stores: the quad shuffles made ptxas spill cc_dv (fp16, D = 128, sm_80).
-    cc_store_grad(dv, k, acc, head_row0, tok0 + row0 + g, n, e0, CC_M, CC_MAP_IDENTITY, false);
+cc_backward_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+               const la_storage_t* __restrict__ grad, const float* __restrict__ den,
+               const float* __restrict__ states, la_storage_t* __restrict__ dv, int n, int num_chunks,
+               float log2_decay, int map) {
+    cc_backward_body<CC_GRAD_V>(q, k, nullptr, grad, nullptr, den, states, dv, n, num_chunks, log2_decay,
+                                map);
 }

@@ -33,17 +33,17 @@
 
 #if CS_QK_F32
 typedef float cs_qk_t;
-__device__ __forceinline__ float cs_qk_widen(float x) { return x; }
 #else
 typedef la_storage_t cs_qk_t;
-__device__ __forceinline__ float cs_qk_widen(la_storage_t x) { return la_to_float(x); }
 #endif
 
 constexpr int CS_THREADS = 256;
 constexpr int CS_MAX_DIM = 256;
 constexpr int CS_COLS_PER_LANE = CS_MAX_DIM / 32;
 
-// U[row][c][m] = φ(k[row][c]) · v[row][m] and u[row][c] = φ(k[row][c]).
+// U[row][c][m] = φ(k[row][c]) · v[row][m] and u[row][c] = φ(k[row][c]) (normalised maps).
+// A block per token row, grid-stride over the B·H·N rows; threads over the C·M entries.
+// Limits: C, M ≤ CS_MAX_DIM.
 extern "C" __global__ void __launch_bounds__(CS_THREADS)
 cs_outer(const cs_qk_t* __restrict__ k, const la_storage_t* __restrict__ v,
          float* __restrict__ u, float* __restrict__ z_u, la_index_t rows, int c_dim,
@@ -53,7 +53,7 @@ cs_outer(const cs_qk_t* __restrict__ k, const la_storage_t* __restrict__ v,
     const int entries = c_dim * m_dim;
     for (la_index_t row = blockIdx.x; row < rows; row += gridDim.x) {
         for (int c = threadIdx.x; c < c_dim && c < CS_MAX_DIM; c += blockDim.x) {
-            const float kc = la_phi(cs_qk_widen(k[row * c_dim + c]));
+            const float kc = la_phi(la_widen(k[row * c_dim + c]));
             k_s[c] = kc;
             if (LA_NORMALISED) z_u[row * c_dim + c] = kc;
         }
@@ -70,7 +70,9 @@ cs_outer(const cs_qk_t* __restrict__ k, const la_storage_t* __restrict__ v,
     }
 }
 
-// Phase 1: inclusive decayed scan inside each chunk of `chunk` tokens.
+// Phase 1: inclusive decayed scan inside each chunk of `chunk` tokens, x_i ← λ x_{i−1} + x_i
+// per entry (in place). Grid (⌈entries/256⌉, chunks, B·H), a thread per entry. Limits: chunks,
+// B·H ≤ 65535.
 extern "C" __global__ void __launch_bounds__(CS_THREADS)
 cs_scan_local(float* __restrict__ x, int entries, int n, int chunk, float decay) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
@@ -86,7 +88,8 @@ cs_scan_local(float* __restrict__ x, int entries, int n, int chunk, float decay)
     }
 }
 
-// Phase 2: chunk ends made final, in order.
+// Phase 2: chunk ends made final, in order: end_k += λ^{len_k} · end_{k−1}. Grid
+// (⌈entries/256⌉, B·H), a thread per entry walking the ⌈n/chunk⌉ ends. Limits: B·H ≤ 65535.
 extern "C" __global__ void __launch_bounds__(CS_THREADS)
 cs_scan_carry(float* __restrict__ x, int entries, int n, int chunk, float decay) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
@@ -104,7 +107,9 @@ cs_scan_carry(float* __restrict__ x, int entries, int n, int chunk, float decay)
     }
 }
 
-// Phase 3: the carry of the previous chunk's (final) end into every other token.
+// Phase 3: the carry of the previous chunk's (final) end into every other token: x_i +=
+// λ^{i−start_k+1} · end_{k−1} for the non-final tokens of chunk k ≥ 1. Grid (⌈entries/256⌉,
+// chunks, B·H), a thread per entry. Limits: chunks, B·H ≤ 65535.
 extern "C" __global__ void __launch_bounds__(CS_THREADS)
 cs_scan_fix(float* __restrict__ x, int entries, int n, int chunk, float decay) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
@@ -122,7 +127,10 @@ cs_scan_fix(float* __restrict__ x, int entries, int n, int chunk, float decay) {
     }
 }
 
-// O_i = q̃_iᵀ S_i / (q̃_iᵀ z_i + ε), one block per token.
+// O_i = q̃_iᵀ S_i / (q̃_iᵀ z_i + ε_i), den_i saved (LA_NORMALISED = 0: O_i = q̃_iᵀ S_i).
+// One block per token, grid (N, B·H): warp w takes rows c ≡ w (mod 8) of S_i, lane l columns
+// l, l + 32, ...; the 8 partial rows are summed in shared memory. Limits: C, M ≤ CS_MAX_DIM,
+// B·H ≤ 65535.
 extern "C" __global__ void __launch_bounds__(CS_THREADS)
 cs_contract(const cs_qk_t* __restrict__ q, const float* __restrict__ s,
             const float* __restrict__ z, la_storage_t* __restrict__ out,
@@ -137,7 +145,7 @@ cs_contract(const cs_qk_t* __restrict__ q, const float* __restrict__ s,
     const la_index_t tok = (la_index_t)blockIdx.y * n + blockIdx.x;
     float den_term = 0.0f;
     for (int c = threadIdx.x; c < c_dim && c < CS_MAX_DIM; c += blockDim.x) {
-        const float qc = la_phi(cs_qk_widen(q[tok * c_dim + c]));
+        const float qc = la_phi(la_widen(q[tok * c_dim + c]));
         q_s[c] = qc;
         if (LA_NORMALISED) den_term = fmaf(qc, z[tok * c_dim + c], den_term);
     }

@@ -5,7 +5,7 @@
 //   O_i = q̃_iᵀ S_i / (q̃_iᵀ z_i + ε)            (LA_NORMALISED = 0: O_i = q̃_iᵀ S_i)
 // Backward, G_i = ∂L/∂O_i, den_i = q̃_iᵀ z_i + ε saved by the forward:
 //   gn_i = G_i / den_i,  gd_i = −(G_i·O_i) / den_i                  (cr_backward_prep)
-//   with O_i in fp32: for 16-bit storage the forward scan runs again (cr_forward_go) and
+//   with O_i in fp32: for 16-bit storage the forward scan runs again (cr_backward_go) and
 //   writes G_i·O_i per 32-column block instead of O; z·gd and r cancel against S·gn and R·v,
 //   so the stored O's 16-bit rounding was the largest error of bf16 ∂q (3.2e-3 → 1.66e-3,
 //   the floor of storing ∂q in bf16, at N = 1000). fp32 storage reads O itself.
@@ -15,9 +15,9 @@
 //   ∂v_j = R_jᵀ k̃_j                                                   (cr_backward_dv)
 //   then ∂q = ∂q̃ ⊙ φ'(q), ∂k = ∂k̃ ⊙ φ'(k) (la_phi_grad; identity after a φ stage).
 // The naive "stored states" backward: cr_forward_stored also writes every S_i (N·C·M fp32)
-// and z_i (N·C), and cr_dq_from_states reads them instead of recomputing, and takes gd from
-// them too (G_i·O_i = q̃_i·(S_i G_i)/den_i in fp32, no pre-pass); ∂k̃, ∂v still need the
-// reverse scans, which no amount of stored forward state replaces.
+// and z_i (N·C), and cr_backward_dq_from_states reads them instead of recomputing, and takes
+// gd from them too (G_i·O_i = q̃_i·(S_i G_i)/den_i in fp32, no pre-pass); ∂k̃, ∂v still need
+// the reverse scans, which no amount of stored forward state replaces.
 //
 // One scan kernel body (cr_scan) serves all five scans. Each keeps a state X (A×B, fp32, in
 // registers) and, per token, does X = λX + x_a x_bᵀ and emits y_b = Σ_a X[a][b] w_a:
@@ -54,7 +54,7 @@
 // K are φ(Q), φ(K) written in fp32 by the φ stage (then ∂q̃, ∂k̃ are written in fp32 too).
 // FAVOR+ features come shifted; the forward then takes per-token ε_i = ε·exp(q_log_scale_i +
 // k_log_scale_head) (null pointers otherwise); the backward needs the saved den_i, and the
-// same scales for cr_forward_go (its den, hence its O, must be the forward's).
+// same scales for cr_backward_go (its den, hence its O, must be the forward's).
 
 #ifndef CR_A_MAX
 #define CR_A_MAX 64
@@ -90,12 +90,6 @@ static_assert(CR_A_MAX == 32 || CR_A_MAX == 64 || CR_A_MAX == 128 || CR_A_MAX ==
 static_assert(CR_ROWS % 4 == 0, "rows per thread are read as float4");
 static_assert(CR_LOADS_A * CR_MAIN_THREADS == CR_TILE * CR_A_MAX, "tile loads must divide");
 static_assert(CR_LOADS_B * CR_MAIN_THREADS == CR_TILE * CR_COLS, "tile loads must divide");
-
-// Widening of either element type the kernels read (fp32 φ buffers or storage elements).
-__device__ __forceinline__ float cr_widen(float x) { return x; }
-#if LA_STORAGE != LA_STORAGE_F32
-__device__ __forceinline__ float cr_widen(unsigned short x) { return la_to_float(x); }
-#endif
 
 __device__ __forceinline__ cr_qk_t cr_qk_from_float(float x) {
 #if CR_QK_F32
@@ -217,8 +211,8 @@ __device__ __forceinline__ void cr_scan(
             const int t = e / CR_A_MAX;
             const int a = e % CR_A_MAX;
             const bool ok = t0 + t < n && a < a_dim;
-            float xa = cr_widen(xa_raw[r]);
-            float wa = cr_widen(wa_raw[r]);
+            float xa = la_widen(xa_raw[r]);
+            float wa = la_widen(wa_raw[r]);
             if constexpr (A_IS_C) {
                 xa = la_phi(xa);
                 wa = la_phi(wa);
@@ -233,7 +227,7 @@ __device__ __forceinline__ void cr_scan(
             const int t = e / CR_COLS;
             const int col = e % CR_COLS;
             const bool ok = t0 + t < n && b0 + col < b_dim;
-            float xb = cr_widen(xb_raw[r]);
+            float xb = la_widen(xb_raw[r]);
             if constexpr (!A_IS_C) xb = la_phi(xb);
             xb_s[t][col] = ok ? xb : 0.0f;
         }
@@ -386,7 +380,7 @@ __device__ __forceinline__ void cr_scan(
                         if constexpr (ROLE == CR_ROLE_DQ) acc *= inv_den_s[parity][t];
                         if constexpr (COLUMN_EXTRA) acc += extra_s[t][col];
                         const cr_qk_t* raw = ROLE == CR_ROLE_DQ ? q : k;
-                        acc *= la_phi_grad(cr_widen(raw[tok * c_dim + b]));
+                        acc *= la_phi_grad(la_widen(raw[tok * c_dim + b]));
                         out_qk[tok * c_dim + b] = cr_qk_from_float(acc);
                     }
                 }
@@ -397,6 +391,9 @@ __device__ __forceinline__ void cr_scan(
     }
 }
 
+// The forward scan (role "forward" of the header's table): O_i = q̃_iᵀS_i / den_i and den_i =
+// q̃_iᵀz_i + ε_i (saved for the backward; LA_NORMALISED = 0: O_i = q̃_iᵀS_i, no den). Grid
+// (⌈M/32⌉, B·H), 288 threads (8 main warps + the z warp). Limits: the file's.
 extern "C" __global__ void __launch_bounds__(CR_MAX_THREADS, 1)
 cr_forward(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
            const la_storage_t* __restrict__ v, la_storage_t* __restrict__ out,
@@ -413,19 +410,20 @@ cr_forward(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
 // of G_i·O_i with O_i in fp32, for cr_backward_prep's gd (the stored 16-bit O is rounded,
 // and gd's z·gd and r terms cancel against the S·gn terms: that rounding was the largest
 // error of bf16 dQ). q_log_scale, k_log_scale as cr_forward (FAVOR+), so O is the forward's.
+// Grid, block and limits as cr_forward.
 extern "C" __global__ void __launch_bounds__(CR_MAX_THREADS, 1)
-cr_forward_go(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
-              const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ g,
-              float* __restrict__ go, const float* __restrict__ q_log_scale,
-              const float* __restrict__ k_log_scale, int n, int c_dim, int m_dim, float decay,
-              float eps) {
+cr_backward_go(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
+               const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ g,
+               float* __restrict__ go, const float* __restrict__ q_log_scale,
+               const float* __restrict__ k_log_scale, int n, int c_dim, int m_dim, float decay,
+               float eps) {
     cr_scan<CR_ROLE_GO, false>(q, k, v, g, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                nullptr, go, q_log_scale, k_log_scale, n, c_dim, m_dim, decay,
                                eps);
 }
 
 // The forward of the stored-states backward: also writes S_i to states[bh][i][c][m] and z_i
-// to z_states[bh][i][c] (fp32; O(N·C·M) on purpose).
+// to z_states[bh][i][c] (fp32; O(N·C·M) on purpose). Grid, block and limits as cr_forward.
 extern "C" __global__ void __launch_bounds__(CR_MAX_THREADS, 1)
 cr_forward_stored(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
                   const la_storage_t* __restrict__ v, la_storage_t* __restrict__ out,
@@ -438,24 +436,28 @@ cr_forward_stored(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
                                    c_dim, m_dim, decay, eps);
 }
 
-extern "C" __global__ void __launch_bounds__(CR_MAIN_THREADS, 1)
-cr_backward_dq(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
-               const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ g,
-               const float* __restrict__ den, const float* __restrict__ gd,
-               cr_qk_t* __restrict__ dq, int n, int c_dim, int m_dim, float decay) {
-    cr_scan<CR_ROLE_DQ, false>(q, k, v, g, den, gd, nullptr, dq, nullptr, nullptr, nullptr,
-                               nullptr, nullptr, nullptr, n, c_dim, m_dim, decay, 0.0f);
-}
+// cr_backward_dq and cr_backward_dk take one parameter list (the host launches both alike);
+// `out` is ∂q̃ or ∂k̃ (⊙ φ').
+#define CR_BACKWARD_QK_ENTRY(name, ROLE)                                                         \
+    extern "C" __global__ void __launch_bounds__(CR_MAIN_THREADS, 1)                             \
+    name(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,                           \
+         const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ g,                 \
+         const float* __restrict__ den, const float* __restrict__ gd, cr_qk_t* __restrict__ out, \
+         int n, int c_dim, int m_dim, float decay) {                                             \
+        cr_scan<ROLE, false>(q, k, v, g, den, gd, nullptr, out, nullptr, nullptr, nullptr,       \
+                             nullptr, nullptr, nullptr, n, c_dim, m_dim, decay, 0.0f);           \
+    }
 
-extern "C" __global__ void __launch_bounds__(CR_MAIN_THREADS, 1)
-cr_backward_dk(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
-               const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ g,
-               const float* __restrict__ den, const float* __restrict__ gd,
-               cr_qk_t* __restrict__ dk, int n, int c_dim, int m_dim, float decay) {
-    cr_scan<CR_ROLE_DK, false>(q, k, v, g, den, gd, nullptr, dk, nullptr, nullptr, nullptr,
-                               nullptr, nullptr, nullptr, n, c_dim, m_dim, decay, 0.0f);
-}
+// ∂q̃_i = S_i gn_i + z_i gd_i, S_i and z_i recomputed by a forward scan (role "dq"), then ⊙
+// φ'(q). Grid (⌈C/32⌉, B·H), 256 threads. Limits: the file's.
+CR_BACKWARD_QK_ENTRY(cr_backward_dq, CR_ROLE_DQ)
 
+// ∂k̃_j = R_j v_j + r_j by a reverse scan (role "dk"), then ⊙ φ'(k). Grid (⌈C/32⌉, B·H),
+// 256 threads. Limits: the file's.
+CR_BACKWARD_QK_ENTRY(cr_backward_dk, CR_ROLE_DK)
+
+// ∂v_j = R_jᵀ k̃_j by a reverse scan (role "dv"). Grid (⌈M/32⌉, B·H), 256 threads. Limits:
+// the file's.
 extern "C" __global__ void __launch_bounds__(CR_MAIN_THREADS, 1)
 cr_backward_dv(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
                const la_storage_t* __restrict__ g, const float* __restrict__ den,
@@ -466,7 +468,7 @@ cr_backward_dv(const cr_qk_t* __restrict__ q, const cr_qk_t* __restrict__ k,
 
 // gd_i = −(G_i·O_i) / den_i. A warp owns a chunk of 32 tokens, lane l token l of it (warps
 // grid-stride over chunks), so den and gd move as whole coalesced rows. G·O is the sum of
-// `slices` partials go[token · slices + s] from cr_forward_go (fp32 O, 16-bit storage): the
+// `slices` partials go[token · slices + s] from cr_backward_go (fp32 O, 16-bit storage): the
 // chunk's 32·slices partials are contiguous, read lane-consecutive into shared memory and
 // summed there per token. With slices = 0 it is read from `out` (fp32 storage: O is exact
 // there), the warp walking its chunk one token at a time along the (contiguous) row.
@@ -528,11 +530,12 @@ cr_backward_prep(const la_storage_t* __restrict__ g, const la_storage_t* __restr
 // comes from the same states, in fp32: with y = S_i gn_i, G_i·O_i = Σ_c q̃_i[c] y_c, so
 // gd_i = −(q̃_i·y)/den_i needs neither the 16-bit stored O nor a pre-pass; the block writes
 // it to gd[token] for the ∂K scan (normalised maps; no cr_backward_prep on this path).
+// Block 256 threads. Limits: C, M ≤ 256 (shared rows), N ≤ 2^31 − 1 (grid.x), B·H ≤ 65535.
 extern "C" __global__ void __launch_bounds__(256)
-cr_dq_from_states(const cr_qk_t* __restrict__ q, const la_storage_t* __restrict__ g,
-                  const float* __restrict__ den, float* __restrict__ gd,
-                  const float* __restrict__ states, const float* __restrict__ z_states,
-                  cr_qk_t* __restrict__ dq, int n, int c_dim, int m_dim) {
+cr_backward_dq_from_states(const cr_qk_t* __restrict__ q, const la_storage_t* __restrict__ g,
+                           const float* __restrict__ den, float* __restrict__ gd,
+                           const float* __restrict__ states, const float* __restrict__ z_states,
+                           cr_qk_t* __restrict__ dq, int n, int c_dim, int m_dim) {
     __shared__ float gn_s[256];
     __shared__ float y_s[256];
     __shared__ float scratch[32];
@@ -551,7 +554,7 @@ cr_dq_from_states(const cr_qk_t* __restrict__ q, const la_storage_t* __restrict_
         acc = la_warp_sum(acc);
         if (lane == 0) {
             y_s[c] = acc;
-            if (LA_NORMALISED) q_dot_y = fmaf(la_phi(cr_widen(q[tok * c_dim + c])), acc, q_dot_y);
+            if (LA_NORMALISED) q_dot_y = fmaf(la_phi(la_widen(q[tok * c_dim + c])), acc, q_dot_y);
         }
     }
     float gd_tok = 0.0f;
@@ -564,7 +567,7 @@ cr_dq_from_states(const cr_qk_t* __restrict__ q, const la_storage_t* __restrict_
     for (int c = threadIdx.x; c < c_dim; c += blockDim.x) {
         float acc = y_s[c];
         if (LA_NORMALISED) acc = fmaf(z_states[tok * c_dim + c], gd_tok, acc);
-        acc *= la_phi_grad(cr_widen(q[tok * c_dim + c]));
+        acc *= la_phi_grad(la_widen(q[tok * c_dim + c]));
         dq[tok * c_dim + c] = cr_qk_from_float(acc);
     }
 }

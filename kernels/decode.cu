@@ -94,8 +94,10 @@ __device__ __forceinline__ void dec_features(const la_storage_t* __restrict__ x,
 #endif
 }
 
-// q, k: [B·H, n, D]; v, out: [B·H, n, M]; s: [B·H, C, M]; z: [B·H, C]; favor_w: [R, D] or
-// null.
+// The RNN step over the launch's n tokens (see the header): S ← λS + k̃vᵀ, z ← λz + k̃,
+// o_t = q̃ᵀS / (q̃ᵀz + ε), S and z updated in place. q, k: [B·H, n, D]; v, out: [B·H, n, M];
+// s: [B·H, C, M]; z: [B·H, C]; favor_w: [R, D] or null. Grid (B·H), block DEC_THREADS.
+// Limits: C, D, M ≤ DEC_MAX_DIM.
 extern "C" __global__ void __launch_bounds__(DEC_THREADS)
 dec_step(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
          const la_storage_t* __restrict__ v, float* __restrict__ s, float* __restrict__ z,

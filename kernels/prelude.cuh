@@ -92,6 +92,13 @@ __device__ __forceinline__ la_storage_t la_from_float(float x) {
 #endif
 }
 
+// Widening of either element type kernels read: fp32 (φ-stage features, workspaces) or the
+// storage type.
+__device__ __forceinline__ float la_widen(float x) { return x; }
+#if LA_STORAGE != LA_STORAGE_F32
+__device__ __forceinline__ float la_widen(unsigned short x) { return la_to_float(x); }
+#endif
+
 __device__ __forceinline__ float la_load(const la_storage_t* __restrict__ p, la_index_t i) {
     return la_to_float(p[i]);
 }
@@ -101,26 +108,25 @@ __device__ __forceinline__ void la_store(la_storage_t* __restrict__ p, la_index_
 }
 
 // ---- fused elementwise feature maps (SPEC §5) ---------------------------------------------
-// la_phi(x) = φ(x); la_phi_grad(x) = φ'(x), the derivative at the *pre-map* input x.
-__device__ __forceinline__ float la_phi(float x) {
-#if LA_MAP == LA_MAP_ELU_PLUS_ONE
-    return x > 0.0f ? x + 1.0f : expf(x);
-#elif LA_MAP == LA_MAP_RELU
-    return fmaxf(x, 0.0f);
-#else
+// la_phi_of_map(map, x) = φ(x), la_phi_grad_of_map(map, x) = φ'(x), the derivative at the
+// *pre-map* input x, for a map code (LA_MAP_*) known at run time (causal_chunked.cu takes it
+// as a kernel argument); la_phi, la_phi_grad are the same at the compile-time LA_MAP, where
+// the branches fold away. All fp32 (SPEC §9).
+__device__ __forceinline__ float la_phi_of_map(int map, float x) {
+    if (map == LA_MAP_ELU_PLUS_ONE) return x > 0.0f ? x + 1.0f : expf(x);
+    if (map == LA_MAP_RELU) return fmaxf(x, 0.0f);
     return x;
-#endif
 }
 
-__device__ __forceinline__ float la_phi_grad(float x) {
-#if LA_MAP == LA_MAP_ELU_PLUS_ONE
-    return x > 0.0f ? 1.0f : expf(x);
-#elif LA_MAP == LA_MAP_RELU
-    return x > 0.0f ? 1.0f : 0.0f;
-#else
+__device__ __forceinline__ float la_phi_grad_of_map(int map, float x) {
+    if (map == LA_MAP_ELU_PLUS_ONE) return x > 0.0f ? 1.0f : expf(x);
+    if (map == LA_MAP_RELU) return x > 0.0f ? 1.0f : 0.0f;
     return 1.0f;
-#endif
 }
+
+__device__ __forceinline__ float la_phi(float x) { return la_phi_of_map(LA_MAP, x); }
+
+__device__ __forceinline__ float la_phi_grad(float x) { return la_phi_grad_of_map(LA_MAP, x); }
 
 // Whether O is divided by φ(q)ᵀz + ε. Identity is un-normalised (SPEC §7); kernels that run
 // after a φ stage receive LA_NORMALISED from the runtime (efficient attention: 0).
@@ -133,47 +139,40 @@ __device__ __forceinline__ float la_phi_grad(float x) {
 #endif
 
 // ---- warp / block reductions --------------------------------------------------------------
-__device__ __forceinline__ float la_warp_sum(float x) {
+// MAX: the max, else the sum. Every lane of the warp gets the result.
+template <bool MAX>
+__device__ __forceinline__ float la_warp_reduce(float x) {
 #pragma unroll
-    for (int offset = LA_WARP / 2; offset > 0; offset >>= 1)
-        x += __shfl_xor_sync(LA_FULL_MASK, x, offset);
+    for (int offset = LA_WARP / 2; offset > 0; offset >>= 1) {
+        const float other = __shfl_xor_sync(LA_FULL_MASK, x, offset);
+        x = MAX ? fmaxf(x, other) : x + other;
+    }
     return x;
 }
 
-__device__ __forceinline__ float la_warp_max(float x) {
-#pragma unroll
-    for (int offset = LA_WARP / 2; offset > 0; offset >>= 1)
-        x = fmaxf(x, __shfl_xor_sync(LA_FULL_MASK, x, offset));
-    return x;
-}
+__device__ __forceinline__ float la_warp_sum(float x) { return la_warp_reduce<false>(x); }
 
-// Sum over the whole block; every thread gets the result. `scratch` holds ≥ 32 floats of
+__device__ __forceinline__ float la_warp_max(float x) { return la_warp_reduce<true>(x); }
+
+// The same over the whole block; every thread gets the result. `scratch` holds ≥ 32 floats of
 // shared memory; blockDim.x must be a multiple of 32. Ends with a barrier, so the scratch
 // may be reused right after.
-__device__ __forceinline__ float la_block_sum(float x, float* scratch) {
+template <bool MAX>
+__device__ __forceinline__ float la_block_reduce(float x, float* scratch) {
     const int lane = threadIdx.x % LA_WARP;
     const int warp = threadIdx.x / LA_WARP;
     const int warps = blockDim.x / LA_WARP;
-    x = la_warp_sum(x);
+    x = la_warp_reduce<MAX>(x);
     if (lane == 0) scratch[warp] = x;
     __syncthreads();
-    float total = lane < warps ? scratch[lane] : 0.0f;
-    total = la_warp_sum(total);
+    float total = lane < warps ? scratch[lane] : (MAX ? LA_NEG_INF : 0.0f);
+    total = la_warp_reduce<MAX>(total);
     __syncthreads();
     return total;
 }
 
-__device__ __forceinline__ float la_block_max(float x, float* scratch) {
-    const int lane = threadIdx.x % LA_WARP;
-    const int warp = threadIdx.x / LA_WARP;
-    const int warps = blockDim.x / LA_WARP;
-    x = la_warp_max(x);
-    if (lane == 0) scratch[warp] = x;
-    __syncthreads();
-    float best = lane < warps ? scratch[lane] : LA_NEG_INF;
-    best = la_warp_max(best);
-    __syncthreads();
-    return best;
-}
+__device__ __forceinline__ float la_block_sum(float x, float* scratch) { return la_block_reduce<false>(x, scratch); }
+
+__device__ __forceinline__ float la_block_max(float x, float* scratch) { return la_block_reduce<true>(x, scratch); }
 
 #endif  // LA_PRELUDE_CUH

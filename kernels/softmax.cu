@@ -4,19 +4,52 @@
 // Math (SPEC §1). Per (batch, head), in row-major buffers of the storage type (fp32
 // accumulate), the Rust side runs:
 //   forward   S = Q Kᵀ                 (unscaled: the scale s = 1/√D is applied here in fp32)
-//             P = softmax_row(s·S + mask)          <- la_softmax_forward_rows, in place
+//             P = softmax_row(s·S + mask)          <- sm_forward_rows, in place
 //             O = P V
 //   backward  dV = Pᵀ dO,  dP = dO Vᵀ
-//             dS = s · P ⊙ (dP − rowsum(P ⊙ dP))  <- la_softmax_backward_rows, in place on dP
+//             dS = s · P ⊙ (dP − rowsum(P ⊙ dP))  <- sm_backward_rows, in place on dP
 //             dQ = dS K,  dK = dSᵀ Q
 // The five products are strided-batched GEMMs planned by crates/linattn-softmax/src/
-// gemm_plan.rs (RowMajorGemm): on a GPU by cuBLAS (default) or by la_softmax_gemm below, on
-// the PTX simulator by la_softmax_gemm.
+// gemm_plan.rs (RowMajorGemm): on a GPU by cuBLAS (default) or by sm_gemm below, on
+// the PTX simulator by sm_gemm.
 // rowsum(P ⊙ dP) equals rowsum(dO ⊙ O); the kernel forms it from the row it already reads.
 // The causal mask keeps key j ≤ query i: masked entries are written as exact zeros, so the
 // following full N×N GEMMs (the naive baseline does not skip the upper triangle) add nothing.
 
-// ---- la_softmax_gemm ------------------------------------------------------------------------
+#define SM_GEMM_TILE 64
+#define SM_GEMM_K 16
+#define SM_GEMM_THREADS 256
+#define SM_GEMM_SUB (SM_GEMM_TILE / 16)
+
+// Stages tile[p][x] = X[p0 + p][x0 + x] for p < 16, x < 64 (0 where x0 + x ≥ extent or
+// p0 + p ≥ k) of an operand X = op(A) (x = i) or op(B) (x = j), in memory as [k][extent] with
+// leading dim ld (`x_contiguous`: A transposed, B as it is) or as [extent][k]. The fast thread
+// index runs along the contiguous dimension (coalesced loads); 4 elements per thread.
+__device__ __forceinline__ void sm_stage(float (*tile)[SM_GEMM_TILE + 1], const la_storage_t* __restrict__ src,
+                                         la_index_t ld, bool x_contiguous, int x0, int extent, int p0,
+                                         int k) {
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        int x, p;
+        if (x_contiguous) {
+            x = t % SM_GEMM_TILE;
+            p = t / SM_GEMM_TILE + 4 * r;
+        } else {
+            p = t % SM_GEMM_K;
+            x = t / SM_GEMM_K + 16 * r;
+        }
+        const int gx = x0 + x;
+        const int gp = p0 + p;
+        float v = 0.0f;
+        if (gx < extent && gp < k) {
+            v = x_contiguous ? la_load(src, (la_index_t)gp * ld + gx) : la_load(src, (la_index_t)gx * ld + gp);
+        }
+        tile[p][x] = v;
+    }
+}
+
+// ---- sm_gemm -------------------------------------------------------------------------------
 // Math. For every batch index z < batches, with A_z = a + z·stride_a (likewise B_z, C_z):
 //   C_z[m×n] = op(A_z)·op(B_z),   op(A) m×k, op(B) k×n, all buffers row-major and contiguous:
 //   A_z is m×k (lda = k), or k×m (lda = m) read transposed when a_transposed;
@@ -37,28 +70,21 @@
 // outside m×n are not stored, so any m, n, k ≥ 1 work.
 //
 // Limits. 1 ≤ m, n, k ≤ 2^31 − 1; ⌈m/64⌉·⌈n/64⌉ ≤ 2^31 − 1 blocks (grid.x); offsets are 64-bit
-// (batch strides, row·ld). blockDim.x must be exactly LA_GEMM_THREADS = 256 (the kernel
+// (batch strides, row·ld). blockDim.x must be exactly SM_GEMM_THREADS = 256 (the kernel
 // returns without touching memory otherwise). 8320 bytes of static shared memory.
-
-#define LA_GEMM_TILE 64
-#define LA_GEMM_K 16
-#define LA_GEMM_THREADS 256
-#define LA_GEMM_SUB (LA_GEMM_TILE / 16)
-
-extern "C" __global__ void __launch_bounds__(LA_GEMM_THREADS)
-la_softmax_gemm(const la_storage_t* __restrict__ a, const la_storage_t* __restrict__ b,
-                la_storage_t* __restrict__ c, int m, int n, int k, int a_transposed,
-                int b_transposed, la_index_t stride_a, la_index_t stride_b, la_index_t stride_c,
-                int batches) {
-    __shared__ float a_tile[LA_GEMM_K][LA_GEMM_TILE + 1];  // [p][i] of op(A)
-    __shared__ float b_tile[LA_GEMM_K][LA_GEMM_TILE + 1];  // [p][j] of op(B)
-    if (blockDim.x != LA_GEMM_THREADS) return;
+extern "C" __global__ void __launch_bounds__(SM_GEMM_THREADS)
+sm_gemm(const la_storage_t* __restrict__ a, const la_storage_t* __restrict__ b,
+        la_storage_t* __restrict__ c, int m, int n, int k, int a_transposed, int b_transposed,
+        la_index_t stride_a, la_index_t stride_b, la_index_t stride_c, int batches) {
+    __shared__ float a_tile[SM_GEMM_K][SM_GEMM_TILE + 1];  // [p][i] of op(A)
+    __shared__ float b_tile[SM_GEMM_K][SM_GEMM_TILE + 1];  // [p][j] of op(B)
+    if (blockDim.x != SM_GEMM_THREADS) return;
     const int t = threadIdx.x;
     const int tx = t % 16;
     const int ty = t / 16;
-    const int tiles_n = (n + LA_GEMM_TILE - 1) / LA_GEMM_TILE;
-    const int row0 = (int)(blockIdx.x / tiles_n) * LA_GEMM_TILE;
-    const int col0 = (int)(blockIdx.x % tiles_n) * LA_GEMM_TILE;
+    const int tiles_n = (n + SM_GEMM_TILE - 1) / SM_GEMM_TILE;
+    const int row0 = (int)(blockIdx.x / tiles_n) * SM_GEMM_TILE;
+    const int col0 = (int)(blockIdx.x % tiles_n) * SM_GEMM_TILE;
     const la_index_t lda = a_transposed ? m : k;
     const la_index_t ldb = b_transposed ? k : n;
 
@@ -67,77 +93,40 @@ la_softmax_gemm(const la_storage_t* __restrict__ a, const la_storage_t* __restri
         const la_storage_t* __restrict__ bz = b + (la_index_t)z * stride_b;
         la_storage_t* __restrict__ cz = c + (la_index_t)z * stride_c;
 
-        float acc[LA_GEMM_SUB][LA_GEMM_SUB];
+        float acc[SM_GEMM_SUB][SM_GEMM_SUB];
 #pragma unroll
-        for (int i = 0; i < LA_GEMM_SUB; ++i)
+        for (int i = 0; i < SM_GEMM_SUB; ++i)
 #pragma unroll
-            for (int j = 0; j < LA_GEMM_SUB; ++j) acc[i][j] = 0.0f;
+            for (int j = 0; j < SM_GEMM_SUB; ++j) acc[i][j] = 0.0f;
 
-        for (int p0 = 0; p0 < k; p0 += LA_GEMM_K) {
-            // Stage op(A)[row0.., p0..] and op(B)[p0.., col0..]; the fast thread index runs
-            // along the operand's contiguous dimension.
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                int i, p;
-                if (a_transposed) {  // A is k×m: contiguous along i
-                    i = t % LA_GEMM_TILE;
-                    p = t / LA_GEMM_TILE + 4 * r;
-                } else {  // A is m×k: contiguous along p
-                    p = t % LA_GEMM_K;
-                    i = t / LA_GEMM_K + 16 * r;
-                }
-                const int gi = row0 + i;
-                const int gp = p0 + p;
-                float x = 0.0f;
-                if (gi < m && gp < k) {
-                    x = a_transposed ? la_load(az, (la_index_t)gp * lda + gi)
-                                     : la_load(az, (la_index_t)gi * lda + gp);
-                }
-                a_tile[p][i] = x;
-            }
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                int j, p;
-                if (b_transposed) {  // B is n×k: contiguous along p
-                    p = t % LA_GEMM_K;
-                    j = t / LA_GEMM_K + 16 * r;
-                } else {  // B is k×n: contiguous along j
-                    j = t % LA_GEMM_TILE;
-                    p = t / LA_GEMM_TILE + 4 * r;
-                }
-                const int gj = col0 + j;
-                const int gp = p0 + p;
-                float x = 0.0f;
-                if (gj < n && gp < k) {
-                    x = b_transposed ? la_load(bz, (la_index_t)gj * ldb + gp)
-                                     : la_load(bz, (la_index_t)gp * ldb + gj);
-                }
-                b_tile[p][j] = x;
-            }
+        for (int p0 = 0; p0 < k; p0 += SM_GEMM_K) {
+            // Stage op(A)[row0.., p0..] and op(B)[p0.., col0..].
+            sm_stage(a_tile, az, lda, a_transposed, row0, m, p0, k);
+            sm_stage(b_tile, bz, ldb, !b_transposed, col0, n, p0, k);
             __syncthreads();
 #pragma unroll
-            for (int p = 0; p < LA_GEMM_K; ++p) {
-                float av[LA_GEMM_SUB];
-                float bv[LA_GEMM_SUB];
+            for (int p = 0; p < SM_GEMM_K; ++p) {
+                float av[SM_GEMM_SUB];
+                float bv[SM_GEMM_SUB];
 #pragma unroll
-                for (int i = 0; i < LA_GEMM_SUB; ++i) av[i] = a_tile[p][ty + 16 * i];
+                for (int i = 0; i < SM_GEMM_SUB; ++i) av[i] = a_tile[p][ty + 16 * i];
 #pragma unroll
-                for (int j = 0; j < LA_GEMM_SUB; ++j) bv[j] = b_tile[p][tx + 16 * j];
+                for (int j = 0; j < SM_GEMM_SUB; ++j) bv[j] = b_tile[p][tx + 16 * j];
 #pragma unroll
-                for (int i = 0; i < LA_GEMM_SUB; ++i)
+                for (int i = 0; i < SM_GEMM_SUB; ++i)
 #pragma unroll
-                    for (int j = 0; j < LA_GEMM_SUB; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                    for (int j = 0; j < SM_GEMM_SUB; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
             }
             // The next step (or batch) overwrites the tiles.
             __syncthreads();
         }
 
 #pragma unroll
-        for (int i = 0; i < LA_GEMM_SUB; ++i) {
+        for (int i = 0; i < SM_GEMM_SUB; ++i) {
             const int gi = row0 + ty + 16 * i;
             if (gi >= m) continue;
 #pragma unroll
-            for (int j = 0; j < LA_GEMM_SUB; ++j) {
+            for (int j = 0; j < SM_GEMM_SUB; ++j) {
                 const int gj = col0 + tx + 16 * j;
                 if (gj < n) la_store(cz, (la_index_t)gi * n + gj, acc[i][j]);
             }
@@ -160,19 +149,20 @@ la_softmax_gemm(const la_storage_t* __restrict__ a, const la_storage_t* __restri
 // least its diagonal visible, so its max is finite for finite scores; an fp16 score that
 // overflowed to ±inf makes the row NaN, which the harness reports as non-finite output.
 
-#define LA_SOFTMAX_MAX_WARPS 32
+#define SM_MAX_WARPS 32
 
 // Keys visible to query `query` of a sequence of `n` positions.
-__device__ __forceinline__ int la_softmax_visible(int query, int n, int causal) {
+__device__ __forceinline__ int sm_visible(int query, int n, int causal) {
     return causal ? query + 1 : n;
 }
 
-extern "C" __global__ void la_softmax_forward_rows(la_storage_t* __restrict__ scores,
-                                                   int n, int causal, float scale) {
-    __shared__ float scratch[LA_SOFTMAX_MAX_WARPS];
+// Forward, in place on one row of S: P = softmax(s·S + mask) (see the mapping and limits above).
+extern "C" __global__ void
+sm_forward_rows(la_storage_t* __restrict__ scores, int n, int causal, float scale) {
+    __shared__ float scratch[SM_MAX_WARPS];
     const la_index_t row = blockIdx.x;
     const int query = (int)(row % n);
-    const int visible = la_softmax_visible(query, n, causal);
+    const int visible = sm_visible(query, n, causal);
     la_storage_t* __restrict__ p = scores + row * (la_index_t)n;
 
     // Online max and sum of exp over this thread's columns.
@@ -201,13 +191,15 @@ extern "C" __global__ void la_softmax_forward_rows(la_storage_t* __restrict__ sc
     }
 }
 
-extern "C" __global__ void la_softmax_backward_rows(const la_storage_t* __restrict__ probs,
-                                                    la_storage_t* __restrict__ grad,
-                                                    int n, int causal, float scale) {
-    __shared__ float scratch[LA_SOFTMAX_MAX_WARPS];
+// Backward, in place on one row of dP: dS = s · P ⊙ (dP − rowsum(P ⊙ dP)) (mapping and limits
+// above).
+extern "C" __global__ void
+sm_backward_rows(const la_storage_t* __restrict__ probs, la_storage_t* __restrict__ grad, int n,
+                 int causal, float scale) {
+    __shared__ float scratch[SM_MAX_WARPS];
     const la_index_t row = blockIdx.x;
     const int query = (int)(row % n);
-    const int visible = la_softmax_visible(query, n, causal);
+    const int visible = sm_visible(query, n, causal);
     const la_index_t offset = row * (la_index_t)n;
     const la_storage_t* __restrict__ p = probs + offset;
     la_storage_t* __restrict__ g = grad + offset;

@@ -3,13 +3,13 @@
 //!
 //! The math, the three-pass schedule, the fragment layouts and the precision choices are
 //! documented at the top of `kernels/causal_chunked.cu`. In short:
-//! * pass 1 (`cc_state_fwd`): per chunk, ΔS = Σ λ^{L−1−j} k̃_j v_jᵀ and Δz (fp32, tensor cores);
+//! * pass 1 (`cc_forward_state`): per chunk, ΔS = Σ λ^{L−1−j} k̃_j v_jᵀ and Δz (fp32, tensor cores);
 //! * pass 2 (`cc_scan`): exclusive scan over chunks, in place: the state entering each chunk;
 //! * pass 3 (`cc_forward`): per chunk, O = (intra masked q̃k̃ᵀ v + inter q̃ S⁰) / den.
 //!
-//! The backward: passes 1–2 again (k̃ split hi + lo for accuracy), `cc_forward_go` (the
+//! The backward: passes 1–2 again (k̃ split hi + lo for accuracy), `cc_backward_go` (the
 //! forward once more on those states, writing only G·O from the fp32 O, for gd: normalised
-//! maps), `cc_state_bwd` + reverse scan (R⁰, r⁰), then `cc_dq`, `cc_dk`, `cc_dv`.
+//! maps), `cc_backward_state` + reverse scan (R⁰, r⁰), then `cc_backward_dq`, `cc_backward_dk`, `cc_backward_dv`.
 //!
 //! Every pass runs `N/64 · B·H · (M or D)/64` CTAs, so B·H = 16 fills an H100 at any N ≥ 1k;
 //! the cost is a workspace of one fp32 state per chunk, `N/64 · D·(M+1) · 4` bytes per head
@@ -62,13 +62,13 @@ pub const FUSED_MAPS: [FeatureMap; 3] = [
 crate::kernel_params! {
     /// The argument structs of causal_chunked.cu's entry points.
     pub mod params;
-    /// `cc_state_fwd`: pass 1, ΔS and Δz of each chunk.
-    pub struct StateFwd => "cc_state_fwd" {
+    /// `cc_forward_state`: pass 1, ΔS and Δz of each chunk.
+    pub struct ForwardState => "cc_forward_state" {
         k: Ptr, v: Ptr, states: Ptr, split: bool, n: i32, num_chunks: i32, log2_decay: f32,
         map: i32,
     }
-    /// `cc_state_bwd`: the reverse direction's ΔR, Δr of each chunk.
-    pub struct StateBwd => "cc_state_bwd" {
+    /// `cc_backward_state`: the reverse direction's ΔR, Δr of each chunk.
+    pub struct BackwardState => "cc_backward_state" {
         q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,
         log2_decay: f32, map: i32,
     }
@@ -81,23 +81,20 @@ crate::kernel_params! {
         q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, n: i32, num_chunks: i32,
         log2_decay: f32, eps: f32, map: i32,
     }
-    /// `cc_forward_go`: the forward once more, writing only G·O partials.
-    pub struct ForwardGo => "cc_forward_go" {
+    /// `cc_backward_go`: the forward once more, writing only G·O partials.
+    pub struct BackwardGo => "cc_backward_go" {
         q: Ptr, k: Ptr, v: Ptr, states: Ptr, grad: Ptr, go: Ptr, n: i32, num_chunks: i32,
         log2_decay: f32, eps: f32, map: i32,
     }
-    /// `cc_dq`: ∂Q per chunk.
-    pub struct Dq => "cc_dq" {
-        q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, dq: Ptr,
+    /// `cc_backward_dq`: ∂Q per chunk.
+    pub struct BackwardDq => "cc_backward_dq" {
+        q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, out: Ptr,
         n: i32, num_chunks: i32, log2_decay: f32, map: i32,
     }
-    /// `cc_dk`: ∂K per chunk.
-    pub struct Dk => "cc_dk" {
-        q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, dk: Ptr,
-        n: i32, num_chunks: i32, log2_decay: f32, map: i32,
-    }
-    /// `cc_dv`: ∂V per chunk.
-    pub struct Dv => "cc_dv" {
+    /// `cc_backward_dk`: ∂K per chunk.
+    pub struct BackwardDk => "cc_backward_dk" = BackwardDq;
+    /// `cc_backward_dv`: ∂V per chunk.
+    pub struct BackwardDv => "cc_backward_dv" {
         q: Ptr, k: Ptr, grad: Ptr, den: Ptr, states: Ptr, dv: Ptr, n: i32, num_chunks: i32,
         log2_decay: f32, map: i32,
     }
@@ -189,9 +186,9 @@ pub struct LaunchPlan {
     pub state_stride: usize,
     /// fp32 elements of one state buffer (all heads, all chunks).
     pub state_len: usize,
-    /// (NC, B·H, M/64): cc_state_fwd, cc_forward, cc_dv.
+    /// (NC, B·H, M/64): cc_forward_state, cc_forward, cc_backward_dv.
     pub grid_value_tiles: (u32, u32, u32),
-    /// (NC, B·H, D/64): cc_state_bwd, cc_dq, cc_dk.
+    /// (NC, B·H, D/64): cc_backward_state, cc_backward_dq, cc_backward_dk.
     pub grid_key_tiles: (u32, u32, u32),
     /// (⌈stride/256⌉, B·H): cc_scan.
     pub grid_scan: (u32, u32, u32),
@@ -252,7 +249,7 @@ impl LaunchPlan {
                 2 * CHUNK * ld_d * half + TILE * ld_t * half + TILE * ld_d * 4 + d * 4,
                 "shared bytes",
             )?,
-            // cc_dk: G, v tiles; q̃ slice; R⁰ slice fp32; r⁰ slice. cc_dq adds k̃'s lo residue.
+            // cc_backward_dk: G, v tiles; q̃ slice; R⁰ slice fp32; r⁰ slice. cc_backward_dq adds k̃'s lo residue.
             smem_dk: u(
                 2 * CHUNK * ld_m * half + TILE * ld_t * half + TILE * ld_m * 4 + TILE * 4,
                 "shared bytes",
@@ -329,14 +326,14 @@ impl Kernels {
             Ok(k)
         };
         Ok(Kernels {
-            state_fwd: kernel(params::StateFwd::SPEC, plan.smem_state_fwd)?,
-            state_bwd: kernel(params::StateBwd::SPEC, plan.smem_state_bwd)?,
+            state_fwd: kernel(params::ForwardState::SPEC, plan.smem_state_fwd)?,
+            state_bwd: kernel(params::BackwardState::SPEC, plan.smem_state_bwd)?,
             scan: kernel(params::Scan::SPEC, 0)?,
             forward: kernel(params::Forward::SPEC, plan.smem_forward)?,
-            forward_go: kernel(params::ForwardGo::SPEC, plan.smem_forward)?,
-            dq: kernel(params::Dq::SPEC, plan.smem_dq)?,
-            dk: kernel(params::Dk::SPEC, plan.smem_dk)?,
-            dv: kernel(params::Dv::SPEC, plan.smem_dv)?,
+            forward_go: kernel(params::BackwardGo::SPEC, plan.smem_forward)?,
+            dq: kernel(params::BackwardDq::SPEC, plan.smem_dq)?,
+            dk: kernel(params::BackwardDk::SPEC, plan.smem_dk)?,
+            dv: kernel(params::BackwardDv::SPEC, plan.smem_dv)?,
         })
     }
 }
@@ -395,7 +392,7 @@ impl Plan {
     }
 
     /// Pass 1 + pass 2 of the forward direction: S⁰, z⁰ of every chunk into `states`.
-    /// `split`: k̃ as hi + lo 16-bit operands (the backward's S⁰, z⁰; see `cc_state_fwd`).
+    /// `split`: k̃ as hi + lo 16-bit operands (the backward's S⁰, z⁰; see `cc_forward_state`).
     fn forward_states<T>(
         &self,
         exec: &Arc<dyn Executor>,
@@ -405,7 +402,7 @@ impl Plan {
     ) -> Result<(), AttnError> {
         let (p, a) = (&self.plan, self.args);
         // k, v hold B·H·N·(D|M) elements and states B·H·NC·stride.
-        let params = params::StateFwd {
+        let params = params::ForwardState {
             k: ptr(&inputs.k),
             v: ptr(&inputs.v),
             states: ptr(states),
@@ -567,7 +564,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
             plan.forward_states(exec, inputs, &states_fwd, true)?;
             if normalised {
                 // q, k: B·H·N·D; v, d_out: B·H·N·M; go_parts: B·H·N·M/64.
-                let params = params::ForwardGo {
+                let params = params::BackwardGo {
                     q,
                     k,
                     v,
@@ -583,7 +580,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 let value_tiles = (p.grid_value_tiles, p.smem_forward);
                 plan.launch(exec, &ks.forward_go, value_tiles, &params)?;
             }
-            let params = params::StateBwd {
+            let params = params::BackwardState {
                 q,
                 grad,
                 go_parts: go_parts_ptr,
@@ -597,7 +594,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
             plan.launch(exec, &ks.state_bwd, key_tiles(p.smem_state_bwd), &params)?;
             plan.scan(exec, &states_rev, true)?;
             // dq, dk hold B·H·N·D elements.
-            let params = params::Dq {
+            let params = params::BackwardDq {
                 q,
                 k,
                 v,
@@ -605,29 +602,21 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 go_parts: go_parts_ptr,
                 den: den_ptr,
                 states: ptr(&states_fwd),
-                dq: ptr(&dq),
+                out: ptr(&dq),
                 n,
                 num_chunks,
                 log2_decay,
                 map,
             };
             plan.launch(exec, &ks.dq, key_tiles(p.smem_dq), &params)?;
-            let params = params::Dk {
-                q,
-                k,
-                v,
-                grad,
-                go_parts: go_parts_ptr,
-                den: den_ptr,
+            // dK: the same parameter list on the reverse states.
+            let params = params::BackwardDk(params::BackwardDq {
                 states: ptr(&states_rev),
-                dk: ptr(&dk),
-                n,
-                num_chunks,
-                log2_decay,
-                map,
-            };
+                out: ptr(&dk),
+                ..params
+            });
             plan.launch(exec, &ks.dk, key_tiles(p.smem_dk), &params)?;
-            let params = params::Dv {
+            let params = params::BackwardDv {
                 q,
                 k,
                 grad,

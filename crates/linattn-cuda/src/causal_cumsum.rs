@@ -11,7 +11,7 @@
 //! The backward is the recurrent form's memory-efficient backward
 //! ([`crate::causal_recurrent`], `BackwardKind::Efficient`), fed the denominators this
 //! forward saves: reading N·C·M states back would cost more traffic than recomputing them.
-//! For f16 it also runs the recurrent forward scan once more (`cr_forward_go`): gd takes
+//! For f16 it also runs the recurrent forward scan once more (`cr_backward_go`): gd takes
 //! G·O from the fp32 O, not from the f16 O this forward stored.
 //!
 //! Kernels: `kernels/causal_cumsum.cu` (its header gives the math, the mapping and the limits).

@@ -34,34 +34,34 @@ pub const SOURCE: &str = include_str!("../../../kernels/feature_map.cu");
 crate::kernel_params! {
     /// The argument structs of feature_map.cu's entry points.
     pub mod params;
-    /// `la_phi_softmax_rows`: φ = softmax over each row's D features.
-    pub struct PhiSoftmaxRows => "la_phi_softmax_rows" { x: Ptr, phi: Ptr, rows: i64, d: i32 }
-    /// `la_vjp_softmax_rows`: its vector-Jacobian product.
-    pub struct VjpSoftmaxRows => "la_vjp_softmax_rows" {
+    /// `fm_softmax_rows`: φ = softmax over each row's D features.
+    pub struct SoftmaxRows => "fm_softmax_rows" { x: Ptr, phi: Ptr, rows: i64, d: i32 }
+    /// `fm_backward_softmax_rows`: its vector-Jacobian product.
+    pub struct BackwardSoftmaxRows => "fm_backward_softmax_rows" {
         phi: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32,
     }
-    /// `la_phi_softmax_cols`: φ = softmax of each feature over the N rows of a head.
-    pub struct PhiSoftmaxCols => "la_phi_softmax_cols" { x: Ptr, phi: Ptr, n: i32, d: i32 }
-    /// `la_vjp_softmax_cols`: its vector-Jacobian product.
-    pub struct VjpSoftmaxCols => "la_vjp_softmax_cols" {
+    /// `fm_softmax_cols`: φ = softmax of each feature over the N rows of a head.
+    pub struct SoftmaxCols => "fm_softmax_cols" { x: Ptr, phi: Ptr, n: i32, d: i32 }
+    /// `fm_backward_softmax_cols`: its vector-Jacobian product.
+    pub struct BackwardSoftmaxCols => "fm_backward_softmax_cols" {
         phi: Ptr, g: Ptr, dx: Ptr, n: i32, d: i32,
     }
-    /// `la_phi_cos_rows`: φ = [1 + cos x, 1 + sin x].
-    pub struct PhiCosRows => "la_phi_cos_rows" { x: Ptr, phi: Ptr, rows: i64, d: i32 }
-    /// `la_vjp_cos_rows`: its vector-Jacobian product.
-    pub struct VjpCosRows => "la_vjp_cos_rows" { x: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32 }
-    /// `la_favor_exponents`: FAVOR+'s exponents w_r·x·scale − ‖x‖²/2 and each row's max.
-    pub struct FavorExponents => "la_favor_exponents" {
+    /// `fm_cos_rows`: φ = [1 + cos x, 1 + sin x].
+    pub struct CosRows => "fm_cos_rows" { x: Ptr, phi: Ptr, rows: i64, d: i32 }
+    /// `fm_backward_cos_rows`: its vector-Jacobian product.
+    pub struct BackwardCosRows => "fm_backward_cos_rows" { x: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32 }
+    /// `fm_favor_exponents`: FAVOR+'s exponents w_r·x·scale − ‖x‖²/2 and each row's max.
+    pub struct FavorExponents => "fm_favor_exponents" {
         x: Ptr, w: Ptr, phi: Ptr, row_max: Ptr, rows: i64, d: i32, r: i32, scale: f32,
     }
-    /// `la_favor_head_max`: the max of a head's row maxima (the keys' shift).
-    pub struct FavorHeadMax => "la_favor_head_max" { row_max: Ptr, head_max: Ptr, n: i32 }
-    /// `la_favor_exp`: φ = exp(exponent − shift)/√R and the ε log-scales.
-    pub struct FavorExp => "la_favor_exp" {
+    /// `fm_favor_head_max`: the max of a head's row maxima (the keys' shift).
+    pub struct FavorHeadMax => "fm_favor_head_max" { row_max: Ptr, head_max: Ptr, n: i32 }
+    /// `fm_favor_exp`: φ = exp(exponent − shift)/√R and the ε log-scales.
+    pub struct FavorExp => "fm_favor_exp" {
         phi: Ptr, shift: Ptr, log_scale: Ptr, rows: i64, n: i32, r: i32, per_row: bool,
     }
-    /// `la_vjp_favor`: FAVOR+'s vector-Jacobian product.
-    pub struct VjpFavor => "la_vjp_favor" {
+    /// `fm_backward_favor`: FAVOR+'s vector-Jacobian product.
+    pub struct BackwardFavor => "fm_backward_favor" {
         x: Ptr, w: Ptr, phi: Ptr, g: Ptr, dx: Ptr, rows: i64, d: i32, r: i32, scale: f32,
     }
 }
@@ -206,21 +206,21 @@ impl FeatureStage {
             FeatureMap::Softmax => {
                 for (x, phi) in [(ptr(q), ptr(&out.q)), (ptr(k), ptr(&out.k))] {
                     let (rows, d) = (rows as i64, self.d()?);
-                    self.by_rows(rows, &params::PhiSoftmaxRows { x, phi, rows, d })?;
+                    self.by_rows(rows, &params::SoftmaxRows { x, phi, rows, d })?;
                 }
             }
             FeatureMap::EfficientAttention => {
                 let (x, phi, d) = (ptr(q), ptr(&out.q), self.d()?);
                 let rows = rows as i64;
-                self.by_rows(rows, &params::PhiSoftmaxRows { x, phi, rows, d })?;
+                self.by_rows(rows, &params::SoftmaxRows { x, phi, rows, d })?;
                 let (x, phi) = (ptr(k), ptr(&out.k));
                 let n = as_i32("sequence length N", n)?;
-                self.by_columns(heads, &params::PhiSoftmaxCols { x, phi, n, d })?;
+                self.by_columns(heads, &params::SoftmaxCols { x, phi, n, d })?;
             }
             FeatureMap::OnePlusCos => {
                 for (x, phi) in [(ptr(q), ptr(&out.q)), (ptr(k), ptr(&out.k))] {
                     let (rows, d) = (rows as i64, self.d()?);
-                    self.by_rows(rows, &params::PhiCosRows { x, phi, rows, d })?;
+                    self.by_rows(rows, &params::CosRows { x, phi, rows, d })?;
                 }
             }
             FeatureMap::Favor { .. } => {
@@ -262,7 +262,7 @@ impl FeatureStage {
                 let softmax_rows = |phi, g, dx| {
                     self.by_rows(
                         rows,
-                        &params::VjpSoftmaxRows {
+                        &params::BackwardSoftmaxRows {
                             phi,
                             g,
                             dx,
@@ -278,12 +278,12 @@ impl FeatureStage {
                 } else {
                     // Efficient attention softmaxes keys over the sequence instead.
                     let n = as_i32("sequence length N", n)?;
-                    self.by_columns(heads, &params::VjpSoftmaxCols { phi, g, dx, n, d })?;
+                    self.by_columns(heads, &params::BackwardSoftmaxCols { phi, g, dx, n, d })?;
                 }
             }
             FeatureMap::OnePlusCos => {
                 for (x, g, dx) in [(ptr(q), ptr(g_q), ptr(dq)), (ptr(k), ptr(g_k), ptr(dk))] {
-                    self.by_rows(rows, &params::VjpCosRows { x, g, dx, rows, d })?;
+                    self.by_rows(rows, &params::BackwardCosRows { x, g, dx, rows, d })?;
                 }
             }
             FeatureMap::Favor { .. } => {
@@ -296,7 +296,7 @@ impl FeatureStage {
                     (ptr(q), ptr(&features.q), ptr(g_q), ptr(dq)),
                     (ptr(k), ptr(&features.k), ptr(g_k), ptr(dk)),
                 ] {
-                    let vjp = params::VjpFavor {
+                    let vjp = params::BackwardFavor {
                         x,
                         w,
                         phi,

@@ -37,22 +37,22 @@ pub const SOURCE: &str = include_str!("../../../kernels/noncausal.cu");
 crate::kernel_params! {
     /// The argument structs of noncausal.cu's entry points.
     pub mod params;
-    /// `la_nc_accumulate`: Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j over a split of N.
-    pub struct Accumulate => "la_nc_accumulate" {
+    /// `nc_accumulate`: Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j over a split of N.
+    pub struct Accumulate => "nc_accumulate" {
         a: Ptr, a_kind: i32, b: Ptr, b_row_scale: Ptr, v_row_scale: Ptr, partial: Ptr,
         n: i32, c: i32, m: i32, rows_per_split: i32, log2_decay: f32,
     }
-    /// `la_nc_reduce`: the splits' partial states summed.
-    pub struct Reduce => "la_nc_reduce" {
+    /// `nc_reduce`: the splits' partial states summed.
+    pub struct Reduce => "nc_reduce" {
         partial: Ptr, state: Ptr, splits: i32, state_len: i64, heads: i64,
     }
-    /// `la_nc_row_terms`: 1/den and gd per row.
-    pub struct RowTerms => "la_nc_row_terms" {
+    /// `nc_backward_row_terms`: 1/den and gd per row.
+    pub struct BackwardRowTerms => "nc_backward_row_terms" {
         q: Ptr, q_kind: i32, state: Ptr, g: Ptr, o: Ptr, o_f32: bool, q_log_scale: Ptr,
         k_log_scale: Ptr, eps: f32, inv_den: Ptr, gd: Ptr, rows: i64, n: i32, c: i32, m: i32,
     }
-    /// `la_nc_rowgemm`: O, ∂Q̃, ∂K̃ or ∂V as row products with a state.
-    pub struct Rowgemm => "la_nc_rowgemm" {
+    /// `nc_rowgemm`: O, ∂Q̃, ∂K̃ or ∂V as row products with a state.
+    pub struct Rowgemm => "nc_rowgemm" {
         mode: i32, x: Ptr, x_kind: i32, state: Ptr, c: i32, m: i32, out: Ptr, out_f32: bool,
         pre: Ptr, inv_den: Ptr, gd: Ptr, q_log_scale: Ptr, k_log_scale: Ptr, eps: f32,
         normalised: bool, n: i32, log2_decay: f32,
@@ -63,7 +63,7 @@ pub use params::SPECS as KERNEL_PARAMS;
 
 use params::ENTRIES as ENTRY_POINTS;
 
-/// Output tile edge and threads per block of `la_nc_accumulate` / `la_nc_rowgemm`.
+/// Output tile edge and threads per block of `nc_accumulate` / `nc_rowgemm`.
 const TILE: usize = 64;
 const THREADS: u32 = 256;
 /// Operand kinds and product modes of noncausal.cu.
@@ -360,7 +360,7 @@ fn backward<T: StorageElem>(
             exec.as_ref(),
             variant,
             &Launch::new((blocks_for(rows, 8)?, 1, 1), 256),
-            &params::RowTerms {
+            &params::BackwardRowTerms {
                 q: q_op.ptr,
                 q_kind: q_op.kind,
                 state: ptr(&saved.state),
@@ -463,7 +463,7 @@ fn backward<T: StorageElem>(
     Ok(DeviceGrads { dq, dk, dv })
 }
 
-/// One reduction Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j over N (see `la_nc_accumulate`).
+/// One reduction Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j over N (see `nc_accumulate`).
 struct Reduction {
     /// `[BH, N, C]`.
     a: Operand,
@@ -550,7 +550,7 @@ fn reduce_outer_products(
     Ok(state)
 }
 
-/// One `la_nc_rowgemm` product (pointers may be null where the mode does not read them).
+/// One `nc_rowgemm` product (pointers may be null where the mode does not read them).
 struct RowGemm {
     mode: i32,
     x: Operand,

@@ -124,7 +124,9 @@ pub trait KernelParams {
 /// Declares the module of a kernel file's argument structs: one struct per entry point, its
 /// field names the parameter names of the `.cu` source in signature order (checked by
 /// `tests/kernel_params.rs`), and the module's `SPECS` (every struct's [`ParamSpec`]) and
-/// `ENTRIES` (the entry names, for the file's variants), both in declaration order.
+/// `ENTRIES` (the entry names, for the file's variants), both in declaration order. An entry
+/// declared with another's parameter list (one `.cu` macro declaring both) is
+/// `struct B => "b" = A;`: a newtype of A's struct, so a launch reads `B(A { .. })`.
 ///
 /// ```ignore
 /// kernel_params! {
@@ -132,6 +134,8 @@ pub trait KernelParams {
 ///     pub mod params;
 ///     /// `cc_scan`: exclusive scan over chunk states.
 ///     pub struct Scan => "cc_scan" { states: Ptr, num_chunks: i32, chunk_decay: f32, reverse: bool }
+///     pub struct BackwardDq => "cc_backward_dq" { /* ... */ }
+///     pub struct BackwardDk => "cc_backward_dk" = BackwardDq;
 /// }
 /// ```
 #[macro_export]
@@ -139,39 +143,66 @@ macro_rules! kernel_params {
     (
         $(#[$module_meta:meta])*
         $module_vis:vis mod $module:ident;
-        $(
-            $(#[$meta:meta])*
-            $vis:vis struct $name:ident => $entry:literal { $($field:ident : $ty:ty),* $(,)? }
-        )*
+        $($items:tt)*
     ) => {
         $(#[$module_meta])*
         $module_vis mod $module {
             #[allow(unused_imports)]
             use $crate::params::Ptr;
 
-            $(
-                $(#[$meta])*
-                #[derive(Debug, Clone, Copy)]
-                $vis struct $name { $(pub $field: $ty),* }
-
-                impl $crate::params::KernelParams for $name {
-                    const SPEC: $crate::params::ParamSpec = $crate::params::ParamSpec {
-                        entry: $entry,
-                        names: &[$(stringify!($field)),*],
-                        kinds: &[$(<$ty as $crate::params::Param>::KIND),*],
-                    };
-                    fn args(&self) -> Vec<$crate::executor::KernelArg> {
-                        vec![$($crate::params::Param::arg(self.$field)),*]
-                    }
-                }
-            )*
-
-            /// Every entry point's signature, in declaration order.
-            pub const SPECS: [$crate::params::ParamSpec; [$($entry),*].len()] =
-                [$(<$name as $crate::params::KernelParams>::SPEC),*];
-            /// Every entry point's name, in declaration order.
-            pub const ENTRIES: [&str; [$($entry),*].len()] = [$($entry),*];
+            $crate::kernel_params!(@items [] $($items)*);
         }
+    };
+    // Every item declared: the module's lists.
+    (@items [$(($name:ident, $entry:literal))*]) => {
+        /// Every entry point's signature, in declaration order.
+        pub const SPECS: [$crate::params::ParamSpec; [$($entry),*].len()] =
+            [$(<$name as $crate::params::KernelParams>::SPEC),*];
+        /// Every entry point's name, in declaration order.
+        pub const ENTRIES: [&str; [$($entry),*].len()] = [$($entry),*];
+    };
+    (@items [$($done:tt)*]
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident => $entry:literal { $($field:ident : $ty:ty),* $(,)? }
+        $($rest:tt)*
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy)]
+        $vis struct $name { $(pub $field: $ty),* }
+
+        impl $crate::params::KernelParams for $name {
+            const SPEC: $crate::params::ParamSpec = $crate::params::ParamSpec {
+                entry: $entry,
+                names: &[$(stringify!($field)),*],
+                kinds: &[$(<$ty as $crate::params::Param>::KIND),*],
+            };
+            fn args(&self) -> Vec<$crate::executor::KernelArg> {
+                vec![$($crate::params::Param::arg(self.$field)),*]
+            }
+        }
+
+        $crate::kernel_params!(@items [$($done)* ($name, $entry)] $($rest)*);
+    };
+    (@items [$($done:tt)*]
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident => $entry:literal = $base:ident;
+        $($rest:tt)*
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy)]
+        $vis struct $name(pub $base);
+
+        impl $crate::params::KernelParams for $name {
+            const SPEC: $crate::params::ParamSpec = $crate::params::ParamSpec {
+                entry: $entry,
+                ..<$base as $crate::params::KernelParams>::SPEC
+            };
+            fn args(&self) -> Vec<$crate::executor::KernelArg> {
+                $crate::params::KernelParams::args(&self.0)
+            }
+        }
+
+        $crate::kernel_params!(@items [$($done)* ($name, $entry)] $($rest)*);
     };
 }
 

@@ -12,6 +12,7 @@ use linattn_ptxsim::ir::Ty;
 
 use crate::params::{ParamKind, ParamSpec};
 use crate::registry::FormEntry;
+use crate::runtime::{compile, Arch};
 
 /// One `extern "C" __global__` declaration: entry name and (parameter name, kind) pairs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,11 +39,11 @@ fn c_kind(declaration: &str) -> Option<ParamKind> {
     }
 }
 
-/// Every `extern "C" __global__` declaration of a kernel source, in file order.
-pub fn source_signatures(source: &str) -> Result<Vec<SourceSignature>, String> {
+/// The `extern "C" __global__` declarations written out in `text`, in order.
+fn declarations(text: &str) -> Result<Vec<SourceSignature>, String> {
     const MARKER: &str = "extern \"C\" __global__ void";
     let mut found = Vec::new();
-    let mut rest = source;
+    let mut rest = text;
     while let Some(at) = rest.find(MARKER) {
         rest = &rest[at + MARKER.len()..];
         let mut head = rest.trim_start();
@@ -71,6 +72,72 @@ pub fn source_signatures(source: &str) -> Result<Vec<SourceSignature>, String> {
             params.push((name, kind));
         }
         found.push(SourceSignature { entry, params });
+    }
+    Ok(found)
+}
+
+/// `source` split into its `#define`s (continuation lines joined) and everything else.
+fn split_defines(source: &str) -> (Vec<String>, String) {
+    let (mut defines, mut rest) = (Vec::new(), String::new());
+    let mut open: Option<String> = None;
+    for line in source.lines() {
+        let continued = line.trim_end().ends_with('\\');
+        let text = line.trim_end().trim_end_matches('\\');
+        match open.as_mut() {
+            Some(define) => define.push_str(text),
+            None if line.trim_start().starts_with("#define") => open = Some(text.to_string()),
+            None => {
+                rest.push_str(line);
+                rest.push('\n');
+                continue;
+            }
+        }
+        if !continued {
+            defines.extend(open.take());
+        }
+    }
+    defines.extend(open);
+    (defines, rest)
+}
+
+/// Every entry point of a kernel source: the declarations written out, and those a macro
+/// declares (`#define X_ENTRY(name, ...) extern "C" __global__ void name(params) { ... }`,
+/// then `X_ENTRY(x_entry, ...)`: the entry takes the macro's parameter list).
+pub fn source_signatures(source: &str) -> Result<Vec<SourceSignature>, String> {
+    let (defines, rest) = split_defines(source);
+    let mut found = declarations(&rest)?;
+    for define in defines {
+        let Some(head) = define.trim_start().strip_prefix("#define") else {
+            continue;
+        };
+        let head = head.trim_start();
+        let (Some(open), Some(close)) = (head.find('('), head.find(')')) else {
+            continue;
+        };
+        let macro_name = head[..open].trim();
+        let first_arg = head[open + 1..close].split(',').next().unwrap_or("").trim();
+        let declared = declarations(&head[close + 1..])?;
+        let [template] = declared.as_slice() else {
+            continue;
+        };
+        if template.entry != first_arg {
+            continue;
+        }
+        for line in rest.lines() {
+            let Some(call) = line.trim_start().strip_prefix(macro_name) else {
+                continue;
+            };
+            let Some(args) = call.trim_start().strip_prefix('(') else {
+                continue;
+            };
+            let entry = args.split([',', ')']).next().unwrap_or("").trim();
+            if !entry.is_empty() {
+                found.push(SourceSignature {
+                    entry: entry.to_string(),
+                    params: template.params.clone(),
+                });
+            }
+        }
     }
     Ok(found)
 }
@@ -164,6 +231,29 @@ pub fn check_against_ptx(
     }
 }
 
+/// Every variant of `form`, compiled for sm_80 and sm_90 (NVRTC), against its argument
+/// structs.
+pub fn check_form_ptx(form: &FormEntry) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for variant in (form.variants)() {
+        for arch in [Arch::SM80, Arch::SM90] {
+            let compiled = compile(&variant, arch).map_err(|e| e.to_string())?;
+            let label = format!("{} for {arch}", compiled.label);
+            let entries = &variant.entry_points;
+            if let Err(problem) =
+                check_against_ptx(form.kernel_params, entries, &compiled.ptx, &label)
+            {
+                problems.push(problem);
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +274,31 @@ extern "C" __global__ void xx_flag(const la_storage_t* q, unsigned count) {}
             decoders: |_| Vec::new(),
             variants: Vec::new,
             kernel_params: Box::leak(specs.to_vec().into_boxed_slice()),
+        }
+    }
+
+    #[test]
+    fn macro_declared_entries_take_the_macro_parameters() {
+        const MACROS: &str = "#define XX_QK_ENTRY(name, ROLE)                 \\\n\
+            extern \"C\" __global__ void __launch_bounds__(256, 1)             \\\n\
+            name(const float* __restrict__ q, float* __restrict__ out, int n) { \\\n\
+                xx_body<ROLE>(q, out, n);                                     \\\n\
+            }\n\
+            \n\
+            XX_QK_ENTRY(xx_dq, XX_DQ)\n\
+            XX_QK_ENTRY(xx_dk, XX_DK)\n";
+        let found = source_signatures(MACROS).unwrap();
+        let entries: Vec<&str> = found.iter().map(|s| s.entry.as_str()).collect();
+        assert_eq!(entries, ["xx_dq", "xx_dk"]);
+        for signature in &found {
+            assert_eq!(
+                signature.params,
+                vec![
+                    ("q".into(), ParamKind::Ptr),
+                    ("out".into(), ParamKind::Ptr),
+                    ("n".into(), ParamKind::I32)
+                ]
+            );
         }
     }
 

@@ -183,7 +183,7 @@ fn timing_runs(exec: &Arc<dyn Executor>) -> Result<(), String> {
     Ok(())
 }
 
-/// la_nc_reduce sums `splits` partials of `state_len` floats per head: asking for more heads
+/// nc_reduce sums `splits` partials of `state_len` floats per head: asking for more heads
 /// than the buffers hold reads past the end of `partial`.
 fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let variant = noncausal::variant(Precision::F32, 1).map_err(|e| e.to_string())?;

@@ -3,11 +3,11 @@
 //! executor (the simulator here; a GPU too where one exists).
 //!
 //! (a) fp16 chunked backward at long N: λⁱ/denᵢ was folded into the 16-bit q̃ operand of
-//!     `cc_state_bwd`; den grows ~N, so the operand fell into fp16 subnormals and dK, dV lost
+//!     `cc_backward_state`; den grows ~N, so the operand fell into fp16 subnormals and dK, dV lost
 //!     precision as N grew (dK 3.9e-3 against 2e-3 at N = 16384).
 //! (b) den ≈ ε (relu, leading all-negative key rows): 1/den overflowed the 16-bit A operand
-//!     of `cc_dq` / `cc_dk` (fp16: NaN dQ and dK) although the exact gradient is finite; and
-//!     where den = ε with q̃ ≠ 0 past the first chunk, λ^i/den_i overflowed `cc_state_bwd`'s
+//!     of `cc_backward_dq` / `cc_backward_dk` (fp16: NaN dQ and dK) although the exact gradient is finite; and
+//!     where den = ε with q̃ ≠ 0 past the first chunk, λ^i/den_i overflowed `cc_backward_state`'s
 //!     operand (NaN dQ, dK, dV).
 //! (c) the causal backward took gd = −(G·O)/den from the 16-bit stored O; gd from an fp32 O
 //!     (and, in the chunked form, k̃ split hi + lo in the backward's S⁰) brings bf16 dQ to the
@@ -85,7 +85,7 @@ fn make_negative(t: &mut Tensor, tokens: std::ops::Range<usize>, cols: std::ops:
 /// * N = 130, the first 8 key rows of every head all negative: k̃ = 0 there, so den_i = ε
 ///   for i < 8 and dK̃ ~ 1/ε on those rows (dK = dK̃ ⊙ relu'(k) = 0);
 /// * N = 200, keys 0..100 negative in dims 32..64 and queries 70..90 negative in dims 0..32:
-///   den = ε in the second chunk with q̃ ≠ 0, so λ^i/den_i = 1/ε reaches `cc_state_bwd`'s
+///   den = ε in the second chunk with q̃ ≠ 0, so λ^i/den_i = 1/ε reaches `cc_backward_state`'s
 ///   operand (before the fix: NaN in dQ, dK and dV).
 fn den_at_eps(platform: Platform) -> Result<(), String> {
     let leading = Shape::new(1, 2, 130, 64, 64);

@@ -10,7 +10,7 @@
 //! same plans (`gemm_plan.rs`):
 //! * [`GemmEngine::Cublas`] — cuBLAS `GemmStridedBatchedEx`, on `cuda` only and its default
 //!   there (see `cublas.rs` for how it shares the executor's stream);
-//! * [`GemmEngine::Kernel`] — `la_softmax_gemm` of `kernels/softmax.cu`, a shared-memory tiled
+//! * [`GemmEngine::Kernel`] — `sm_gemm` of `kernels/softmax.cu`, a shared-memory tiled
 //!   batched GEMM launched through the executor: what `sim/softmax` runs, and selectable on
 //!   `cuda` with [`with_gemm`] (named `cuda/softmax+gemmkernel/<p>`).
 //!
@@ -49,18 +49,18 @@ const SOURCE_NAME: &str = "softmax.cu";
 linattn_cuda::kernel_params! {
     /// The argument structs of softmax.cu's entry points.
     pub mod params;
-    /// `la_softmax_gemm`: C_z = op(A_z)·op(B_z), row-major, 64×64 tiles.
-    pub struct Gemm => "la_softmax_gemm" {
-        a: Ptr, b: Ptr, c: Ptr, m: i32, n: i32, k: i32, a_transposed: bool,
-        b_transposed: bool, stride_a: i64, stride_b: i64, stride_c: i64, batches: i32,
-    }
-    /// `la_softmax_forward_rows`: scores → probabilities in place, one block per row.
-    pub struct ForwardRows => "la_softmax_forward_rows" {
+    /// `sm_forward_rows`: scores → probabilities in place, one block per row.
+    pub struct ForwardRows => "sm_forward_rows" {
         scores: Ptr, n: i32, causal: bool, scale: f32,
     }
-    /// `la_softmax_backward_rows`: dP → dS in place, one block per row.
-    pub struct BackwardRows => "la_softmax_backward_rows" {
+    /// `sm_backward_rows`: dP → dS in place, one block per row.
+    pub struct BackwardRows => "sm_backward_rows" {
         probs: Ptr, grad: Ptr, n: i32, causal: bool, scale: f32,
+    }
+    /// `sm_gemm`: C_z = op(A_z)·op(B_z), row-major, 64×64 tiles.
+    pub struct Gemm => "sm_gemm" {
+        a: Ptr, b: Ptr, c: Ptr, m: i32, n: i32, k: i32, a_transposed: bool,
+        b_transposed: bool, stride_a: i64, stride_b: i64, stride_c: i64, batches: i32,
     }
 }
 
@@ -79,10 +79,10 @@ pub const FORM: FormEntry = FormEntry {
 const MAX_THREADS_PER_ROW: usize = 256;
 /// Largest row count one launch covers (grid.x limit).
 const MAX_ROWS: usize = i32::MAX as usize;
-/// `la_softmax_gemm`: output tile edge and threads per block (LA_GEMM_TILE, LA_GEMM_THREADS).
+/// `sm_gemm`: output tile edge and threads per block (LA_GEMM_TILE, LA_GEMM_THREADS).
 const GEMM_TILE: usize = 64;
 const GEMM_THREADS: u32 = 256;
-/// grid.y limit; `la_softmax_gemm` loops over batches beyond it.
+/// grid.y limit; `sm_gemm` loops over batches beyond it.
 const MAX_GRID_Y: usize = 65_535;
 
 /// The softmax kernels (rows and GEMM) for one storage precision.
@@ -167,7 +167,7 @@ pub fn to_storage<T: StorageElem>(t: &Tensor, role: TensorRole) -> Result<Vec<T>
 pub enum GemmEngine {
     /// cuBLAS strided-batched GEMMs: `cuda` only, its default.
     Cublas,
-    /// `la_softmax_gemm` of `kernels/softmax.cu`, launched through the executor: any
+    /// `sm_gemm` of `kernels/softmax.cu`, launched through the executor: any
     /// platform, the simulator's only engine.
     Kernel,
 }
@@ -221,13 +221,13 @@ enum Engine {
 pub struct BatchedGemm<T> {
     exec: Arc<dyn Executor>,
     engine: Engine,
-    /// Most blocks along grid.y (`la_softmax_gemm` loops over the batches beyond).
+    /// Most blocks along grid.y (`sm_gemm` loops over the batches beyond).
     max_grid_y: usize,
     _storage: PhantomData<T>,
 }
 
 impl<T: StorageElem> BatchedGemm<T> {
-    /// Loads `la_softmax_gemm` or opens the cuBLAS handle (cuBLAS only on `cuda`).
+    /// Loads `sm_gemm` or opens the cuBLAS handle (cuBLAS only on `cuda`).
     pub fn new(exec: &Arc<dyn Executor>, engine: GemmEngine) -> Result<Self, AttnError> {
         engine.available_on(exec.as_ref())?;
         let engine = match engine {
@@ -244,7 +244,7 @@ impl<T: StorageElem> BatchedGemm<T> {
         })
     }
 
-    /// Caps grid.y of `la_softmax_gemm` below the device's 65535, so each block loops over
+    /// Caps grid.y of `sm_gemm` below the device's 65535, so each block loops over
     /// more batches: lets a test cover that loop without launching 65536 batches.
     pub fn with_max_grid_y(mut self, blocks: usize) -> Self {
         self.max_grid_y = blocks.clamp(1, MAX_GRID_Y);

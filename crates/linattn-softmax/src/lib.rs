@@ -5,7 +5,7 @@
 //! * [`cpu`]: `cpu/softmax/f32`, candle-core on the CPU, materialising `[B, H, N, N]` on
 //!   purpose; gradients by candle's autograd.
 //! * [`cuda`]: `{cuda,sim}/softmax/{f32,f16}` through the `linattn-cuda` executor seam:
-//!   batched GEMMs (cuBLAS through the executor on a GPU, the `la_softmax_gemm` kernel on
+//!   batched GEMMs (cuBLAS through the executor on a GPU, the `sm_gemm` kernel on
 //!   the PTX simulator) plus
 //!   the row kernels of `kernels/softmax.cu`.
 

@@ -18,12 +18,9 @@ use linattn_testkit::stamp_executors;
 /// fixed cost that dominates until N ≫ 256 (their work grows 3.1× from N = 1024 to 2048, not
 /// 4×); the GEMMs carry the N² growth the test judges.
 const ROW_KERNELS: &[(&str, &str)] = &[
+    ("sm_forward_rows", "per-row reductions dominate at N ≤ 2048"),
     (
-        "la_softmax_forward_rows",
-        "per-row reductions dominate at N ≤ 2048",
-    ),
-    (
-        "la_softmax_backward_rows",
+        "sm_backward_rows",
         "per-row reductions dominate at N ≤ 2048",
     ),
 ];

@@ -2,8 +2,8 @@
 //! * it compiles (NVRTC + ptxas) for real sm_80 and sm_90 targets, in every variant the
 //!   backends use, without spilling (NVRTC only: ignored by the runner, with the reason, when
 //!   NVRTC is absent, unless LINATTN_REQUIRE_NVRTC=1, then it fails);
-//! * each GEMM engine of each platform (sim: `la_softmax_gemm`; cuda: cuBLAS and
-//!   `la_softmax_gemm`) computes every plan softmax attention uses (`RowMajorGemm::all`: AB,
+//! * each GEMM engine of each platform (sim: `sm_gemm`; cuda: cuBLAS and
+//!   `sm_gemm`) computes every plan softmax attention uses (`RowMajorGemm::all`: AB,
 //!   ABᵀ, AᵀB) like a plain f64 matmul, for odd sizes, tails of every tile and batches.
 
 mod common;
@@ -14,6 +14,7 @@ use linattn_core::Judge;
 use linattn_cuda::executor::gemm::RowMajorGemm;
 use linattn_cuda::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use linattn_cuda::runtime::{self, Arch};
+use linattn_cuda::signature::{check_against_source, check_form_ptx};
 use linattn_cuda::{Executor, Platform};
 use linattn_softmax::cuda::{BatchedGemm, GemmEngine};
 use linattn_testkit::stamp_executors;
@@ -24,11 +25,20 @@ fn main() {
         gemm_kernel_loops_over_batches_beyond_grid_y,
         gemm_checks_buffer_sizes,
     ];
+    trials.push(linattn_testkit::Trial::test(
+        "softmax.cu: argument structs match the source declarations",
+        || check_against_source(&linattn_softmax::cuda::FORM).map_err(Into::into),
+    ));
     // NVRTC is what the simulator needs too: its availability decides both.
     trials.extend(stamp_executors!(
         for platform in [Platform::Sim] =>
             "softmax_kernels_compile_for_sm80_and_sm90_without_spills",
             softmax_kernels_compile_for_sm80_and_sm90_without_spills()
+    ));
+    trials.extend(stamp_executors!(
+        for platform in [Platform::Sim] =>
+            "softmax.cu: argument structs match the PTX of every variant",
+            check_form_ptx(&linattn_softmax::cuda::FORM)
     ));
     linattn_testkit::run(trials)
 }
@@ -39,11 +49,7 @@ fn softmax_kernels_compile_for_sm80_and_sm90_without_spills() {
     for variant in &variants {
         assert_eq!(
             variant.entry_points,
-            [
-                "la_softmax_forward_rows",
-                "la_softmax_backward_rows",
-                "la_softmax_gemm"
-            ]
+            ["sm_forward_rows", "sm_backward_rows", "sm_gemm"]
         );
         for arch in [Arch::SM80, Arch::SM90] {
             let compiled = runtime::compile(variant, arch)
@@ -179,7 +185,7 @@ fn gemm_engines_match_f64_matmul(platform: Platform) {
     }
 }
 
-/// More batches than grid.y: `la_softmax_gemm` loops over them. The cap is lowered from the
+/// More batches than grid.y: `sm_gemm` loops over them. The cap is lowered from the
 /// device's 65535 to 2 (65536 simulated blocks take minutes), with 5 batches so the blocks
 /// loop unevenly (3 and 2 batches).
 fn gemm_kernel_loops_over_batches_beyond_grid_y(platform: Platform) {

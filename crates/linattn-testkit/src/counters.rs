@@ -7,7 +7,7 @@ use linattn_cuda::executor::sim::{self, Counters};
 use std::collections::BTreeMap;
 
 /// Counters of every kernel a forward and backward of `b` on `problem` ran on the
-/// simulator, summed per `phase/entry` (e.g. `backward/cc_dq`).
+/// simulator, summed per `phase/entry` (e.g. `backward/cc_backward_dq`).
 pub fn kernel_counters(
     b: &mut dyn Backend,
     problem: &Problem,

@@ -29,27 +29,24 @@ crate::kernel_params! {
         q: Ptr, k: Ptr, v: Ptr, out: Ptr, den_out: Ptr, q_log_scale: Ptr, k_log_scale: Ptr,
         n: i32, c_dim: i32, m_dim: i32, decay: f32, eps: f32,
     }
-    /// `cr_forward_go`: the forward scan writing only G·O partials (fp32 O for gd).
-    pub struct ForwardGo => "cr_forward_go" {
-        q: Ptr, k: Ptr, v: Ptr, g: Ptr, go: Ptr, q_log_scale: Ptr, k_log_scale: Ptr, n: i32,
-        c_dim: i32, m_dim: i32, decay: f32, eps: f32,
-    }
     /// `cr_forward_stored`: the forward scan writing every S_i, z_i as well.
     pub struct ForwardStored => "cr_forward_stored" {
         q: Ptr, k: Ptr, v: Ptr, out: Ptr, den_out: Ptr, states: Ptr, z_states: Ptr,
         q_log_scale: Ptr, k_log_scale: Ptr, n: i32, c_dim: i32, m_dim: i32, decay: f32,
         eps: f32,
     }
+    /// `cr_backward_go`: the forward scan writing only G·O partials (fp32 O for gd).
+    pub struct BackwardGo => "cr_backward_go" {
+        q: Ptr, k: Ptr, v: Ptr, g: Ptr, go: Ptr, q_log_scale: Ptr, k_log_scale: Ptr, n: i32,
+        c_dim: i32, m_dim: i32, decay: f32, eps: f32,
+    }
     /// `cr_backward_dq`: the ∂Q scan.
     pub struct BackwardDq => "cr_backward_dq" {
-        q: Ptr, k: Ptr, v: Ptr, g: Ptr, den: Ptr, gd: Ptr, dq: Ptr, n: i32, c_dim: i32,
+        q: Ptr, k: Ptr, v: Ptr, g: Ptr, den: Ptr, gd: Ptr, out: Ptr, n: i32, c_dim: i32,
         m_dim: i32, decay: f32,
     }
     /// `cr_backward_dk`: the reverse ∂K scan.
-    pub struct BackwardDk => "cr_backward_dk" {
-        q: Ptr, k: Ptr, v: Ptr, g: Ptr, den: Ptr, gd: Ptr, dk: Ptr, n: i32, c_dim: i32,
-        m_dim: i32, decay: f32,
-    }
+    pub struct BackwardDk => "cr_backward_dk" = BackwardDq;
     /// `cr_backward_dv`: the reverse ∂V scan.
     pub struct BackwardDv => "cr_backward_dv" {
         q: Ptr, k: Ptr, g: Ptr, den: Ptr, dv: Ptr, n: i32, c_dim: i32, m_dim: i32, decay: f32,
@@ -58,8 +55,8 @@ crate::kernel_params! {
     pub struct BackwardPrep => "cr_backward_prep" {
         g: Ptr, out: Ptr, go: Ptr, slices: i32, den: Ptr, gd: Ptr, tokens: i64, m_dim: i32,
     }
-    /// `cr_dq_from_states`: ∂Q (and gd) from the stored S_i, z_i.
-    pub struct DqFromStates => "cr_dq_from_states" {
+    /// `cr_backward_dq_from_states`: ∂Q (and gd) from the stored S_i, z_i.
+    pub struct BackwardDqFromStates => "cr_backward_dq_from_states" {
         q: Ptr, g: Ptr, den: Ptr, gd: Ptr, states: Ptr, z_states: Ptr, dq: Ptr, n: i32,
         c_dim: i32, m_dim: i32,
     }
@@ -194,7 +191,7 @@ pub(crate) struct BackwardBuffers {
     pub out: Ptr,
     pub den: Ptr,
     pub gd: Ptr,
-    /// G·O partials from the fp32 O (`cr_forward_go`): ⌈M/32⌉ per token where
+    /// G·O partials from the fp32 O (`cr_backward_go`): ⌈M/32⌉ per token where
     /// [`go_slices`] says so, else an empty placeholder.
     pub go: Ptr,
     pub dq: Ptr,
@@ -204,9 +201,9 @@ pub(crate) struct BackwardBuffers {
     pub states: Option<(Ptr, Ptr)>,
 }
 
-/// G·O partials per token the backward needs from `cr_forward_go`: ⌈M/32⌉ (one per block of
+/// G·O partials per token the backward needs from `cr_backward_go`: ⌈M/32⌉ (one per block of
 /// the forward scan) for 16-bit storage on the scan path, none for fp32 storage (O is exact
-/// there), the stored-states path (`cr_dq_from_states` takes gd from the fp32 states) or
+/// there), the stored-states path (`cr_backward_dq_from_states` takes gd from the fp32 states) or
 /// the identity map (no gd).
 pub(crate) fn go_slices(precision: Precision, dims: &CoreDims, stored_states: bool) -> usize {
     if dims.map.normalised() && precision != Precision::F32 && !stored_states {
@@ -218,8 +215,8 @@ pub(crate) fn go_slices(precision: Precision, dims: &CoreDims, stored_states: bo
 
 /// Enqueues the whole backward: gd (normalised maps), ∂Q (scan or stored states), ∂K, ∂V.
 /// gd = −G·O/den takes O in fp32: for 16-bit storage the forward scan runs again as
-/// `cr_forward_go` (G·O partials, nothing else written) before `cr_backward_prep`; the
-/// stored-states path computes gd inside `cr_dq_from_states`, before the ∂K scan reads it.
+/// `cr_backward_go` (G·O partials, nothing else written) before `cr_backward_prep`; the
+/// stored-states path computes gd inside `cr_backward_dq_from_states`, before the ∂K scan reads it.
 pub(crate) fn launch_backward(
     exec: &Arc<dyn Executor>,
     precision: Precision,
@@ -239,7 +236,7 @@ pub(crate) fn launch_backward(
         let slices = go_slices(precision, dims, false);
         if slices > 0 {
             // q, k hold tokens·C elements, v and d_out tokens·M, go tokens·slices.
-            let params = params::ForwardGo {
+            let params = params::BackwardGo {
                 q,
                 k,
                 v,
@@ -273,11 +270,26 @@ pub(crate) fn launch_backward(
     }
 
     let feature_scan = |role| scan_launch(role, dims.c, dims.m, dims.batch_heads, normalised);
+    // The ∂Q and ∂K scans run from the M-rows module with one parameter list; `out` (dq or
+    // dk) holds tokens·C elements.
+    let feature_grads = params::BackwardDq {
+        q,
+        k,
+        v,
+        g,
+        den,
+        gd,
+        out: Ptr::NULL,
+        n,
+        c_dim,
+        m_dim,
+        decay,
+    };
     match b.states {
         Some((states, z_states)) => {
             // states hold tokens·C·M elements, z_states tokens·C; gd (written) tokens.
             let grid = (as_u32_grid_x(dims.n)?, grid_y(dims.batch_heads)?, 1);
-            let params = params::DqFromStates {
+            let params = params::BackwardDqFromStates {
                 q,
                 g,
                 den,
@@ -292,39 +304,18 @@ pub(crate) fn launch_backward(
             launch(exec, &c_module, &Launch::new(grid, 256), &params)?;
         }
         None => {
-            // ∂Q and ∂K scans run from the M-rows module, dq and dk hold tokens·C elements.
-            let dq = b.dq;
-            let params = params::BackwardDq {
-                q,
-                k,
-                v,
-                g,
-                den,
-                gd,
-                dq,
-                n,
-                c_dim,
-                m_dim,
-                decay,
+            let dq = params::BackwardDq {
+                out: b.dq,
+                ..feature_grads
             };
-            launch(exec, &m_module, &feature_scan(ScanRole::Dq)?, &params)?;
+            launch(exec, &m_module, &feature_scan(ScanRole::Dq)?, &dq)?;
         }
     }
-    let dk = b.dk;
-    let params = params::BackwardDk {
-        q,
-        k,
-        v,
-        g,
-        den,
-        gd,
-        dk,
-        n,
-        c_dim,
-        m_dim,
-        decay,
-    };
-    launch(exec, &m_module, &feature_scan(ScanRole::Dk)?, &params)?;
+    let dk = params::BackwardDk(params::BackwardDq {
+        out: b.dk,
+        ..feature_grads
+    });
+    launch(exec, &m_module, &feature_scan(ScanRole::Dk)?, &dk)?;
 
     let dv = b.dv;
     let params = params::BackwardDv {

@@ -4,7 +4,7 @@
 //! * `{cuda,sim}/causal_recurrent/{f32,f16,bf16}` — forward scan with the C×M state in registers,
 //!   memory-efficient backward (SPEC §4: states recomputed by a forward scan for ∂Q, reverse
 //!   scans for ∂K and ∂V; O(C·M) state per block, O(N) saved denominators). gd = −G·O/den
-//!   takes O in fp32: f16/bf16 run the forward scan once more (`cr_forward_go`, writing
+//!   takes O in fp32: f16/bf16 run the forward scan once more (`cr_backward_go`, writing
 //!   ⌈M/32⌉ fp32 G·O partials per token instead of O) before `cr_backward_prep`.
 //! * `{cuda,sim}/causal_recurrent+storedbwd/{f32,f16}` — the naive backward: the forward writes every
 //!   S_i and z_i (N·C·M + N·C fp32 per head, on purpose, for the memory tables) and ∂Q reads

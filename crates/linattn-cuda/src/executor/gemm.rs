@@ -4,7 +4,7 @@
 //!
 //! A plan is the row-major product `C = op(A)·op(B)` with its sizes, transposes, leading
 //! dims and batch strides. It is the single source of truth for both engines:
-//! * `la_softmax_gemm` (kernels/softmax.cu) takes the plan's fields as they are: m, n, k,
+//! * `sm_gemm` (kernels/softmax.cu) takes the plan's fields as they are: m, n, k,
 //!   the two transpose flags and the three strides (leading dims follow from them, see
 //!   [`RowMajorGemm::lda`]);
 //! * cuBLAS, which is column-major, takes [`RowMajorGemm::column_major`]: a row-major `r×c`
@@ -13,7 +13,7 @@
 //!   A's the second, the sizes swap (`m' = n`, `n' = m`) and `ldc = n`.
 //!
 //! What is verified where: the plans themselves (which product, which transposes, which
-//! strides) run through `la_softmax_gemm` on the PTX simulator in the `sim/softmax` tests, and
+//! strides) run through `sm_gemm` on the PTX simulator in the `sim/softmax` tests, and
 //! the column-major mapping is checked here on the host against a plain BLAS-style GEMM. What
 //! only a GPU can verify is the last step, the cuBLAS call built from [`ColumnMajorCall`]
 //! (argument order, the `cublasOperation_t` values, data and compute types): the
