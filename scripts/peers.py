@@ -311,7 +311,7 @@ def build_peers(torch, fla_mod, fla_error):
     peers.append(Peer("fla-naive-chunk", "linear", "chunked", ["causal"], fla_naive, fla_naive_reason,
                       "fla naive_chunk_linear_attn, normalize=True, scale=1, elu+1 applied before",
                       layout="bnhd"))
-    peers.append(Peer("torch-linear-einsum", "linear", "parallel", ["non-causal"], make_einsum,
+    peers.append(Peer("torch-linear-einsum", "linear", "noncausal", ["non-causal"], make_einsum,
                       None, "plain PyTorch, fp32 accumulation, elu+1"))
     return peers
 

@@ -318,7 +318,9 @@ pub enum Form {
     /// sums, multiply by V. O(N²) on purpose: an independent check of the other forms.
     Quadratic,
     /// Non-causal: reduce `S = φ(K)ᵀV`, `z = Σφ(k)` over N, then `O = φ(Q)S / (φ(Q)z + ε)`.
-    Parallel,
+    /// (Files written before it had one name call it `parallel`.)
+    #[serde(alias = "parallel")]
+    Noncausal,
     /// Causal, sequential over N with a C×M state.
     Recurrent,
     /// Causal, materialised prefix sums of `φ(k_i)v_iᵀ`: O(N·C·M) memory on purpose.
@@ -328,9 +330,9 @@ pub enum Form {
 }
 
 labelled! {
-    Form, "form", "quadratic, parallel, recurrent, cumsum or chunked";
+    Form, "form", "quadratic, noncausal, recurrent, cumsum or chunked";
     Quadratic => "quadratic",
-    Parallel => "parallel" | "noncausal" | "non-causal",
+    Noncausal => "noncausal" | "non-causal" | "parallel",
     Recurrent => "recurrent",
     Cumsum => "cumsum",
     Chunked => "chunked" | "chunkwise",
@@ -341,7 +343,7 @@ impl Form {
     pub fn supports(self, causality: Causality) -> bool {
         match self {
             Form::Quadratic => true,
-            Form::Parallel => !causality.is_causal(),
+            Form::Noncausal => !causality.is_causal(),
             Form::Recurrent | Form::Cumsum | Form::Chunked => causality.is_causal(),
         }
     }
@@ -546,8 +548,8 @@ mod tests {
 
     #[test]
     fn forms_know_their_causality() {
-        assert!(Form::Parallel.supports(Causality::NonCausal));
-        assert!(!Form::Parallel.supports(Causality::Causal));
+        assert!(Form::Noncausal.supports(Causality::NonCausal));
+        assert!(!Form::Noncausal.supports(Causality::Causal));
         assert!(Form::Cumsum.supports(Causality::Causal));
         assert!(Form::Quadratic.supports(Causality::Causal));
     }

@@ -17,7 +17,7 @@ pub(crate) fn all() -> Vec<Box<dyn Backend>> {
     vec![
         Box::new(OracleBackend::new(
             "cpu-ref/noncausal/f64",
-            Form::Parallel,
+            Form::Noncausal,
             Some(BackwardKind::Efficient),
         )),
         Box::new(OracleBackend::new(
@@ -42,10 +42,10 @@ pub(crate) fn all() -> Vec<Box<dyn Backend>> {
         )),
         Box::new(OracleBackend::new(
             "cpu-ref/noncausal+storedbwd/f64",
-            Form::Parallel,
+            Form::Noncausal,
             Some(BackwardKind::StoredStates),
         )),
-        Box::new(FastBackend::new("cpu/noncausal/f32", Form::Parallel)),
+        Box::new(FastBackend::new("cpu/noncausal/f32", Form::Noncausal)),
         Box::new(FastBackend::new(
             "cpu/causal_recurrent/f32",
             Form::Recurrent,
@@ -149,7 +149,7 @@ impl OracleBackend {
 }
 
 impl FastBackend {
-    /// `form`: [`Form::Parallel`] (non-causal), [`Form::Recurrent`] or [`Form::Chunked`]
+    /// `form`: [`Form::Noncausal`] (non-causal), [`Form::Recurrent`] or [`Form::Chunked`]
     /// (causal).
     pub fn new(name: &str, form: Form) -> Self {
         CpuBackend::with_path(name, Precision::F32, form, Some(BackwardKind::Efficient))
@@ -353,7 +353,7 @@ impl CpuPath for FastPath {
         let start = Instant::now();
         match form {
             Form::Chunked => chunked::forward_into(p, q, k, v, &mut out)?,
-            Form::Parallel => chunked::noncausal_forward_into(p, q, k, v, &mut out)?,
+            Form::Noncausal => chunked::noncausal_forward_into(p, q, k, v, &mut out)?,
             _ => fast::forward_into(p, q, k, v, &mut out)?,
         }
         let elapsed = start.elapsed();
@@ -388,7 +388,7 @@ impl CpuPath for FastPath {
             Form::Chunked => {
                 chunked::backward_from_output_into(p, q, k, v, d_out, out, &mut grads)?
             }
-            Form::Parallel => {
+            Form::Noncausal => {
                 chunked::noncausal_backward_from_output_into(p, q, k, v, d_out, out, &mut grads)?
             }
             _ => {

@@ -1,5 +1,5 @@
 //! `cuda/noncausal/{f32,f16,bf16}`: non-causal linear attention on the GPU
-//! (kernels/noncausal.cu), `Form::Parallel` with the memory-efficient backward of SPEC §4.
+//! (kernels/noncausal.cu), `Form::Noncausal` with the memory-efficient backward of SPEC §4.
 //!
 //! Forward: S, z reduced over N (split over blocks for long N, fp32 partials, then a
 //! deterministic reduce), then `O = φ(Q)S / (φ(Q)z + ε)` (no division for identity and
@@ -123,7 +123,7 @@ pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupp
     Ok(())
 }
 
-/// The non-causal form (`Form::Parallel`): S, z reduced over N, then row products.
+/// The non-causal form (`Form::Noncausal`): S, z reduced over N, then row products.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Noncausal;
 
@@ -147,7 +147,7 @@ impl<T: StorageElem> DeviceForm<T> for Noncausal {
     fn info(&self) -> FormInfo {
         FormInfo {
             name: "noncausal".into(),
-            algorithm: Algorithm::Linear(Form::Parallel),
+            algorithm: Algorithm::Linear(Form::Noncausal),
             backward: Some(BackwardKind::Efficient),
         }
     }

@@ -18,8 +18,8 @@ Choosing the backend:
   --backend takes an exact name (cpu-ref/causal_recurrent/f64, cpu/causal_recurrent/f32, \
 cuda/causal_chunked/f16, ...) or a family, the part before the first '/' (cpu-ref, cpu, \
 cuda). With a family, --form and --precision pick the member:
-    --form       quadratic | parallel | recurrent | cumsum | chunked | softmax
-                 (default: recurrent when causal, parallel when non-causal)
+    --form       quadratic | noncausal | recurrent | cumsum | chunked | softmax
+                 (default: recurrent when causal, noncausal when non-causal)
     --precision  f64 | f32 | f16 | bf16 (default: the dtype of the .npy inputs)
   e.g. `--backend cpu --form recurrent --precision f32` is cpu/causal_recurrent/f32.
   When several members still match, the one without a '+variant' suffix wins.
@@ -115,7 +115,7 @@ impl Wanted {
         } else {
             s.parse::<Form>().map(Wanted::Linear).map_err(|_| {
                 AttnError::InvalidArgument(format!(
-                    "unknown form '{s}' (expected quadratic, parallel, recurrent, cumsum, \
+                    "unknown form '{s}' (expected quadratic, noncausal, recurrent, cumsum, \
                      chunked or softmax)"
                 ))
             })
@@ -241,7 +241,7 @@ fn resolve_backend(
     let natural = if problem.causality.is_causal() {
         Form::Recurrent
     } else {
-        Form::Parallel
+        Form::Noncausal
     };
     let wanted = options.form.unwrap_or(Wanted::Linear(natural));
     let precision = options.precision.unwrap_or(match input_dtype {

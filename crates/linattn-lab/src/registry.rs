@@ -170,7 +170,7 @@ mod tests {
 
     const NAMES: &[&str] = &[
         "cpu-ref/causal_recurrent/f64",
-        "cpu-ref/noncausal_parallel/f64",
+        "cpu-ref/noncausal/f64",
         "cpu/causal_recurrent/f32",
         "softmax/cpu/f32",
         "cuda/causal_cumsum/f16",

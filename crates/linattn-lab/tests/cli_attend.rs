@@ -297,7 +297,7 @@ fn f64_reference_backend_matches_the_definition() {
     let case = Case::new([2, 2, 23, 5], 7, 1, false);
     for map in [Map::EluPlusOne, Map::Relu] {
         for causal in [true, false] {
-            // The default form for the causality (recurrent / parallel), then quadratic.
+            // The default form for the causality (recurrent / noncausal), then quadratic.
             for form in [None, Some("quadratic")] {
                 let mut flags = vec![
                     "--backend",
@@ -319,7 +319,7 @@ fn f64_reference_backend_matches_the_definition() {
 fn f32_fast_backend_matches_the_definition() {
     let case = Case::new([1, 3, 70, 8], 6, 2, true);
     for map in [Map::EluPlusOne, Map::Relu] {
-        for (causal, form) in [(true, "recurrent"), (false, "parallel")] {
+        for (causal, form) in [(true, "recurrent"), (false, "noncausal")] {
             let flags = [
                 "--backend",
                 "cpu",
@@ -476,8 +476,8 @@ fn bad_inputs_exit_2_naming_the_problem() {
         (&["--backend", "tpu"], &["unknown backend 'tpu'", "cpu-ref"]),
         // A form that cannot compute the requested causality.
         (
-            &["--backend", "cpu-ref", "--form", "parallel", "--causal"],
-            &["parallel"],
+            &["--backend", "cpu-ref", "--form", "noncausal", "--causal"],
+            &["noncausal"],
         ),
         // Options out of range.
         (&["--backend", "cpu-ref", "--decay", "1.5"], &["decay"]),

@@ -12,7 +12,7 @@
 //! Extra memory beyond inputs, outputs and gradients: O(C·M) states and the N×M `gn`.
 
 use super::head::{backward_by_heads, decay_and_add, dot, read_out, HeadCore, HeadGrads};
-use super::noncausal_parallel::reduce_states;
+use super::noncausal::reduce_states;
 use linattn_core::{AttnError, Grads, Inputs, Problem, Tensor};
 
 /// O and the gradients of every head (needs `inputs.d_out`).

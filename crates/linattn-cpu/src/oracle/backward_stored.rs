@@ -7,7 +7,7 @@
 
 use super::backward_efficient::{output_row_grads, reverse_scan};
 use super::head::{chain_head, decay_and_add, featurise_head, read_out_row, HeadCore, HeadGrads};
-use super::noncausal_parallel::reduce_states;
+use super::noncausal::reduce_states;
 use crate::maps::PreparedMap;
 use linattn_core::{AttnError, Grads, HostMemory, Inputs, Problem, Tensor};
 

@@ -10,7 +10,7 @@ pub mod backward_stored;
 pub mod causal_cumsum;
 pub mod causal_recurrent;
 pub(crate) mod head;
-pub mod noncausal_parallel;
+pub mod noncausal;
 pub mod quadratic;
 
 pub use head::HeadCore;
@@ -25,7 +25,7 @@ pub fn forward(problem: &Problem, inputs: &Inputs) -> Result<Tensor, AttnError> 
     let form = if problem.causality.is_causal() {
         Form::Recurrent
     } else {
-        Form::Parallel
+        Form::Noncausal
     };
     forward_with(problem, inputs, form)
 }
@@ -48,7 +48,7 @@ pub fn forward_with(problem: &Problem, inputs: &Inputs, form: Form) -> Result<Te
         let v = inputs.v.head(bh);
         let o = out.head_mut(bh);
         match form {
-            Form::Parallel => noncausal_parallel::forward_head(&core, &f.q, &f.k, v, o),
+            Form::Noncausal => noncausal::forward_head(&core, &f.q, &f.k, v, o),
             Form::Recurrent => causal_recurrent::forward_head(&core, &f.q, &f.k, v, o),
             Form::Cumsum => causal_cumsum::forward_head(&core, &f.q, &f.k, v, o)?,
             Form::Quadratic => quadratic::forward_head(&core, &f.q, &f.k, v, o)?,

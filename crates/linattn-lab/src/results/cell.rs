@@ -118,7 +118,7 @@ pub struct Cell {
     pub precision: Precision,
     /// "linear" or "softmax".
     pub algorithm: String,
-    /// Form label ("recurrent", "cumsum", "chunked", "parallel", "quadratic") or, for softmax
+    /// Form label ("recurrent", "cumsum", "chunked", "noncausal", "quadratic") or, for softmax
     /// backends, "softmax" (peers: e.g. "sdpa-flash").
     pub form: String,
     pub mode: Mode,
