@@ -22,7 +22,6 @@
 //! tests (`tests/forms.rs`) and on a GPU where one exists.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use linattn_core::{
     check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, FeatureMap, Form,
@@ -31,7 +30,7 @@ use linattn_core::{
 
 use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Kernel, Launch, Platform};
-use crate::form::{DeviceForm, DeviceGrads, DeviceInputs, FormInfo, Forward, Run};
+use crate::form::{DeviceForm, DeviceGrads, DeviceInputs, FormInfo, Forward, Run, Timed};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch_kernel, ptr, KernelParams, ParamSpec};
 use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
@@ -492,11 +491,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         })
     }
 
-    fn forward(
-        &self,
-        run: &Run<'_, T>,
-        plan: &Plan,
-    ) -> Result<(Forward<T, Saved>, Duration), AttnError> {
+    fn forward(&self, run: &Run<'_, T>, plan: &Plan) -> Timed<Forward<T, Saved>> {
         let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
         let shape = run.problem.shape;
         let out = DeviceBuffer::<T>::uninit(exec, meter, shape.v_len()?)?;
@@ -537,7 +532,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         plan: &Plan,
         fwd: &Forward<T, Saved>,
         d_out: &DeviceBuffer<T>,
-    ) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+    ) -> Timed<DeviceGrads<T>> {
         let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
         let shape = run.problem.shape;
         let normalised = run.problem.map != FeatureMap::Identity;

@@ -17,7 +17,6 @@
 //! Kernels: `kernels/causal_cumsum.cu` (its header gives the math, the mapping and the limits).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use half::f16;
 use linattn_core::{
@@ -30,7 +29,7 @@ use crate::causal_recurrent::{
 };
 use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Launch, Platform};
-use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run};
+use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run, Timed};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch, ptr, Ptr};
 use crate::runtime::{as_i32, blocks_for, storage_define, KernelVariant};
@@ -282,7 +281,7 @@ fn launch_forward<T: StorageElem>(
 fn cumsum_forward<T: StorageElem>(
     run: &Run<'_, T>,
     plan: &ScanPlan,
-) -> Result<(Forward<T, ScanSaved>, Duration), AttnError> {
+) -> Timed<Forward<T, ScanSaved>> {
     let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
     let dims = plan.dims;
     let normalised = dims.map.normalised();
@@ -367,11 +366,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalCumsum {
         ScanPlan::new(exec, problem, T::PRECISION, input_meter)
     }
 
-    fn forward(
-        &self,
-        run: &Run<'_, T>,
-        plan: &ScanPlan,
-    ) -> Result<(Forward<T, ScanSaved>, Duration), AttnError> {
+    fn forward(&self, run: &Run<'_, T>, plan: &ScanPlan) -> Timed<Forward<T, ScanSaved>> {
         cumsum_forward(run, plan)
     }
 
@@ -381,7 +376,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalCumsum {
         plan: &ScanPlan,
         fwd: &Forward<T, ScanSaved>,
         d_out: &DeviceBuffer<T>,
-    ) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+    ) -> Timed<DeviceGrads<T>> {
         recurrent_backward(run, plan, fwd, d_out)
     }
 }

@@ -74,10 +74,7 @@ impl<T> Run<'_, T> {
 
     /// Times `build`, which enqueues launches and returns what it allocated (its
     /// allocations fall inside the timed region).
-    pub fn timed<R>(
-        &self,
-        build: impl FnOnce() -> Result<R, AttnError>,
-    ) -> Result<(R, Duration), AttnError> {
+    pub fn timed<R>(&self, build: impl FnOnce() -> Result<R, AttnError>) -> Timed<R> {
         let mut build = Some(build);
         let mut built = None;
         let elapsed = self.time(|| {
@@ -90,6 +87,9 @@ impl<T> Run<'_, T> {
         Ok((built, elapsed))
     }
 }
+
+/// What a run built, and the device time of the launches it chose to time.
+pub type Timed<R> = Result<(R, Duration), AttnError>;
 
 /// What a forward leaves: O, and whatever the form keeps for its backward.
 pub struct Forward<T, S> {
@@ -140,11 +140,7 @@ pub trait DeviceForm<T: StorageElem>: Send + 'static {
 
     /// Allocates O (and what the backward keeps) against `run.meter` and enqueues the
     /// forward; the time is of the launches the form chose to time.
-    fn forward(
-        &self,
-        run: &Run<'_, T>,
-        plan: &Self::Plan,
-    ) -> Result<(Forward<T, Self::Saved>, Duration), AttnError>;
+    fn forward(&self, run: &Run<'_, T>, plan: &Self::Plan) -> Timed<Forward<T, Self::Saved>>;
 
     /// The backward of `forward` with `d_out` = ∂L/∂O.
     fn backward(
@@ -153,5 +149,5 @@ pub trait DeviceForm<T: StorageElem>: Send + 'static {
         plan: &Self::Plan,
         forward: &Forward<T, Self::Saved>,
         d_out: &DeviceBuffer<T>,
-    ) -> Result<(DeviceGrads<T>, Duration), AttnError>;
+    ) -> Timed<DeviceGrads<T>>;
 }

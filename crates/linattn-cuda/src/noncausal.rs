@@ -14,7 +14,6 @@
 //! gd term needs O at full precision).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use linattn_core::{
     check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, Form, Precision,
@@ -24,7 +23,7 @@ use linattn_core::{
 use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Launch, Platform};
 use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
-use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run};
+use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run, Timed};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch, ptr, Ptr};
 use crate::runtime::{
@@ -177,11 +176,7 @@ impl<T: StorageElem> DeviceForm<T> for Noncausal {
         })
     }
 
-    fn forward(
-        &self,
-        run: &Run<'_, T>,
-        plan: &Plan,
-    ) -> Result<(Forward<T, Saved>, Duration), AttnError> {
+    fn forward(&self, run: &Run<'_, T>, plan: &Plan) -> Timed<Forward<T, Saved>> {
         // Allocations are inside the timed region, as they always were for this form.
         run.timed(|| forward(run, plan))
     }
@@ -192,7 +187,7 @@ impl<T: StorageElem> DeviceForm<T> for Noncausal {
         plan: &Plan,
         fwd: &Forward<T, Saved>,
         d_out: &DeviceBuffer<T>,
-    ) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+    ) -> Timed<DeviceGrads<T>> {
         run.timed(|| backward(run, plan, fwd, d_out))
     }
 }

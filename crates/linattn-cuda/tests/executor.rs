@@ -183,22 +183,36 @@ fn timing_runs(exec: &Arc<dyn Executor>) -> Result<(), String> {
     Ok(())
 }
 
-/// nc_reduce sums `splits` partials of `state_len` floats per head: asking for more heads
-/// than the buffers hold reads past the end of `partial`.
-fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
+/// nc_reduce over a 64-float `partial` into a `state_len`-float `state` (zero-filled, or
+/// never written when `zeroed` is false) for `heads` heads: the launch's own result.
+fn launch_reduce(
+    exec: &Arc<dyn Executor>,
+    zeroed: bool,
+    state_len: usize,
+    heads: i64,
+) -> Result<Result<(), AttnError>, String> {
     let variant = noncausal::variant(Precision::F32, 1).map_err(|e| e.to_string())?;
     let kernel = exec
         .kernel(&variant, Reduce::SPEC.entry)
         .map_err(|e| e.to_string())?;
     let meter = MemoryMeter::new();
-    let partial = DeviceBuffer::<f32>::zeros(exec, &meter, 64).map_err(|e| e.to_string())?;
-    let state = DeviceBuffer::<f32>::zeros(exec, &meter, 128).map_err(|e| e.to_string())?;
-    let result = exec.launch(
-        &kernel,
-        &Launch::new((1, 1, 1), 256),
-        &reduce_args(&partial, &state, 2),
-    );
-    match result {
+    let buffer = |len| {
+        let made = if zeroed {
+            DeviceBuffer::<f32>::zeros(exec, &meter, len)
+        } else {
+            DeviceBuffer::<f32>::uninit(exec, &meter, len)
+        };
+        made.map_err(|e| e.to_string())
+    };
+    let (partial, state) = (buffer(64)?, buffer(state_len)?);
+    let arguments = reduce_args(&partial, &state, heads);
+    Ok(exec.launch(&kernel, &Launch::new((1, 1, 1), 256), &arguments))
+}
+
+/// nc_reduce sums `splits` partials of `state_len` floats per head: asking for more heads
+/// than the buffers hold reads past the end of `partial`.
+fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
+    match launch_reduce(exec, true, 128, 2)? {
         Err(AttnError::KernelFault(m))
             if m.starts_with("memcheck")
                 && m.contains(Reduce::SPEC.entry)
@@ -210,20 +224,9 @@ fn memcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
     }
 }
 
+/// nc_reduce reading partials no one wrote.
 fn initcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
-    let variant = noncausal::variant(Precision::F32, 1).map_err(|e| e.to_string())?;
-    let kernel = exec
-        .kernel(&variant, Reduce::SPEC.entry)
-        .map_err(|e| e.to_string())?;
-    let meter = MemoryMeter::new();
-    let partial = DeviceBuffer::<f32>::uninit(exec, &meter, 64).map_err(|e| e.to_string())?;
-    let state = DeviceBuffer::<f32>::uninit(exec, &meter, 64).map_err(|e| e.to_string())?;
-    let result = exec.launch(
-        &kernel,
-        &Launch::new((1, 1, 1), 256),
-        &reduce_args(&partial, &state, 1),
-    );
-    match result {
+    match launch_reduce(exec, false, 64, 1)? {
         Err(AttnError::KernelFault(m)) if m.starts_with("initcheck") => Ok(()),
         other => Err(format!("expected an initcheck fault, got {other:?}")),
     }

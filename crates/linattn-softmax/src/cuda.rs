@@ -32,7 +32,7 @@ use linattn_core::{
 };
 use linattn_cuda::executor::gemm::{GemmCall, RowMajorGemm};
 use linattn_cuda::executor::{Executor, Kernel, Launch, Platform};
-use linattn_cuda::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run};
+use linattn_cuda::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run, Timed};
 use linattn_cuda::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use linattn_cuda::params::{launch_kernel, ptr, KernelParams};
 use linattn_cuda::registry::FormEntry;
@@ -40,7 +40,6 @@ use linattn_cuda::runtime::{as_i32, storage_define, KernelVariant};
 use linattn_cuda::DeviceBackend;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The kernel source, embedded at build time.
 pub const SOURCE: &str = include_str!("../../../kernels/softmax.cu");
@@ -503,7 +502,7 @@ impl<T: StorageElem> DeviceForm<T> for SoftmaxForm {
         &self,
         run: &Run<'_, T>,
         plan: &SoftmaxPlan<T>,
-    ) -> Result<(Forward<T, Probabilities<T>>, Duration), AttnError> {
+    ) -> Timed<Forward<T, Probabilities<T>>> {
         let name = <Self as DeviceForm<T>>::info(self).name;
         ensure_fits(run, &name, false)?;
         let (exec, meter, inputs, dims, gemm) =
@@ -548,7 +547,7 @@ impl<T: StorageElem> DeviceForm<T> for SoftmaxForm {
         plan: &SoftmaxPlan<T>,
         fwd: &Forward<T, Probabilities<T>>,
         d_out: &DeviceBuffer<T>,
-    ) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+    ) -> Timed<DeviceGrads<T>> {
         let name = <Self as DeviceForm<T>>::info(self).name;
         ensure_fits(run, &name, true)?;
         let (exec, meter, inputs, dims, gemm) =

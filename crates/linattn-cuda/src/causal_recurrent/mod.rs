@@ -25,7 +25,6 @@ mod launch;
 mod scan_form;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use half::{bf16, f16};
 use linattn_core::{
@@ -36,7 +35,7 @@ use linattn_core::{
 use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Platform};
 use crate::feature_map::FeatureStage;
-use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run};
+use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run, Timed};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::runtime::{self, check_head_dim, storage_define, KernelVariant};
 
@@ -158,11 +157,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalRecurrent {
         ScanPlan::new(exec, problem, T::PRECISION, input_meter)
     }
 
-    fn forward(
-        &self,
-        run: &Run<'_, T>,
-        plan: &ScanPlan,
-    ) -> Result<(Forward<T, ScanSaved>, Duration), AttnError> {
+    fn forward(&self, run: &Run<'_, T>, plan: &ScanPlan) -> Timed<Forward<T, ScanSaved>> {
         scan_form::recurrent_forward(run, plan, self.stored_states)
     }
 
@@ -172,7 +167,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalRecurrent {
         plan: &ScanPlan,
         fwd: &Forward<T, ScanSaved>,
         d_out: &DeviceBuffer<T>,
-    ) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+    ) -> Timed<DeviceGrads<T>> {
         scan_form::recurrent_backward(run, plan, fwd, d_out)
     }
 }

@@ -3,7 +3,6 @@
 //! recurrent kernels, which both forms run.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use linattn_core::{AttnError, Precision, Problem};
 
@@ -11,7 +10,7 @@ use super::geometry::CoreDims;
 use super::launch::{go_slices, launch_backward, launch_forward, BackwardBuffers, CoreOperands};
 use crate::executor::Executor;
 use crate::feature_map::{DeviceFeatures, FeatureStage};
-use crate::form::{DeviceGrads, Forward, Run};
+use crate::form::{DeviceGrads, Forward, Run, Timed};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::ptr;
 
@@ -90,7 +89,7 @@ pub(crate) fn recurrent_forward<T: StorageElem>(
     run: &Run<'_, T>,
     plan: &ScanPlan,
     store_states: bool,
-) -> Result<(Forward<T, ScanSaved>, Duration), AttnError> {
+) -> Timed<Forward<T, ScanSaved>> {
     let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
     let dims = plan.dims;
     let normalised = dims.map.normalised();
@@ -138,7 +137,7 @@ pub(crate) fn recurrent_backward<T: StorageElem>(
     plan: &ScanPlan,
     fwd: &Forward<T, ScanSaved>,
     d_out: &DeviceBuffer<T>,
-) -> Result<(DeviceGrads<T>, Duration), AttnError> {
+) -> Timed<DeviceGrads<T>> {
     let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
     let dims = plan.dims;
     let saved = &fwd.saved;
