@@ -45,6 +45,10 @@ regress GRID="bench-results/regress-grid.toml": build
 regress-sim: build
     scripts/regress_sim.sh
 
+# File-level import circles of every crate (CI fails on any).
+cycles:
+    python3 scripts/import_cycles.py crates/*
+
 # Regenerate bench-results/sim/baseline.json after an intended kernel change (commit it with the before/after).
 regress-sim-update: build
     scripts/regress_sim.sh --update
