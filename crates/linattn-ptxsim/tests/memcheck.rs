@@ -143,8 +143,7 @@ fn misaligned_four_byte_load_is_a_memcheck_fault() {
     let (input, run) = run_misaligned(2, |k| upload_u32(&k.dev, &[1, 2, 3, 4]));
     let text = run.k.text.clone();
     let fault = run.fault(Checker::Memcheck);
-    assert_eq!(fault.site.line, line_of(&text, "ld.global.u32"));
-    assert_eq!(fault.site.thread, [0, 0, 0]);
+    assert_at(&fault, line_of(&text, "ld.global.u32"), [0, 0, 0]);
     assert_eq!(fault.address, Some(input + 2));
     assert!(fault.detail.contains("misaligned"), "{fault}");
 
@@ -184,8 +183,7 @@ fn shared_store_past_the_array_is_a_memcheck_fault() {
     let store = k.line_of("st.shared.u32");
     let fault = k.run_with_output(1, 32, 32, false).fault(Checker::Memcheck);
     // Stride 5: thread 1 stores 4 bytes at offset 5, misaligned.
-    assert_eq!(fault.site.line, store);
-    assert_eq!(fault.site.thread, [1, 0, 0], "{fault}");
+    assert_at(&fault, store, [1, 0, 0]);
     assert_eq!(fault.address, Some(5));
 
     // Stride 8: aligned, but thread 16 stores at byte 128, just past the array.
@@ -253,8 +251,7 @@ fn vector_loads_must_be_aligned_to_their_whole_size() {
     let k = vector_load(8);
     let load = k.line_of("ld.shared.v4.f32");
     let fault = k.run_with_output(1, 32, 32, false).fault(Checker::Memcheck);
-    assert_eq!(fault.site.line, load);
-    assert_eq!(fault.site.thread, [0, 0, 0]);
+    assert_at(&fault, load, [0, 0, 0]);
     assert_eq!(fault.address, Some(8));
     assert!(fault.detail.contains("misaligned 16-byte"), "{fault}");
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use linattn_ptxsim::{Arg, Checker, Checks, Device, LaunchStats, SimError};
+use linattn_ptxsim::{Arg, Checker, Checks, Device, Fault, LaunchStats, SimError};
 
 const WORD: &str = "_ZZ4raceE4word";
 
@@ -58,6 +58,17 @@ fn run_on(dev: Device, text: &str, block: u32) -> (Loaded, u64, Result<LaunchSta
     (k, out, result)
 }
 
+/// The launch stopped with a racecheck fault; the fault.
+fn race_fault(text: &str, block: u32) -> Fault {
+    let (_, _, result) = run(text, block);
+    expect_fault(result, Checker::Racecheck)
+}
+
+/// [`write_then_read`] with `sync` is race-free: the reader stores the 42.
+fn expect_ordered(writer: u32, reader: u32, sync: &str, block: u32) {
+    expect_word(run(&write_then_read(writer, reader, sync), block), 42);
+}
+
 /// The launch passed and left `want` in `out[0]`.
 fn expect_word(run: (Loaded, u64, Result<LaunchStats, SimError>), want: u32) {
     let (k, out, result) = run;
@@ -68,15 +79,9 @@ fn expect_word(run: (Loaded, u64, Result<LaunchStats, SimError>), want: u32) {
 #[test]
 fn read_by_another_warp_without_bar_sync_races() {
     let text = write_then_read(0, 32, "");
-    let (_, _, result) = run(&text, 64);
-    let fault = expect_fault(result, Checker::Racecheck);
+    let fault = race_fault(&text, 64);
     assert_eq!(fault.site.kernel, "race");
-    assert_eq!(fault.site.line, line_of(&text, "ld.shared.u32"));
-    assert_eq!(
-        fault.site.thread,
-        [32, 0, 0],
-        "the reader is reported: {fault}"
-    );
+    assert_at(&fault, line_of(&text, "ld.shared.u32"), [32, 0, 0]);
     assert_eq!(fault.address, Some(0), "shared offset of the word");
     assert!(
         fault
@@ -88,38 +93,32 @@ fn read_by_another_warp_without_bar_sync_races() {
 
 #[test]
 fn read_by_another_warp_after_bar_sync_is_ordered() {
-    let text = write_then_read(0, 32, "bar.sync 	0;");
-    expect_word(run(&text, 64), 42);
+    expect_ordered(0, 32, "bar.sync 	0;", 64);
 }
 
 #[test]
 fn bar_warp_sync_does_not_order_two_warps() {
     // bar.warp.sync orders the lanes of one warp only.
     let text = write_then_read(0, 32, "bar.warp.sync 	-1;");
-    let (_, _, result) = run(&text, 64);
-    expect_fault(result, Checker::Racecheck);
+    race_fault(&text, 64);
 }
 
 #[test]
 fn read_by_another_lane_without_bar_warp_sync_races() {
     let text = write_then_read(0, 1, "");
-    let (_, _, result) = run(&text, 32);
-    let fault = expect_fault(result, Checker::Racecheck);
-    assert_eq!(fault.site.line, line_of(&text, "ld.shared.u32"));
-    assert_eq!(fault.site.thread, [1, 0, 0], "{fault}");
+    let fault = race_fault(&text, 32);
+    assert_at(&fault, line_of(&text, "ld.shared.u32"), [1, 0, 0]);
     assert!(fault.detail.contains("bar.warp.sync"), "{fault}");
 }
 
 #[test]
 fn read_by_another_lane_after_bar_warp_sync_is_ordered() {
-    let text = write_then_read(0, 1, "bar.warp.sync 	-1;");
-    expect_word(run(&text, 32), 42);
+    expect_ordered(0, 1, "bar.warp.sync 	-1;", 32);
 }
 
 #[test]
 fn same_thread_needs_no_barrier() {
-    let text = write_then_read(5, 5, "");
-    expect_word(run(&text, 64), 42);
+    expect_ordered(5, 5, "", 64);
 }
 
 #[test]
@@ -171,10 +170,8 @@ $L__BB0_6:
 #[test]
 fn write_after_read_across_warps_without_barrier_races() {
     let text = read_then_overwrite("");
-    let (_, _, result) = run(&text, 64);
-    let fault = expect_fault(result, Checker::Racecheck);
-    assert_eq!(fault.site.line, line_of(&text, "the overwrite"));
-    assert_eq!(fault.site.thread, [32, 0, 0], "{fault}");
+    let fault = race_fault(&text, 64);
+    assert_at(&fault, line_of(&text, "the overwrite"), [32, 0, 0]);
     assert!(
         fault
             .detail
@@ -291,8 +288,7 @@ fn two_phase_kernel_with_only_bar_warp_sync_is_still_wrong_across_warps() {
     });
     let result = run_two_phase(dev, &text, &vec![1.0; (BLOCK * CTAS) as usize]);
     let fault = expect_fault(result.map(|_| Default::default()), Checker::Racecheck);
-    assert_eq!(fault.site.line, line_of(&text, "st.shared.f32"));
-    assert_eq!(fault.site.thread, [32, 0, 0], "{fault}");
+    assert_at(&fault, line_of(&text, "st.shared.f32"), [32, 0, 0]);
     assert!(
         fault
             .detail
@@ -336,8 +332,7 @@ $L__BB0_4:
             ),
         )
     };
-    let (_, _, result) = run(&text(""), 64);
-    let fault = expect_fault(result, Checker::Racecheck);
+    let fault = race_fault(&text(""), 64);
     assert!(
         fault.detail.contains("write by thread 0"),
         "{}",

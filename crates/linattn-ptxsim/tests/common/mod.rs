@@ -233,6 +233,15 @@ pub fn expect_fault(result: Result<LaunchStats, SimError>, checker: Checker) -> 
     }
 }
 
+/// The fault is reported at PTX line `line`, by thread `thread` of its CTA.
+pub fn assert_at(fault: &Fault, line: u32, thread: [u32; 3]) {
+    assert_eq!(
+        (fault.site.line, fault.site.thread),
+        (line, thread),
+        "(line, thread) of {fault}"
+    );
+}
+
 /// The 1-based line of `text` that contains `needle` (which must occur on exactly one line).
 pub fn line_of(text: &str, needle: &str) -> u32 {
     let hits: Vec<usize> = text
