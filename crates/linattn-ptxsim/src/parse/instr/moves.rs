@@ -2,7 +2,7 @@
 
 use super::parts::Parts;
 use crate::error::SimError;
-use crate::ir::{IntRounding, Op, Rounding, Ty};
+use crate::ir::{Cvt, IntRounding, Op, Rounding, Ty};
 
 pub(super) fn decode_mov(p: &Parts<'_>) -> Result<Op, SimError> {
     let ty = p.typed(2)?;
@@ -68,7 +68,7 @@ pub(super) fn decode_cvt(p: &Parts<'_>) -> Result<Op, SimError> {
     }
     p.count(2)?;
     let (d, [a]) = p.dst_srcs(sty)?;
-    Ok(Op::Cvt {
+    Ok(Op::Cvt(Cvt {
         dty,
         sty,
         rounding,
@@ -77,5 +77,5 @@ pub(super) fn decode_cvt(p: &Parts<'_>) -> Result<Op, SimError> {
         sat: mode.sat,
         d,
         a,
-    })
+    }))
 }
