@@ -146,12 +146,8 @@ fn shared_read(write: bool) -> Loaded {
 
 #[test]
 fn reading_shared_memory_no_thread_wrote_is_reported() {
-    let k = shared_read(false);
-    let load = k.line_of("ld.shared.f32");
-    let fault = k
-        .run_with_output(2, 64, 64, false)
-        .fault(Checker::Initcheck);
-    assert_at(&fault, load, [0, 0, 0]);
+    let run = shared_read(false).run_with_output(2, 64, 64, false);
+    let fault = run.fault_at(Checker::Initcheck, "ld.shared.f32", [0, 0, 0]);
     assert_eq!(fault.site.cta, [0, 0, 0]);
     assert_eq!(fault.address, Some(0));
     assert!(

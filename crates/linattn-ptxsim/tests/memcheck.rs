@@ -141,9 +141,7 @@ fn run_misaligned(offset: u32, input: impl Fn(&Loaded) -> u64) -> (u64, OutputRu
 #[test]
 fn misaligned_four_byte_load_is_a_memcheck_fault() {
     let (input, run) = run_misaligned(2, |k| upload_u32(&k.dev, &[1, 2, 3, 4]));
-    let text = run.k.text.clone();
-    let fault = run.fault(Checker::Memcheck);
-    assert_at(&fault, line_of(&text, "ld.global.u32"), [0, 0, 0]);
+    let fault = run.fault_at(Checker::Memcheck, "ld.global.u32", [0, 0, 0]);
     assert_eq!(fault.address, Some(input + 2));
     assert!(fault.detail.contains("misaligned"), "{fault}");
 
@@ -179,11 +177,9 @@ fn shared_store(stride: u32) -> Loaded {
 
 #[test]
 fn shared_store_past_the_array_is_a_memcheck_fault() {
-    let k = shared_store(5);
-    let store = k.line_of("st.shared.u32");
-    let fault = k.run_with_output(1, 32, 32, false).fault(Checker::Memcheck);
     // Stride 5: thread 1 stores 4 bytes at offset 5, misaligned.
-    assert_at(&fault, store, [1, 0, 0]);
+    let run = shared_store(5).run_with_output(1, 32, 32, false);
+    let fault = run.fault_at(Checker::Memcheck, "st.shared.u32", [1, 0, 0]);
     assert_eq!(fault.address, Some(5));
 
     // Stride 8: aligned, but thread 16 stores at byte 128, just past the array.
@@ -248,10 +244,8 @@ fn vector_load(skew: u32) -> Loaded {
 #[test]
 fn vector_loads_must_be_aligned_to_their_whole_size() {
     // 8-byte aligned is enough for each float, not for the float4.
-    let k = vector_load(8);
-    let load = k.line_of("ld.shared.v4.f32");
-    let fault = k.run_with_output(1, 32, 32, false).fault(Checker::Memcheck);
-    assert_at(&fault, load, [0, 0, 0]);
+    let run = vector_load(8).run_with_output(1, 32, 32, false);
+    let fault = run.fault_at(Checker::Memcheck, "ld.shared.v4.f32", [0, 0, 0]);
     assert_eq!(fault.address, Some(8));
     assert!(fault.detail.contains("misaligned 16-byte"), "{fault}");
 

@@ -48,9 +48,8 @@ $L__BB0_2:
 #[test]
 fn bar_sync_reached_by_part_of_the_cta() {
     let text = barrier_in_branch(16);
-    let fault = launch(&text, 64).fault(Checker::Synccheck);
+    let fault = launch(&text, 64).fault_at(Checker::Synccheck, "bar.sync", [16, 0, 0]);
     assert_eq!(fault.site.kernel, "partial_barrier");
-    assert_at(&fault, line_of(&text, "bar.sync"), [16, 0, 0]);
     assert!(fault.detail.contains("part of the CTA"), "{fault}");
 }
 

@@ -140,6 +140,15 @@ impl OutputRun {
         expect_fault(self.result, checker)
     }
 
+    /// The launch stopped with a fault of `checker` at the line of the kernel holding
+    /// `needle`, by thread `thread` (see [`assert_at`]); the fault.
+    pub fn fault_at(self, checker: Checker, needle: &str, thread: [u32; 3]) -> Fault {
+        let line = self.k.line_of(needle);
+        let fault = self.fault(checker);
+        assert_at(&fault, line, thread);
+        fault
+    }
+
     /// The launch passed; the first `n` words of the output.
     pub fn words(self, n: usize) -> Vec<u32> {
         expect_ok(self.result);
