@@ -36,9 +36,6 @@ pub struct MemoryCtx<'a> {
     pub counters: Option<&'a mut Counters>,
 }
 
-/// An access's element size and count, its whole size, and each lane's address.
-type Vector = (u32, usize, u32, Lanes64);
-
 /// Where one lane's access goes.
 enum Target<'a> {
     Global(&'a Allocation, u64),
@@ -150,39 +147,6 @@ impl<'a> MemoryCtx<'a> {
         }
     }
 
-    /// [`Self::target`] for a write of `size` bytes (an atomic when `atomic`, else a store):
-    /// parameters are read-only, and a shared write first passes the racecheck shadow.
-    /// Never `Target::Param`.
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    fn write_target(
-        &mut self,
-        w: &Warp,
-        space: Space,
-        address: u64,
-        size: u32,
-        lane: usize,
-        last: &mut Option<&'a Allocation>,
-        atomic: bool,
-    ) -> Result<Target<'a>, LaneFault> {
-        let target = self.target(space, address, size, lane, last)?;
-        match target {
-            Target::Param(_) => {
-                let what = if atomic { "atomic on" } else { "store to" };
-                let detail = format!("{what} kernel parameters");
-                Err(self.fault(Checker::Memcheck, lane, address, detail))
-            }
-            Target::Shared(o) => {
-                let who = self.accessor(w, lane);
-                match self.shared.on_write(o, size, who, atomic) {
-                    Ok(()) => Ok(target),
-                    Err(f) => Err(self.shared_fault(w, lane, o, f)),
-                }
-            }
-            Target::Global(..) => Ok(target),
-        }
-    }
-
     fn shared_fault(&self, w: &Warp, lane: usize, offset: usize, fault: SharedFault) -> LaneFault {
         match fault {
             SharedFault::Uninitialised => self.fault(
@@ -267,17 +231,6 @@ impl<'a> MemoryCtx<'a> {
         }
     }
 
-    /// Where each lane's access of `elements` elements of `ty` (at most a 4-vector) goes:
-    /// the element size and count, the whole access's size, and the addresses.
-    #[inline]
-    fn addresses(&self, w: &Warp, ty: Ty, elements: usize, addr: &Address) -> Vector {
-        let size = ty.bytes();
-        let n = elements.min(MAX_VECTOR);
-        let base = addr.base.map(|r| w.read64(&Src::Reg(r), self.uniforms));
-        let addresses: Lanes64 = each(|l| lane_address(addr, &base, l));
-        (size, n, size * n as u32, addresses)
-    }
-
     /// `ld.space.[vN.]ty {d...}, [addr]` (N ≤ 4).
     pub fn load(
         &mut self,
@@ -288,7 +241,11 @@ impl<'a> MemoryCtx<'a> {
         addr: &Address,
         mask: u32,
     ) -> Result<(), LaneFault> {
-        let (size, n, total, addresses) = self.addresses(w, ty, d.len(), addr);
+        let size = ty.bytes();
+        let n = d.len().min(MAX_VECTOR);
+        let total = size * n as u32;
+        let base = addr.base.map(|r| w.read64(&Src::Reg(r), self.uniforms));
+        let addresses: Lanes64 = each(|l| lane_address(addr, &base, l));
         self.count(space, &addresses, mask, total, false);
         // The common case, 32-bit elements from shared memory into 32-bit registers, without
         // per-lane dispatch: validate every lane, update the shadow, then gather.
@@ -383,18 +340,33 @@ impl<'a> MemoryCtx<'a> {
         addr: &Address,
         mask: u32,
     ) -> Result<(), LaneFault> {
-        let (size, n, total, addresses) = self.addresses(w, ty, a.len(), addr);
-        self.count(space, &addresses, mask, total, true);
+        let size = ty.bytes();
+        let n = a.len().min(MAX_VECTOR);
+        let total = size * n as u32;
+        let base = addr.base.map(|r| w.read64(&Src::Reg(r), self.uniforms));
         let mut values = [[0u64; LANES]; MAX_VECTOR];
         for (value, src) in values.iter_mut().zip(a) {
             *value = w.read64(src, self.uniforms);
         }
+        let addresses: Lanes64 = each(|l| lane_address(addr, &base, l));
+        self.count(space, &addresses, mask, total, true);
         let mut last = None;
         for lane in lanes(mask) {
             let address = addresses[lane];
-            match self.write_target(w, space, address, total, lane, &mut last, false)? {
-                Target::Param(_) => unreachable!("write_target refuses parameters"),
+            match self.target(space, address, total, lane, &mut last)? {
+                Target::Param(_) => {
+                    return Err(self.fault(
+                        Checker::Memcheck,
+                        lane,
+                        address,
+                        "store to kernel parameters".into(),
+                    ))
+                }
                 Target::Shared(o) => {
+                    let who = self.accessor(w, lane);
+                    if let Err(f) = self.shared.on_write(o, total, who, false) {
+                        return Err(self.shared_fault(w, lane, o, f));
+                    }
                     for (k, value) in values.iter().take(n).enumerate() {
                         self.shared.store(o + k * size as usize, size, value[lane]);
                     }
@@ -431,9 +403,20 @@ impl<'a> MemoryCtx<'a> {
         for lane in lanes(mask) {
             let address = lane_address(addr, &base, lane);
             let f = |x: u32| atom_apply(op, ty, x, vb[lane], vc.map_or(0, |c| c[lane]));
-            old[lane] = match self.write_target(w, space, address, 4, lane, &mut last, true)? {
-                Target::Param(_) => unreachable!("write_target refuses parameters"),
+            old[lane] = match self.target(space, address, 4, lane, &mut last)? {
+                Target::Param(_) => {
+                    return Err(self.fault(
+                        Checker::Memcheck,
+                        lane,
+                        address,
+                        "atomic on kernel parameters".into(),
+                    ))
+                }
                 Target::Shared(o) => {
+                    let who = self.accessor(w, lane);
+                    if let Err(fault) = self.shared.on_write(o, 4, who, true) {
+                        return Err(self.shared_fault(w, lane, o, fault));
+                    }
                     let x = self.shared.load(o, 4) as u32;
                     self.shared.store(o, 4, u64::from(f(x)));
                     u64::from(x)
