@@ -251,6 +251,14 @@ pub fn assert_at(fault: &Fault, line: u32, thread: [u32; 3]) {
     );
 }
 
+/// The fault's detail says `words`.
+pub fn assert_says(fault: &Fault, words: &str) {
+    assert!(
+        fault.detail.contains(words),
+        "the detail should say `{words}`: {fault}"
+    );
+}
+
 /// The 1-based line of `text` that contains `needle` (which must occur on exactly one line).
 pub fn line_of(text: &str, needle: &str) -> u32 {
     let hits: Vec<usize> = text
