@@ -12,17 +12,13 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
-use linattn_ptxsim::{Arg, Checks, Device, LaunchConfig};
+use linattn_ptxsim::{Arg, Checks, LaunchConfig};
 
 // The tests' kernel builder, device and copies, and the tiled matmul they also run.
 #[path = "../tests/common/mod.rs"]
 mod common;
 
 use common::{config, matmul, upload_f32, Entry, Loaded};
-
-fn device(checks: Checks) -> Device {
-    common::device().with_checks(checks)
-}
 
 /// One benchmark case: a loaded kernel and its launch.
 struct Case {
@@ -32,6 +28,26 @@ struct Case {
 }
 
 impl Case {
+    /// `text` loaded on a device with `checks`; `launch` sets up the buffers on it and
+    /// gives the launch.
+    fn new(
+        text: String,
+        checks: Checks,
+        launch: impl FnOnce(&Loaded) -> (LaunchConfig, Vec<Arg>),
+    ) -> Case {
+        let k = Loaded::on(common::device().with_checks(checks), text);
+        let (config, args) = launch(&k);
+        Case { k, config, args }
+    }
+
+    /// A 1-D launch of `ctas` CTAs of `block` threads with the default checks; `args` sets
+    /// up the buffers for that many threads.
+    fn one_d(text: String, ctas: u32, block: u32, args: fn(&Loaded, usize) -> Vec<Arg>) -> Case {
+        Case::new(text, Checks::default(), |k| {
+            (config(ctas, block), args(k, (ctas * block) as usize))
+        })
+    }
+
     /// Runs once; returns the warp instructions executed.
     fn run(&self) -> u64 {
         let stats = (self.k.launch_with(&self.config, &self.args))
@@ -45,7 +61,16 @@ impl Case {
 const FMA_ROUNDS: usize = 64;
 
 fn fma_kernel() -> String {
+    // acc_k starts at ±2^-(k mod 4): 1, 0.5, 0.25, 0.125, then the same negated.
     let mut body = String::new();
+    for k in 0..8 {
+        let start = if k < 4 { 1.0f32 } else { -1.0 } / (1 << (k % 4)) as f32;
+        body.push_str(&format!(
+            "\tmov.f32 \t%f{acc}, 0f{bits:08X};\n",
+            acc = 10 + k,
+            bits = start.to_bits()
+        ));
+    }
     for round in 0..FMA_ROUNDS {
         for k in 0..8 {
             // acc_k = acc_k * x + c_round
@@ -70,14 +95,6 @@ fn fma_kernel() -> String {
 	mul.wide.s32 	%rd4, %r4, 4;
 	add.s64 	%rd5, %rd3, %rd4;
 	ld.global.nc.f32 	%f1, [%rd5];
-	mov.f32 	%f10, 0f3F800000;
-	mov.f32 	%f11, 0f3F000000;
-	mov.f32 	%f12, 0f3E800000;
-	mov.f32 	%f13, 0f3E000000;
-	mov.f32 	%f14, 0fBF800000;
-	mov.f32 	%f15, 0fBF000000;
-	mov.f32 	%f16, 0fBE800000;
-	mov.f32 	%f17, 0fBE000000;
 {body}	add.f32 	%f20, %f10, %f11;
 	add.f32 	%f21, %f12, %f13;
 	add.f32 	%f22, %f14, %f15;
@@ -96,19 +113,15 @@ fn fma_kernel() -> String {
     .ptx()
 }
 
-fn fma_case() -> Case {
-    const CTAS: u32 = 64;
-    const BLOCK: u32 = 256;
-    let k = Loaded::on(device(Checks::default()), fma_kernel());
-    let n = (CTAS * BLOCK) as usize;
-    let x: Vec<f32> = (0..n).map(|i| 0.25 + (i % 97) as f32 / 400.0).collect();
-    let px = upload_f32(&k.dev, &x);
-    let out = k.output(n);
-    Case {
-        k,
-        config: config(CTAS, BLOCK),
-        args: vec![Arg::U64(px), Arg::U64(out)],
-    }
+/// `x[i] = 0.25 + (i mod 97) / 400` in, one f32 out per thread.
+fn fma_args(k: &Loaded, threads: usize) -> Vec<Arg> {
+    let x: Vec<f32> = (0..threads)
+        .map(|i| 0.25 + (i % 97) as f32 / 400.0)
+        .collect();
+    vec![
+        Arg::U64(upload_f32(&k.dev, &x)),
+        Arg::U64(k.output(threads)),
+    ]
 }
 
 // ---------------------------------------------------------------------------------------
@@ -116,13 +129,12 @@ fn fma_case() -> Case {
 const N: usize = 128;
 
 fn matmul_case(checks: Checks) -> Case {
-    let k = Loaded::on(device(checks), matmul::kernel("bar.sync \t0;"));
-    let problem = matmul::Problem::new(&k.dev, N);
-    let case = Case {
-        k,
-        config: problem.config,
-        args: problem.args.clone(),
-    };
+    let mut problem = None;
+    let case = Case::new(matmul::kernel("bar.sync \t0;"), checks, |k| {
+        let p = problem.insert(matmul::Problem::new(&k.dev, N));
+        (p.config, p.args.clone())
+    });
+    let problem = problem.expect("set up by Case::new");
     case.run();
     problem.check(&case.k.download_f32(problem.c, N * N), 17);
     case
@@ -178,17 +190,9 @@ $L__BB0_1:
     .ptx()
 }
 
-fn mma_case() -> Case {
-    const CTAS: u32 = 32;
-    const BLOCK: u32 = 128;
-    let k = Loaded::on(device(Checks::default()), mma_kernel());
-    // Four f32 per thread.
-    let out = k.output(4 * (CTAS * BLOCK) as usize);
-    Case {
-        k,
-        config: config(CTAS, BLOCK),
-        args: vec![Arg::U64(out), Arg::U32(MMA_ITERATIONS)],
-    }
+/// Four f32 out per thread, and the loop count.
+fn mma_args(k: &Loaded, threads: usize) -> Vec<Arg> {
+    vec![Arg::U64(k.output(4 * threads)), Arg::U32(MMA_ITERATIONS)]
 }
 
 // ---------------------------------------------------------------------------------------
@@ -199,10 +203,13 @@ fn bench(c: &mut Criterion) {
         initcheck: false,
     };
     let cases = [
-        ("fma_straight_line", fma_case()),
+        (
+            "fma_straight_line",
+            Case::one_d(fma_kernel(), 64, 256, fma_args),
+        ),
         ("tiled_matmul_bar_sync", matmul_case(Checks::default())),
         ("tiled_matmul_bar_sync_nochecks", matmul_case(no_checks)),
-        ("mma_loop", mma_case()),
+        ("mma_loop", Case::one_d(mma_kernel(), 32, 128, mma_args)),
     ];
     let mut group = c.benchmark_group("ptxsim_warp_instructions");
     // Flat sampling: every launch takes milliseconds, so 10 samples of a few launches each.

@@ -271,6 +271,20 @@ pub enum MmaInput {
     Bf16,
 }
 
+/// `cvt.{modifiers}.dty.sty d, a`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cvt {
+    pub dty: Ty,
+    pub sty: Ty,
+    /// Float results: rounding of the value; integer results from floats: `int_rounding`.
+    pub rounding: Option<Rounding>,
+    pub int_rounding: Option<IntRounding>,
+    pub ftz: bool,
+    pub sat: bool,
+    pub d: Reg,
+    pub a: Src,
+}
+
 /// One decoded operation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
@@ -332,17 +346,7 @@ pub enum Op {
         d: Reg,
         a: Src,
     },
-    Cvt {
-        dty: Ty,
-        sty: Ty,
-        /// Float results: rounding of the value; integer results from floats: `int_rounding`.
-        rounding: Option<Rounding>,
-        int_rounding: Option<IntRounding>,
-        ftz: bool,
-        sat: bool,
-        d: Reg,
-        a: Src,
-    },
+    Cvt(Cvt),
     /// `cvt.rn.{f16x2,bf16x2}.f32 d, a, b`: a goes to the upper half, b to the lower.
     CvtPack {
         dty: Ty,

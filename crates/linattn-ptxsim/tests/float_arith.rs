@@ -75,6 +75,29 @@ fn fma_form(rounding: &str) -> String {
     )
 }
 
+/// `r`, the result of `fma.{name}` rounding toward the exact `a·b + c` from `side` (`Less`:
+/// from below, `Greater`: from above), is not past the exact value, and `inward(r)`, the
+/// next float toward it, is: `r` is the closest float on that side.
+fn assert_directed(
+    [a, b, c]: [f32; 3],
+    r: f32,
+    side: Ordering,
+    inward: fn(f32) -> f32,
+    name: &str,
+) {
+    // exact.cmp(r)
+    assert_ne!(
+        cmp_exact(a, b, c, r),
+        side,
+        "fma.{name} past the exact result: {a:e} {b:e} {c:e} → {r:e}"
+    );
+    assert_eq!(
+        cmp_exact(a, b, c, inward(r)),
+        side,
+        "fma.{name} not the closest on its side: {a:e} {b:e} {c:e} → {r:e}"
+    );
+}
+
 #[test]
 fn fma_directed_roundings_bracket_the_exact_result() {
     let mut inputs = random_triples(11, 600);
@@ -96,27 +119,9 @@ fn fma_directed_roundings_bracket_the_exact_result() {
             a.mul_add(b, c).to_bits(),
             "fma.rn {a:e} {b:e} {c:e}"
         );
-        // exact.cmp(r): m <= exact < next_up(m), next_down(p) < exact <= p.
-        assert_ne!(
-            cmp_exact(a, b, c, m),
-            Ordering::Less,
-            "fma.rm above: {a:e} {b:e} {c:e} → {m:e}"
-        );
-        assert_eq!(
-            cmp_exact(a, b, c, next_up(m)),
-            Ordering::Less,
-            "fma.rm not the largest below: {a:e} {b:e} {c:e} → {m:e}"
-        );
-        assert_ne!(
-            cmp_exact(a, b, c, p),
-            Ordering::Greater,
-            "fma.rp below: {a:e} {b:e} {c:e} → {p:e}"
-        );
-        assert_eq!(
-            cmp_exact(a, b, c, next_down(p)),
-            Ordering::Greater,
-            "fma.rp not the smallest above: {a:e} {b:e} {c:e} → {p:e}"
-        );
+        // m <= exact < next_up(m), next_down(p) < exact <= p.
+        assert_directed([a, b, c], m, Ordering::Less, next_up, "rm");
+        assert_directed([a, b, c], p, Ordering::Greater, next_down, "rp");
         let toward_zero = if z >= 0.0 { m } else { p };
         assert_eq!(
             z.to_bits(),

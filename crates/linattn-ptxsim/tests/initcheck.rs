@@ -52,10 +52,9 @@ fn reading_an_allocation_never_written_is_reported() {
     let out = output(&dev, N);
     let fault = expect_fault(launch_scale(&dev, input, out), Checker::Initcheck);
     assert_eq!(fault.site.kernel, "scale");
-    assert_eq!(fault.site.line, line_of(&scale(), "ld.global.nc.f32"));
-    assert_eq!(fault.site.thread, [0, 0, 0]);
+    assert_at(&fault, line_of(&scale(), "ld.global.nc.f32"), [0, 0, 0]);
     assert_eq!(fault.address, Some(input));
-    assert!(fault.detail.contains("never written"), "{fault}");
+    assert_says(&fault, "never written");
 }
 
 #[test]
@@ -147,19 +146,11 @@ fn shared_read(write: bool) -> Loaded {
 
 #[test]
 fn reading_shared_memory_no_thread_wrote_is_reported() {
-    let k = shared_read(false);
-    let load = k.line_of("ld.shared.f32");
-    let fault = k
-        .run_with_output(2, 64, 64, false)
-        .fault(Checker::Initcheck);
-    assert_eq!(fault.site.line, load);
-    assert_eq!(fault.site.thread, [0, 0, 0]);
+    let run = shared_read(false).run_with_output(2, 64, 64, false);
+    let fault = run.fault_at(Checker::Initcheck, "ld.shared.f32", [0, 0, 0]);
     assert_eq!(fault.site.cta, [0, 0, 0]);
     assert_eq!(fault.address, Some(0));
-    assert!(
-        fault.detail.contains("shared memory read before"),
-        "{fault}"
-    );
+    assert_says(&fault, "shared memory read before");
 }
 
 #[test]

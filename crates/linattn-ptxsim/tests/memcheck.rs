@@ -95,7 +95,7 @@ fn off_by_one_bound_check_reads_past_the_end() {
         Some(run.b + 4 * N as u64),
         "the address is one element past the 400-byte allocation: {fault}"
     );
-    assert!(fault.detail.contains("past the end"), "{fault}");
+    assert_says(&fault, "past the end");
     // The report names all of it in one line.
     let shown = fault.to_string();
     assert!(shown.starts_with("memcheck: vadd at PTX line"), "{shown}");
@@ -141,12 +141,9 @@ fn run_misaligned(offset: u32, input: impl Fn(&Loaded) -> u64) -> (u64, OutputRu
 #[test]
 fn misaligned_four_byte_load_is_a_memcheck_fault() {
     let (input, run) = run_misaligned(2, |k| upload_u32(&k.dev, &[1, 2, 3, 4]));
-    let text = run.k.text.clone();
-    let fault = run.fault(Checker::Memcheck);
-    assert_eq!(fault.site.line, line_of(&text, "ld.global.u32"));
-    assert_eq!(fault.site.thread, [0, 0, 0]);
+    let fault = run.fault_at(Checker::Memcheck, "ld.global.u32", [0, 0, 0]);
     assert_eq!(fault.address, Some(input + 2));
-    assert!(fault.detail.contains("misaligned"), "{fault}");
+    assert_says(&fault, "misaligned");
 
     // The same load at an aligned offset passes.
     let (_, run) = run_misaligned(4, |k| upload_u32(&k.dev, &[1, 2, 3, 4]));
@@ -180,12 +177,9 @@ fn shared_store(stride: u32) -> Loaded {
 
 #[test]
 fn shared_store_past_the_array_is_a_memcheck_fault() {
-    let k = shared_store(5);
-    let store = k.line_of("st.shared.u32");
-    let fault = k.run_with_output(1, 32, 32, false).fault(Checker::Memcheck);
     // Stride 5: thread 1 stores 4 bytes at offset 5, misaligned.
-    assert_eq!(fault.site.line, store);
-    assert_eq!(fault.site.thread, [1, 0, 0], "{fault}");
+    let run = shared_store(5).run_with_output(1, 32, 32, false);
+    let fault = run.fault_at(Checker::Memcheck, "st.shared.u32", [1, 0, 0]);
     assert_eq!(fault.address, Some(5));
 
     // Stride 8: aligned, but thread 16 stores at byte 128, just past the array.
@@ -194,10 +188,7 @@ fn shared_store_past_the_array_is_a_memcheck_fault() {
         .fault(Checker::Memcheck);
     assert_eq!(fault.site.thread, [16, 0, 0], "{fault}");
     assert_eq!(fault.address, Some(128));
-    assert!(
-        fault.detail.contains("past the CTA's 128 shared bytes"),
-        "{fault}"
-    );
+    assert_says(&fault, "past the CTA's 128 shared bytes");
 
     let run = shared_store(4).run_with_output(1, 32, 32, false);
     assert_eq!(run.words(32), (0..32).collect::<Vec<u32>>());
@@ -212,7 +203,7 @@ fn use_after_free_is_named() {
     });
     let fault = run.fault(Checker::Memcheck);
     assert_eq!(fault.address, Some(input));
-    assert!(fault.detail.contains("use after free"), "{fault}");
+    assert_says(&fault, "use after free");
 }
 
 /// Each thread loads a float4 from a 16-byte aligned shared array at byte offset
@@ -250,13 +241,10 @@ fn vector_load(skew: u32) -> Loaded {
 #[test]
 fn vector_loads_must_be_aligned_to_their_whole_size() {
     // 8-byte aligned is enough for each float, not for the float4.
-    let k = vector_load(8);
-    let load = k.line_of("ld.shared.v4.f32");
-    let fault = k.run_with_output(1, 32, 32, false).fault(Checker::Memcheck);
-    assert_eq!(fault.site.line, load);
-    assert_eq!(fault.site.thread, [0, 0, 0]);
+    let run = vector_load(8).run_with_output(1, 32, 32, false);
+    let fault = run.fault_at(Checker::Memcheck, "ld.shared.v4.f32", [0, 0, 0]);
     assert_eq!(fault.address, Some(8));
-    assert!(fault.detail.contains("misaligned 16-byte"), "{fault}");
+    assert_says(&fault, "misaligned 16-byte");
 
     let run = vector_load(0).run_with_output(1, 32, 32, false);
     let expected: Vec<f32> = (0..32).map(|t| 4.0 * t as f32).collect();

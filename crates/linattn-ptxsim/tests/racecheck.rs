@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use linattn_ptxsim::{Arg, Checker, Checks, Device, LaunchStats, SimError};
+use linattn_ptxsim::{Arg, Checker, Checks, Device, Fault, LaunchStats, SimError};
 
 const WORD: &str = "_ZZ4raceE4word";
 
@@ -58,6 +58,33 @@ fn run_on(dev: Device, text: &str, block: u32) -> (Loaded, u64, Result<LaunchSta
     (k, out, result)
 }
 
+/// The launch stopped with a racecheck fault; the fault.
+fn race_fault(text: &str, block: u32) -> Fault {
+    let (_, _, result) = run(text, block);
+    expect_fault(result, Checker::Racecheck)
+}
+
+/// [`write_then_read`] with `sync` is race-free: the reader stores the 42.
+fn expect_ordered(writer: u32, reader: u32, sync: &str, block: u32) {
+    expect_word(run(&write_then_read(writer, reader, sync), block), 42);
+}
+
+/// One test per row: `name: (writer, reader, sync, block)` is [`expect_ordered`].
+macro_rules! ordered {
+    ($($name:ident: ($writer:expr, $reader:expr, $sync:expr, $block:expr);)*) => {$(
+        #[test]
+        fn $name() {
+            expect_ordered($writer, $reader, $sync, $block);
+        }
+    )*};
+}
+
+ordered! {
+    read_by_another_warp_after_bar_sync_is_ordered: (0, 32, "bar.sync \t0;", 64);
+    read_by_another_lane_after_bar_warp_sync_is_ordered: (0, 1, "bar.warp.sync \t-1;", 32);
+    same_thread_needs_no_barrier: (5, 5, "", 64);
+}
+
 /// The launch passed and left `want` in `out[0]`.
 fn expect_word(run: (Loaded, u64, Result<LaunchStats, SimError>), want: u32) {
     let (k, out, result) = run;
@@ -68,58 +95,26 @@ fn expect_word(run: (Loaded, u64, Result<LaunchStats, SimError>), want: u32) {
 #[test]
 fn read_by_another_warp_without_bar_sync_races() {
     let text = write_then_read(0, 32, "");
-    let (_, _, result) = run(&text, 64);
-    let fault = expect_fault(result, Checker::Racecheck);
+    let fault = race_fault(&text, 64);
     assert_eq!(fault.site.kernel, "race");
-    assert_eq!(fault.site.line, line_of(&text, "ld.shared.u32"));
-    assert_eq!(
-        fault.site.thread,
-        [32, 0, 0],
-        "the reader is reported: {fault}"
-    );
+    assert_at(&fault, line_of(&text, "ld.shared.u32"), [32, 0, 0]);
     assert_eq!(fault.address, Some(0), "shared offset of the word");
-    assert!(
-        fault
-            .detail
-            .contains("read races with a write by thread 0 (warp 0)"),
-        "{fault}"
-    );
-}
-
-#[test]
-fn read_by_another_warp_after_bar_sync_is_ordered() {
-    let text = write_then_read(0, 32, "bar.sync 	0;");
-    expect_word(run(&text, 64), 42);
+    assert_says(&fault, "read races with a write by thread 0 (warp 0)");
 }
 
 #[test]
 fn bar_warp_sync_does_not_order_two_warps() {
     // bar.warp.sync orders the lanes of one warp only.
     let text = write_then_read(0, 32, "bar.warp.sync 	-1;");
-    let (_, _, result) = run(&text, 64);
-    expect_fault(result, Checker::Racecheck);
+    race_fault(&text, 64);
 }
 
 #[test]
 fn read_by_another_lane_without_bar_warp_sync_races() {
     let text = write_then_read(0, 1, "");
-    let (_, _, result) = run(&text, 32);
-    let fault = expect_fault(result, Checker::Racecheck);
-    assert_eq!(fault.site.line, line_of(&text, "ld.shared.u32"));
-    assert_eq!(fault.site.thread, [1, 0, 0], "{fault}");
-    assert!(fault.detail.contains("bar.warp.sync"), "{fault}");
-}
-
-#[test]
-fn read_by_another_lane_after_bar_warp_sync_is_ordered() {
-    let text = write_then_read(0, 1, "bar.warp.sync 	-1;");
-    expect_word(run(&text, 32), 42);
-}
-
-#[test]
-fn same_thread_needs_no_barrier() {
-    let text = write_then_read(5, 5, "");
-    expect_word(run(&text, 64), 42);
+    let fault = race_fault(&text, 32);
+    assert_at(&fault, line_of(&text, "ld.shared.u32"), [1, 0, 0]);
+    assert_says(&fault, "bar.warp.sync");
 }
 
 #[test]
@@ -171,16 +166,9 @@ $L__BB0_6:
 #[test]
 fn write_after_read_across_warps_without_barrier_races() {
     let text = read_then_overwrite("");
-    let (_, _, result) = run(&text, 64);
-    let fault = expect_fault(result, Checker::Racecheck);
-    assert_eq!(fault.site.line, line_of(&text, "the overwrite"));
-    assert_eq!(fault.site.thread, [32, 0, 0], "{fault}");
-    assert!(
-        fault
-            .detail
-            .contains("write races with a read by thread 0 (warp 0)"),
-        "{fault}"
-    );
+    let fault = race_fault(&text, 64);
+    assert_at(&fault, line_of(&text, "the overwrite"), [32, 0, 0]);
+    assert_says(&fault, "write races with a read by thread 0 (warp 0)");
 }
 
 #[test]
@@ -257,7 +245,7 @@ fn two_phase_kernel_without_barrier_races() {
     // Thread 0 reads s[1], which lane 1 of its warp wrote with nothing ordering the two.
     assert_eq!(fault.site.thread, [0, 0, 0], "{fault}");
     assert_eq!(fault.address, Some(4));
-    assert!(fault.detail.contains("by thread 1 (warp 0)"), "{fault}");
+    assert_says(&fault, "by thread 1 (warp 0)");
 }
 
 #[test]
@@ -291,14 +279,8 @@ fn two_phase_kernel_with_only_bar_warp_sync_is_still_wrong_across_warps() {
     });
     let result = run_two_phase(dev, &text, &vec![1.0; (BLOCK * CTAS) as usize]);
     let fault = expect_fault(result.map(|_| Default::default()), Checker::Racecheck);
-    assert_eq!(fault.site.line, line_of(&text, "st.shared.f32"));
-    assert_eq!(fault.site.thread, [32, 0, 0], "{fault}");
-    assert!(
-        fault
-            .detail
-            .contains("write races with a read by thread 31 (warp 0)"),
-        "{fault}"
-    );
+    assert_at(&fault, line_of(&text, "st.shared.f32"), [32, 0, 0]);
+    assert_says(&fault, "write races with a read by thread 31 (warp 0)");
 }
 
 /// Thread 0 initialises `s_max`, then every thread's atomic max: without the barrier between
@@ -336,8 +318,7 @@ $L__BB0_4:
             ),
         )
     };
-    let (_, _, result) = run(&text(""), 64);
-    let fault = expect_fault(result, Checker::Racecheck);
+    let fault = race_fault(&text(""), 64);
     assert!(
         fault.detail.contains("write by thread 0"),
         "{}",

@@ -21,6 +21,7 @@ use crate::error::{Checker, Checks, SimError, Site};
 use crate::ir::{Instr, Kernel, Op, Src};
 
 /// Everything a CTA needs from its launch.
+#[derive(Clone, Copy)]
 pub struct LaunchCtx<'a> {
     pub kernel: &'a Kernel,
     pub params: &'a [u8],
@@ -32,6 +33,13 @@ pub struct LaunchCtx<'a> {
     pub checks: Checks,
     /// Whether memory counters (sectors, wavefronts, unique sectors) are kept.
     pub count_memory: bool,
+}
+
+/// One CTA as its warps see it: the launch (a copy, so reading it costs what reading
+/// `LaunchCtx` does) and the special registers; `u.ctaid` is the CTA.
+struct Cta<'a> {
+    launch: LaunchCtx<'a>,
+    u: Uniforms,
 }
 
 /// Reusable per-host-thread state: warps and shared memory of the CTA being run.
@@ -73,17 +81,20 @@ impl CtaRunner {
             ctx.checks.racecheck,
             ctx.checks.initcheck,
         );
-        let uniforms = Uniforms {
-            ntid: ctx.block,
-            ctaid: cta,
-            nctaid: ctx.grid,
-            nwarps: nwarps as u32,
+        let this = Cta {
+            launch: *ctx,
+            u: Uniforms {
+                ntid: ctx.block,
+                ctaid: cta,
+                nctaid: ctx.grid,
+                nwarps: nwarps as u32,
+            },
         };
         let mut bar_epoch = 1u32;
         loop {
             for w in 0..nwarps {
                 let mut warp = std::mem::replace(&mut self.warps[w], Warp::new((0, 0, 0)));
-                let result = self.run_warp(ctx, cta, &uniforms, &mut warp, bar_epoch);
+                let result = self.run_warp(&this, &mut warp, bar_epoch);
                 self.warps[w] = warp;
                 result?;
             }
@@ -91,48 +102,39 @@ impl CtaRunner {
             if warps.iter().all(|w| w.exited == u32::MAX) {
                 return Ok(());
             }
-            release_barrier(ctx, cta, warps)?;
+            release_barrier(&this, warps)?;
             bar_epoch += 1;
         }
     }
 
     /// Runs `warp` until all its lanes exited or parked.
-    fn run_warp(
-        &mut self,
-        ctx: &LaunchCtx<'_>,
-        cta: [u32; 3],
-        u: &Uniforms,
-        warp: &mut Warp,
-        bar_epoch: u32,
-    ) -> Result<(), SimError> {
+    fn run_warp(&mut self, cta: &Cta<'_>, warp: &mut Warp, bar_epoch: u32) -> Result<(), SimError> {
         loop {
             let runnable = warp.runnable();
             if runnable == 0 {
                 if warp.collective != 0 {
-                    return Err(stuck_collective(ctx, cta, warp));
+                    return Err(stuck_collective(cta, warp));
                 }
                 return Ok(());
             }
             let (pc, mask, others_min) = pick_group(warp, runnable);
-            self.run_group(ctx, cta, u, warp, bar_epoch, pc, mask, others_min)?;
+            self.run_group(cta, warp, bar_epoch, pc, mask, others_min)?;
         }
     }
 
     /// Runs the lanes `mask`, all at `pc`, straight-line for as long as they stay together
     /// and no other lane of the warp is at or before their PC. Returns with every lane's
     /// `pc` up to date (lanes that changed PC, parked or exited: pick a new group).
-    #[allow(clippy::too_many_arguments)]
     fn run_group(
         &mut self,
-        ctx: &LaunchCtx<'_>,
-        cta: [u32; 3],
-        u: &Uniforms,
+        cta: &Cta<'_>,
         warp: &mut Warp,
         bar_epoch: u32,
         mut pc: u32,
         mask: u32,
         others_min: u32,
     ) -> Result<(), SimError> {
+        let (ctx, u) = (&cta.launch, &cta.u);
         let instrs = &ctx.kernel.instrs;
         let set_pc = |warp: &mut Warp, lanes_mask: u32, value: u32| {
             for l in lanes(lanes_mask) {
@@ -186,7 +188,7 @@ impl CtaRunner {
                     let ids = warp.read32(id, u);
                     if let Some(l) = lanes(active).find(|&l| ids[l] != 0) {
                         return Err(synccheck(
-                            site(ctx, cta, warp, pc, l),
+                            site(cta, warp, pc, l),
                             format!("bar.sync {} is not simulated (only barrier 0)", ids[l]),
                         ));
                     }
@@ -196,26 +198,26 @@ impl CtaRunner {
                     return Ok(());
                 }
                 Op::WarpSync { mask: m } | Op::Shfl { mask: m, .. } => {
-                    let members = uniform_mask(ctx, cta, warp, pc, m, active, u)?;
-                    return self.collective(ctx, cta, u, warp, pc, mask, active, members);
+                    let members = uniform_mask(cta, warp, pc, m, active)?;
+                    return self.collective(cta, warp, pc, mask, active, members);
                 }
                 Op::Mma(_) => {
                     // `.sync.aligned`: all 32 lanes of the warp, so a partial last warp
                     // (lanes that do not exist count as exited) can never complete it.
-                    return self.collective(ctx, cta, u, warp, pc, mask, active, u32::MAX);
+                    return self.collective(cta, warp, pc, mask, active, u32::MAX);
                 }
                 Op::Ld {
                     space, ty, d, addr, ..
                 } => {
-                    let mut mem = self.memory(ctx, bar_epoch, pc, u);
+                    let mut mem = self.memory(cta, bar_epoch, pc);
                     if let Err(f) = mem.load(warp, *space, *ty, d, addr, active) {
-                        return Err(dress(ctx, cta, warp, pc, f));
+                        return Err(dress(cta, warp, pc, f));
                     }
                 }
                 Op::St { space, ty, a, addr } => {
-                    let mut mem = self.memory(ctx, bar_epoch, pc, u);
+                    let mut mem = self.memory(cta, bar_epoch, pc);
                     if let Err(f) = mem.store(warp, *space, *ty, a, addr, active) {
-                        return Err(dress(ctx, cta, warp, pc, f));
+                        return Err(dress(cta, warp, pc, f));
                     }
                 }
                 Op::Atom {
@@ -227,11 +229,11 @@ impl CtaRunner {
                     b,
                     c,
                 } => {
-                    let mut mem = self.memory(ctx, bar_epoch, pc, u);
+                    let mut mem = self.memory(cta, bar_epoch, pc);
                     let result =
                         mem.atomic(warp, *space, *op, *ty, *d, addr, b, c.as_ref(), active);
                     if let Err(f) = result {
-                        return Err(dress(ctx, cta, warp, pc, f));
+                        return Err(dress(cta, warp, pc, f));
                     }
                 }
                 Op::Cvta {
@@ -278,40 +280,32 @@ impl CtaRunner {
         }
     }
 
-    fn memory<'a>(
-        &'a mut self,
-        ctx: &'a LaunchCtx<'a>,
-        bar_epoch: u32,
-        pc: u32,
-        u: &'a Uniforms,
-    ) -> MemoryCtx<'a> {
+    fn memory<'a>(&'a mut self, cta: &'a Cta<'a>, bar_epoch: u32, pc: u32) -> MemoryCtx<'a> {
         MemoryCtx {
-            global: ctx.memory,
+            global: cta.launch.memory,
             shared: &mut self.shared,
-            params: ctx.params,
+            params: cta.launch.params,
             bar_epoch,
             instr: pc,
-            uniforms: u,
-            initcheck: ctx.checks.initcheck,
-            counters: ctx.count_memory.then_some(&mut self.counters),
+            uniforms: &cta.u,
+            initcheck: cta.launch.checks.initcheck,
+            counters: cta.launch.count_memory.then_some(&mut self.counters),
         }
     }
 
     /// A warp collective at `pc` reached by `active` (of the group `mask`): execute it once
     /// every lane of `members` is there, else park the arrivals.
-    #[allow(clippy::too_many_arguments)]
     fn collective(
         &mut self,
-        ctx: &LaunchCtx<'_>,
-        cta: [u32; 3],
-        u: &Uniforms,
+        cta: &Cta<'_>,
         warp: &mut Warp,
         pc: u32,
         mask: u32,
         active: u32,
         members: u32,
     ) -> Result<(), SimError> {
-        let instr = &ctx.kernel.instrs[pc as usize];
+        let u = &cta.u;
+        let instr = &cta.launch.kernel.instrs[pc as usize];
         // Lanes outside the group that skip it (false guard) just move on.
         for l in lanes(mask & !active) {
             warp.pc[l] = pc + 1;
@@ -325,7 +319,7 @@ impl CtaRunner {
         let arrived = active | parked_here;
         if let Some(l) = lanes(active).find(|&l| members >> l & 1 == 0) {
             return Err(synccheck(
-                site(ctx, cta, warp, pc, l),
+                site(cta, warp, pc, l),
                 format!(
                     "lane {l} executes a collective whose member mask {members:#010x} excludes it"
                 ),
@@ -335,7 +329,7 @@ impl CtaRunner {
         if gone != 0 {
             let l = active.trailing_zeros() as usize;
             return Err(synccheck(
-                site(ctx, cta, warp, pc, l),
+                site(cta, warp, pc, l),
                 format!(
                     "lanes {} of member mask {members:#010x} have exited (or do not exist) and \
                      can never reach this collective",
@@ -366,7 +360,7 @@ impl CtaRunner {
                 let stray = collective::shfl(warp, *mode, *d, *p, a, b, c, arrived, members, u);
                 if let Some((lane, src)) = stray {
                     return Err(synccheck(
-                        site(ctx, cta, warp, pc, lane as usize),
+                        site(cta, warp, pc, lane as usize),
                         format!(
                             "shfl.sync reads lane {src}, which is not in the member mask \
                              {members:#010x} (undefined value)"
@@ -416,22 +410,20 @@ fn pick_group(warp: &Warp, runnable: u32) -> (u32, u32, u32) {
 
 /// The member mask of a collective, which every active lane must give alike.
 fn uniform_mask(
-    ctx: &LaunchCtx<'_>,
-    cta: [u32; 3],
+    cta: &Cta<'_>,
     warp: &Warp,
     pc: u32,
     m: &Src,
     active: u32,
-    u: &Uniforms,
 ) -> Result<u32, SimError> {
-    let values = warp.read32(m, u);
+    let values = warp.read32(m, &cta.u);
     let first = active.trailing_zeros() as usize;
     if first >= LANES {
         return Ok(0);
     }
     if let Some(l) = lanes(active).find(|&l| values[l] != values[first]) {
         return Err(synccheck(
-            site(ctx, cta, warp, pc, l),
+            site(cta, warp, pc, l),
             format!(
                 "member mask {:#010x} differs from lane {first}'s {:#010x} at the same \
                  collective (not simulated)",
@@ -444,7 +436,7 @@ fn uniform_mask(
 
 /// Every thread of the CTA that has not exited is parked at a `bar.sync`: check they are at
 /// the same one and nobody exited, then let them all go on.
-fn release_barrier(ctx: &LaunchCtx<'_>, cta: [u32; 3], warps: &mut [Warp]) -> Result<(), SimError> {
+fn release_barrier(cta: &Cta<'_>, warps: &mut [Warp]) -> Result<(), SimError> {
     let mut barrier_pc = None;
     for w in warps.iter() {
         if let Some(l) = lanes(w.barrier).next() {
@@ -459,12 +451,12 @@ fn release_barrier(ctx: &LaunchCtx<'_>, cta: [u32; 3], warps: &mut [Warp]) -> Re
         let present = w.valid & !w.exited;
         if let Some(l) = lanes(w.barrier).find(|&l| w.pc[l] != pc) {
             return Err(synccheck(
-                site(ctx, cta, w, w.pc[l], l),
+                site(cta, w, w.pc[l], l),
                 format!(
                     "waits at a different bar.sync than thread {} (PTX line {}): divergent \
                      barrier",
                     first_warp * LANES as u32 + first_lane as u32,
-                    ctx.kernel.instrs[pc as usize].line
+                    cta.launch.kernel.instrs[pc as usize].line
                 ),
             ));
         }
@@ -473,7 +465,7 @@ fn release_barrier(ctx: &LaunchCtx<'_>, cta: [u32; 3], warps: &mut [Warp]) -> Re
             let l = exited.trailing_zeros() as usize;
             return Err(SimError::fault(
                 Checker::Synccheck,
-                site(ctx, cta, w, pc, l),
+                site(cta, w, pc, l),
                 None,
                 format!(
                     "bar.sync is reached by part of the CTA: thread {} (and {} more) exited \
@@ -495,7 +487,7 @@ fn release_barrier(ctx: &LaunchCtx<'_>, cta: [u32; 3], warps: &mut [Warp]) -> Re
     Ok(())
 }
 
-fn stuck_collective(ctx: &LaunchCtx<'_>, cta: [u32; 3], warp: &Warp) -> SimError {
+fn stuck_collective(cta: &Cta<'_>, warp: &Warp) -> SimError {
     let l = warp.collective.trailing_zeros() as usize;
     let pc = warp.pc[l];
     let elsewhere = warp.valid & !warp.exited & !warp.collective;
@@ -510,12 +502,7 @@ fn stuck_collective(ctx: &LaunchCtx<'_>, cta: [u32; 3], warp: &Warp) -> SimError
             ""
         }
     );
-    SimError::fault(
-        Checker::Synccheck,
-        site(ctx, cta, warp, pc, l),
-        None,
-        detail,
-    )
+    SimError::fault(Checker::Synccheck, site(cta, warp, pc, l), None, detail)
 }
 
 fn lanes_at(warp: &Warp, pc: u32) -> u32 {
@@ -531,18 +518,14 @@ fn thread_of(warp: &Warp, lane: usize) -> [u32; 3] {
     [warp.tid[0][lane], warp.tid[1][lane], warp.tid[2][lane]]
 }
 
-fn site(ctx: &LaunchCtx<'_>, cta: [u32; 3], warp: &Warp, pc: u32, lane: usize) -> Site {
-    let instr: Option<&Instr> = ctx.kernel.instrs.get(pc as usize);
+fn site(cta: &Cta<'_>, warp: &Warp, pc: u32, lane: usize) -> Site {
+    let kernel = cta.launch.kernel;
+    let instr: Option<&Instr> = kernel.instrs.get(pc as usize);
     Site {
-        kernel: ctx.kernel.name.clone(),
+        kernel: kernel.name.clone(),
         line: instr.map_or(0, |i| i.line),
-        instruction: ctx
-            .kernel
-            .text
-            .get(pc as usize)
-            .cloned()
-            .unwrap_or_default(),
-        cta,
+        instruction: kernel.text.get(pc as usize).cloned().unwrap_or_default(),
+        cta: cta.u.ctaid,
         thread: thread_of(warp, lane),
     }
 }
@@ -552,11 +535,6 @@ fn synccheck(site: Site, detail: String) -> SimError {
     SimError::fault(Checker::Synccheck, site, None, detail)
 }
 
-fn dress(ctx: &LaunchCtx<'_>, cta: [u32; 3], warp: &Warp, pc: u32, f: LaneFault) -> SimError {
-    SimError::fault(
-        f.checker,
-        site(ctx, cta, warp, pc, f.lane),
-        f.address,
-        f.detail,
-    )
+fn dress(cta: &Cta<'_>, warp: &Warp, pc: u32, f: LaneFault) -> SimError {
+    SimError::fault(f.checker, site(cta, warp, pc, f.lane), f.address, f.detail)
 }

@@ -140,6 +140,15 @@ impl OutputRun {
         expect_fault(self.result, checker)
     }
 
+    /// The launch stopped with a fault of `checker` at the line of the kernel holding
+    /// `needle`, by thread `thread` (see [`assert_at`]); the fault.
+    pub fn fault_at(self, checker: Checker, needle: &str, thread: [u32; 3]) -> Fault {
+        let line = self.k.line_of(needle);
+        let fault = self.fault(checker);
+        assert_at(&fault, line, thread);
+        fault
+    }
+
     /// The launch passed; the first `n` words of the output.
     pub fn words(self, n: usize) -> Vec<u32> {
         expect_ok(self.result);
@@ -231,6 +240,23 @@ pub fn expect_fault(result: Result<LaunchStats, SimError>, checker: Checker) -> 
             stats.counters.warp_instructions
         ),
     }
+}
+
+/// The fault is reported at PTX line `line`, by thread `thread` of its CTA.
+pub fn assert_at(fault: &Fault, line: u32, thread: [u32; 3]) {
+    assert_eq!(
+        (fault.site.line, fault.site.thread),
+        (line, thread),
+        "(line, thread) of {fault}"
+    );
+}
+
+/// The fault's detail says `words`.
+pub fn assert_says(fault: &Fault, words: &str) {
+    assert!(
+        fault.detail.contains(words),
+        "the detail should say `{words}`: {fault}"
+    );
 }
 
 /// The 1-based line of `text` that contains `needle` (which must occur on exactly one line).

@@ -4,7 +4,7 @@
 
 use crate::exec::float;
 use crate::exec::warp::{each, Lanes32, Uniforms, Warp, LANES};
-use crate::ir::{FloatMode, IntRounding, Op, Reg, Rounding, Src, Ty};
+use crate::ir::{Cvt, FloatMode, IntRounding, Reg, Rounding, Src, Ty};
 
 /// `cvt.rn.{f16x2,bf16x2}.f32 d, a, b`: a narrowed into the upper half, b into the lower.
 #[inline]
@@ -34,48 +34,24 @@ pub fn cvt_pack(
 }
 
 /// `cvt` between any two of the scalar types the kernels use.
-pub fn convert(w: &mut Warp, op: &Op, mask: u32, u: &Uniforms) -> Result<(), String> {
-    let Op::Cvt {
-        dty,
-        sty,
-        rounding,
-        int_rounding,
-        ftz,
-        sat,
-        d,
-        a,
-    } = op
-    else {
-        return Err("not a cvt".into());
-    };
-    let (dty, sty) = (*dty, *sty);
-    if let Some(()) = convert_fast(
-        w,
-        dty,
-        sty,
-        *rounding,
-        *int_rounding,
-        *ftz,
-        *sat,
-        d,
-        a,
-        mask,
-        u,
-    ) {
+pub fn convert(w: &mut Warp, c: &Cvt, mask: u32, u: &Uniforms) -> Result<(), String> {
+    if let Some(()) = convert_fast(w, c, mask, u) {
         return Ok(());
     }
+    let (dty, sty, int_rounding) = (c.dty, c.sty, c.int_rounding);
+    let (a, ftz, sat) = (&c.a, c.ftz, c.sat);
     let x = w.read_ext(a, sty, u);
     let float_mode = FloatMode {
-        rounding: rounding.unwrap_or(Rounding::Nearest),
-        ftz: *ftz,
-        sat: *sat,
+        rounding: c.rounding.unwrap_or(Rounding::Nearest),
+        ftz,
+        sat,
     };
     // Source as f64 (exact for every source type here).
     let as_f64 = |bits: u64| -> f64 {
         match sty {
             Ty::F32 => {
                 let v = f32::from_bits(bits as u32);
-                f64::from(if *ftz { float::flush(v) } else { v })
+                f64::from(if ftz { float::flush(v) } else { v })
             }
             Ty::F64 => f64::from_bits(bits),
             Ty::F16 => f64::from(float::f16_bits_to_f32(bits as u16)),
@@ -87,7 +63,7 @@ pub fn convert(w: &mut Warp, op: &Op, mask: u32, u: &Uniforms) -> Result<(), Str
     let mut out = [0u64; LANES];
     for l in 0..LANES {
         out[l] = match (dty.is_float(), sty.is_float()) {
-            (false, false) => int_to_int(x[l], dty, *sat),
+            (false, false) => int_to_int(x[l], dty, sat),
             (false, true) => {
                 let v = as_f64(x[l]);
                 let r = float::round_integral_f64(v, int_rounding.unwrap_or(IntRounding::Zero));
@@ -106,31 +82,20 @@ pub fn convert(w: &mut Warp, op: &Op, mask: u32, u: &Uniforms) -> Result<(), Str
                     };
                     u64::from(r.to_bits())
                 } else {
-                    float_result(v, dty, float_mode, *int_rounding)?
+                    float_result(v, dty, float_mode, int_rounding)?
                 }
             }
         };
     }
-    w.write_ty(*d, dty, &out, mask);
+    w.write_ty(c.d, dty, &out, mask);
     Ok(())
 }
 
 /// The conversions kernels execute most, each as one loop; `None` for the rest (the
 /// general per-lane path handles them).
-#[allow(clippy::too_many_arguments)]
-fn convert_fast(
-    w: &mut Warp,
-    dty: Ty,
-    sty: Ty,
-    rounding: Option<Rounding>,
-    int_rounding: Option<IntRounding>,
-    ftz: bool,
-    sat: bool,
-    d: &Reg,
-    a: &Src,
-    mask: u32,
-    u: &Uniforms,
-) -> Option<()> {
+fn convert_fast(w: &mut Warp, c: &Cvt, mask: u32, u: &Uniforms) -> Option<()> {
+    let (dty, sty, rounding, int_rounding) = (c.dty, c.sty, c.rounding, c.int_rounding);
+    let (d, a, ftz, sat) = (&c.d, &c.a, c.ftz, c.sat);
     let nearest = matches!(rounding, None | Some(Rounding::Nearest));
     match (dty, sty) {
         // Integer widening / narrowing: the read extends by the source type, the write

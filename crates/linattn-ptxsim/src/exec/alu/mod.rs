@@ -59,7 +59,7 @@ pub fn execute(w: &mut Warp, op: &Op, mask: u32, u: &Uniforms) -> Result<(), Str
             a,
         } => float_arith::unary(w, *op, *mode, *d, a, mask, u),
         Op::Un { op, ty, d, a, .. } => integer::unary(w, *op, *ty, *d, a, mask, u)?,
-        Op::Cvt { .. } => convert::convert(w, op, mask, u)?,
+        Op::Cvt(c) => convert::convert(w, c, mask, u)?,
         Op::CvtPack { dty, sat, d, a, b } => convert::cvt_pack(w, *dty, *sat, *d, a, b, mask, u),
         Op::Setp {
             cmp,

@@ -45,10 +45,8 @@ pub(super) fn un_op(base: &str) -> Option<UnOp> {
 
 /// `add`, `sub`, `mul`, `min`, `max`, logic, shifts, `div`, `rem` (`bin_op` of the base).
 pub(super) fn decode_bin(p: &Parts<'_>) -> Result<Op, SimError> {
-    let base = p.base;
-    p.count(3)?;
-    let ty = p.ty()?;
-    let op = match (bin_op(base), p.has("hi")) {
+    let ty = p.typed(3)?;
+    let op = match (bin_op(p.base), p.has("hi")) {
         (Some(BinOp::MulLo), true) => BinOp::MulHi,
         (Some(op), _) => op,
         (None, _) => unreachable!("guarded by is_some"),
@@ -59,33 +57,30 @@ pub(super) fn decode_bin(p: &Parts<'_>) -> Result<Op, SimError> {
     } else {
         ty
     };
+    let mode = p.float_mode()?;
+    let (d, [a]) = p.dst_srcs(ty)?;
+    let b = p.src(2, b_ty)?;
     Ok(Op::Bin {
         op,
         ty,
-        mode: p.float_mode()?,
-        d: p.dst(0)?,
-        a: p.src(1, ty)?,
-        b: p.src(2, b_ty)?,
+        mode,
+        d,
+        a,
+        b,
     })
 }
 
 /// `mul.wide`: 16×16 → 32 or 32×32 → 64.
 pub(super) fn decode_mul_wide(p: &Parts<'_>) -> Result<Op, SimError> {
-    p.count(3)?;
-    let ty = p.ty()?;
-    Ok(Op::MulWide {
-        ty,
-        d: p.dst(0)?,
-        a: p.src(1, ty)?,
-        b: p.src(2, ty)?,
-    })
+    let ty = p.typed(3)?;
+    let (d, [a, b]) = p.dst_srcs(ty)?;
+    Ok(Op::MulWide { ty, d, a, b })
 }
 
 /// `mad` / `fma`: fused on floats, `.lo`/`.hi`/`.wide` on integers.
 pub(super) fn decode_mad(p: &Parts<'_>) -> Result<Op, SimError> {
-    p.count(4)?;
-    let ty = p.ty()?;
-    let (d, a, b, c) = (p.dst(0)?, p.src(1, ty)?, p.src(2, ty)?, p.src(3, ty)?);
+    let ty = p.typed(4)?;
+    let (d, [a, b, c]) = p.dst_srcs(ty)?;
     if ty.is_float() {
         Ok(Op::Fma {
             ty,
@@ -93,7 +88,7 @@ pub(super) fn decode_mad(p: &Parts<'_>) -> Result<Op, SimError> {
             d,
             a,
             b,
-            c: p.src(3, ty)?,
+            c,
         })
     } else {
         let wide = p.has("wide");
@@ -121,27 +116,22 @@ fn wide_of(ty: Ty) -> Ty {
 
 /// `neg`, `abs`, `not`, bit counts and the float functions (`un_op` of the base).
 pub(super) fn decode_un(p: &Parts<'_>) -> Result<Op, SimError> {
-    let base = p.base;
-    p.count(2)?;
-    let ty = p.ty()?;
-    Ok(Op::Un {
-        op: un_op(base).unwrap_or(UnOp::Neg),
-        ty,
-        mode: p.float_mode()?,
-        d: p.dst(0)?,
-        a: p.src(1, ty)?,
-    })
+    let ty = p.typed(2)?;
+    let mode = p.float_mode()?;
+    let (d, [a]) = p.dst_srcs(ty)?;
+    let op = un_op(p.base).unwrap_or(UnOp::Neg);
+    Ok(Op::Un { op, ty, mode, d, a })
 }
 
 /// `bfi d, a, b, pos, len`.
 pub(super) fn decode_bfi(p: &Parts<'_>) -> Result<Op, SimError> {
-    p.count(5)?;
-    let ty = p.ty()?;
+    let ty = p.typed(5)?;
+    let (d, [a, b]) = p.dst_srcs(ty)?;
     Ok(Op::Bfi {
         ty,
-        d: p.dst(0)?,
-        a: p.src(1, ty)?,
-        b: p.src(2, ty)?,
+        d,
+        a,
+        b,
         pos: p.src(3, Ty::U32)?,
         len: p.src(4, Ty::U32)?,
     })
@@ -149,12 +139,12 @@ pub(super) fn decode_bfi(p: &Parts<'_>) -> Result<Op, SimError> {
 
 /// `bfe d, a, pos, len`.
 pub(super) fn decode_bfe(p: &Parts<'_>) -> Result<Op, SimError> {
-    p.count(4)?;
-    let ty = p.ty()?;
+    let ty = p.typed(4)?;
+    let (d, [a]) = p.dst_srcs(ty)?;
     Ok(Op::Bfe {
         ty,
-        d: p.dst(0)?,
-        a: p.src(1, ty)?,
+        d,
+        a,
         pos: p.src(2, Ty::U32)?,
         len: p.src(3, Ty::U32)?,
     })

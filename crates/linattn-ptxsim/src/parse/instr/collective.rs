@@ -9,17 +9,13 @@ pub(super) fn decode_shfl(p: &Parts<'_>) -> Result<Op, SimError> {
         return Err(p.fail("shfl without .sync is not simulated (removed in sm_70+)"));
     }
     p.count(5)?;
-    let mode = if p.has("up") {
-        ShflMode::Up
-    } else if p.has("down") {
-        ShflMode::Down
-    } else if p.has("bfly") {
-        ShflMode::Bfly
-    } else if p.has("idx") {
-        ShflMode::Idx
-    } else {
-        return Err(p.fail("shfl without a mode"));
-    };
+    let modes = [
+        ("up", ShflMode::Up),
+        ("down", ShflMode::Down),
+        ("bfly", ShflMode::Bfly),
+        ("idx", ShflMode::Idx),
+    ];
+    let mode = (p.pick(&modes)).ok_or_else(|| p.fail("shfl without a mode"))?;
     let (d, pred) = match p.operand(0)?.split_once('|') {
         Some((d, q)) => (p.reg(d)?, Some(p.reg(q)?)),
         None => (p.dst(0)?, None),

@@ -9,12 +9,7 @@ pub(super) fn decode_ld(p: &Parts<'_>) -> Result<Op, SimError> {
     p.count(2)?;
     p.reject(&["local", "const", "tex"])?;
     let ty = p.ty()?;
-    let d = p
-        .vector(0)?
-        .iter()
-        .map(|r| p.reg(r))
-        .collect::<Result<Vec<_>, _>>()?;
-    check_vector(p, d.len())?;
+    let d = vector_operand(p, 0, |r| p.reg(r))?;
     Ok(Op::Ld {
         space: p.space(),
         ty,
@@ -28,18 +23,27 @@ pub(super) fn decode_st(p: &Parts<'_>) -> Result<Op, SimError> {
     p.count(2)?;
     p.reject(&["local", "const", "param"])?;
     let ty = p.ty()?;
-    let a = p
-        .vector(1)?
-        .iter()
-        .map(|r| p.src_text(r, ty))
-        .collect::<Result<Vec<_>, _>>()?;
-    check_vector(p, a.len())?;
+    let a = vector_operand(p, 1, |r| p.src_text(r, ty))?;
     Ok(Op::St {
         space: p.space(),
         ty,
         a,
         addr: p.address(0)?,
     })
+}
+
+/// Operand `k`, a register or a `{...}` vector of as many as the `.vN` modifier says, each
+/// element resolved by `element`.
+fn vector_operand<T>(
+    p: &Parts<'_>,
+    k: usize,
+    element: impl Fn(&str) -> Result<T, SimError>,
+) -> Result<Vec<T>, SimError> {
+    let elements = (p.vector(k)?.iter())
+        .map(|e| element(e))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_vector(p, elements.len())?;
+    Ok(elements)
 }
 
 fn check_vector(p: &Parts<'_>, elements: usize) -> Result<(), SimError> {

@@ -2,11 +2,10 @@
 
 use super::parts::Parts;
 use crate::error::SimError;
-use crate::ir::{IntRounding, Op, Rounding, Ty};
+use crate::ir::{Cvt, IntRounding, Op, Rounding, Ty};
 
 pub(super) fn decode_mov(p: &Parts<'_>) -> Result<Op, SimError> {
-    p.count(2)?;
-    let ty = p.ty()?;
+    let ty = p.typed(2)?;
     let dst = p.vector(0)?;
     let src = p.vector(1)?;
     match (dst.len(), src.len()) {
@@ -63,23 +62,20 @@ pub(super) fn decode_cvt(p: &Parts<'_>) -> Result<Op, SimError> {
         if rounding != Some(Rounding::Nearest) {
             return Err(p.fail("packed cvt is simulated with .rn only"));
         }
-        return Ok(Op::CvtPack {
-            dty,
-            sat: mode.sat,
-            d: p.dst(0)?,
-            a: p.src(1, sty)?,
-            b: p.src(2, sty)?,
-        });
+        let (d, [a, b]) = p.dst_srcs(sty)?;
+        let sat = mode.sat;
+        return Ok(Op::CvtPack { dty, sat, d, a, b });
     }
     p.count(2)?;
-    Ok(Op::Cvt {
+    let (d, [a]) = p.dst_srcs(sty)?;
+    Ok(Op::Cvt(Cvt {
         dty,
         sty,
         rounding,
         int_rounding,
         ftz: mode.ftz,
         sat: mode.sat,
-        d: p.dst(0)?,
-        a: p.src(1, sty)?,
-    })
+        d,
+        a,
+    }))
 }

@@ -45,6 +45,12 @@ impl Parts<'_> {
             .ok_or_else(|| self.fail(format!("missing operand {}", k + 1)))
     }
 
+    /// The type of an instruction that must have `n` operands (the count is checked first).
+    pub(super) fn typed(&self, n: usize) -> Result<Ty, SimError> {
+        self.count(n)?;
+        self.ty()
+    }
+
     pub(super) fn count(&self, n: usize) -> Result<(), SimError> {
         if self.operands.len() == n {
             Ok(())
@@ -74,6 +80,17 @@ impl Parts<'_> {
 
     pub(super) fn src(&self, k: usize, ty: Ty) -> Result<Src, SimError> {
         self.src_text(self.operand(k)?, ty)
+    }
+
+    /// The form `op d, a, b, ...`: operand 0 as the destination, operands `1..=N` as
+    /// sources of type `ty`.
+    pub(super) fn dst_srcs<const N: usize>(&self, ty: Ty) -> Result<(Reg, [Src; N]), SimError> {
+        let d = self.dst(0)?;
+        let srcs: Vec<Src> = (1..=N).map(|k| self.src(k, ty)).collect::<Result<_, _>>()?;
+        let srcs = srcs
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("N sources"));
+        Ok((d, srcs))
     }
 
     pub(super) fn address(&self, k: usize) -> Result<Address, SimError> {
@@ -114,16 +131,20 @@ impl Parts<'_> {
         })
     }
 
+    /// The value of the first of `choices` whose modifier the instruction has.
+    pub(super) fn pick<T: Copy>(&self, choices: &[(&str, T)]) -> Option<T> {
+        (choices.iter())
+            .find(|(modifier, _)| self.has(modifier))
+            .map(|&(_, value)| value)
+    }
+
     pub(super) fn space(&self) -> Space {
-        if self.has("global") {
-            Space::Global
-        } else if self.has("shared") {
-            Space::Shared
-        } else if self.has("param") {
-            Space::Param
-        } else {
-            Space::Generic
-        }
+        let spaces = [
+            ("global", Space::Global),
+            ("shared", Space::Shared),
+            ("param", Space::Param),
+        ];
+        self.pick(&spaces).unwrap_or(Space::Generic)
     }
 
     pub(super) fn reject(&self, unsupported: &[&str]) -> Result<(), SimError> {

@@ -73,14 +73,15 @@ pub(super) fn decode_setp(p: &Parts<'_>) -> Result<Op, SimError> {
 
 /// `selp d, a, b, p`.
 pub(super) fn decode_selp(p: &Parts<'_>) -> Result<Op, SimError> {
-    p.count(4)?;
-    let ty = p.ty()?;
+    let ty = p.typed(4)?;
+    let (d, [a, b]) = p.dst_srcs(ty)?;
+    let pred = p.src(3, Ty::Pred)?;
     Ok(Op::Selp {
         ty,
-        d: p.dst(0)?,
-        a: p.src(1, ty)?,
-        b: p.src(2, ty)?,
-        p: p.src(3, Ty::Pred)?,
+        d,
+        a,
+        b,
+        p: pred,
     })
 }
 
@@ -92,19 +93,13 @@ pub(super) fn decode_pred_logic(p: &Parts<'_>) -> Result<Op, SimError> {
         "or" => BoolOp::Or,
         _ => BoolOp::Xor,
     };
-    Ok(Op::PredLogic {
-        op,
-        d: p.dst(0)?,
-        a: p.src(1, Ty::Pred)?,
-        b: p.src(2, Ty::Pred)?,
-    })
+    let (d, [a, b]) = p.dst_srcs(Ty::Pred)?;
+    Ok(Op::PredLogic { op, d, a, b })
 }
 
 /// `not` on `.pred`.
 pub(super) fn decode_pred_not(p: &Parts<'_>) -> Result<Op, SimError> {
     p.count(2)?;
-    Ok(Op::PredNot {
-        d: p.dst(0)?,
-        a: p.src(1, Ty::Pred)?,
-    })
+    let (d, [a]) = p.dst_srcs(Ty::Pred)?;
+    Ok(Op::PredNot { d, a })
 }
