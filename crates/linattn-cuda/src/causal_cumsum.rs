@@ -24,7 +24,7 @@ use linattn_core::{
 };
 
 use crate::causal_recurrent::{
-    buffer_or_placeholder, check_problem, recurrent_backward, run_feature_stage, CoreDims,
+    buffer_or_placeholder, check_problem, recurrent_backward, timed_scan_forward, CoreDims,
     CoreOperands, MapClass, ScanPlan, ScanSaved,
 };
 use crate::device_backend::DeviceBackend;
@@ -303,24 +303,10 @@ fn cumsum_forward<T: StorageElem>(
     let entries = dims.c * dims.m;
     let u = DeviceBuffer::<f32>::uninit(exec, meter, dims.len(entries)?)?;
     let z_u = buffer_or_placeholder::<f32>(exec, meter, normalised, dims.len(dims.c)?)?;
-    let mut features = None;
-    let elapsed = run.time(|| {
-        features = run_feature_stage(run, plan)?;
-        let ops = CoreOperands::of(inputs, features.as_ref());
-        let outputs = (ptr(&out), ptr(&den));
+    let outputs = (ptr(&out), ptr(&den));
+    timed_scan_forward(run, plan, (out, den, None), |ops| {
         launch_forward::<T>(exec, &dims, ops, (ptr(&inputs.v), &u, &z_u), outputs)
-    })?;
-    Ok((
-        Forward {
-            out,
-            saved: ScanSaved {
-                den,
-                states: None,
-                features,
-            },
-        },
-        elapsed,
-    ))
+    })
 }
 
 /// Backends of this module on `platform`.

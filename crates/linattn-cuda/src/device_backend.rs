@@ -84,6 +84,12 @@ impl<F: DeviceForm<T>, T: StorageElem> DeviceBackend<F, T> {
         }
     }
 
+    /// What the last `run` left in `slot`, or why there is nothing.
+    fn ran<'a, R>(&self, slot: &'a Option<R>, run: &str) -> Result<&'a R, AttnError> {
+        slot.as_ref()
+            .ok_or_else(|| AttnError::State(format!("{}: no {run} has run", self.info.name)))
+    }
+
     fn run_of<'a>(&'a self, staged: &'a Staged<F, T>) -> Run<'a, T> {
         Run {
             exec: &staged.exec,
@@ -164,19 +170,13 @@ impl<F: DeviceForm<T>, T: StorageElem> Backend for DeviceBackend<F, T> {
 
     fn output(&mut self) -> Result<Tensor, AttnError> {
         let staged = self.staged("output")?;
-        let forward = self
-            .forward
-            .as_ref()
-            .ok_or_else(|| AttnError::State(format!("{}: no forward has run", self.info.name)))?;
+        let forward = self.ran(&self.forward, "forward")?;
         Tensor::from_vec(staged.problem.shape.v_dims(), forward.out.download_f64()?)
     }
 
     fn grads(&mut self) -> Result<Grads, AttnError> {
         let staged = self.staged("grads")?;
-        let grads = self
-            .grads
-            .as_ref()
-            .ok_or_else(|| AttnError::State(format!("{}: no backward has run", self.info.name)))?;
+        let grads = self.ran(&self.grads, "backward")?;
         let shape = staged.problem.shape;
         Ok(Grads {
             dq: Tensor::from_vec(shape.qk_dims(), grads.dq.download_f64()?)?,

@@ -45,7 +45,7 @@ pub use geometry::{
 };
 pub(crate) use launch::CoreOperands;
 pub use launch::{params, variant, ENTRY_POINTS, KERNEL_PARAMS, SOURCE, SOURCE_NAME};
-pub(crate) use scan_form::{buffer_or_placeholder, recurrent_backward, run_feature_stage};
+pub(crate) use scan_form::{buffer_or_placeholder, recurrent_backward, timed_scan_forward};
 pub use scan_form::{ScanPlan, ScanSaved};
 
 /// Every variant (3 precisions × 4 map classes × 4 head-dim classes), for the compile-all

@@ -45,10 +45,13 @@ pub struct ScanSaved {
     /// den_i (normalised maps) or an empty placeholder.
     pub(crate) den: DeviceBuffer<f32>,
     /// (S_i, z_i) of the stored-states variant.
-    pub(crate) states: Option<(DeviceBuffer<f32>, DeviceBuffer<f32>)>,
+    pub(crate) states: StoredStates,
     /// φ(Q), φ(K) (fp32) of a map that is not fused, kept for the backward.
     pub(crate) features: Option<DeviceFeatures>,
 }
+
+/// Every S_i and z_i (fp32) of the stored-states variant, or none.
+pub(crate) type StoredStates = Option<(DeviceBuffer<f32>, DeviceBuffer<f32>)>;
 
 /// A buffer of `len` elements the kernels write in full, or an empty placeholder when
 /// `needed` is false (kernels take the pointer but never touch it).
@@ -109,25 +112,33 @@ pub(crate) fn recurrent_forward<T: StorageElem>(
         None
     };
     let precision = T::PRECISION;
+    let outputs = (ptr(&inputs.v), ptr(&out), ptr(&den));
+    let state_ptrs = states.as_ref().map(|(s, z)| (ptr(s), ptr(z)));
+    timed_scan_forward(run, plan, (out, den, states), |ops| {
+        launch_forward(exec, precision, &dims, ops, outputs, state_ptrs)
+    })
+}
+
+/// What both scan forms' forwards end with: the φ stage (when the map needs one) and
+/// `launch` on the core operands it leaves, timed together; O, den and the states kept for
+/// the backward.
+pub(crate) fn timed_scan_forward<T: StorageElem>(
+    run: &Run<'_, T>,
+    plan: &ScanPlan,
+    (out, den, states): (DeviceBuffer<T>, DeviceBuffer<f32>, StoredStates),
+    mut launch: impl FnMut(CoreOperands) -> Result<(), AttnError>,
+) -> Timed<Forward<T, ScanSaved>> {
     let mut features = None;
     let elapsed = run.time(|| {
         features = run_feature_stage(run, plan)?;
-        let ops = CoreOperands::of(inputs, features.as_ref());
-        let outputs = (ptr(&inputs.v), ptr(&out), ptr(&den));
-        let state_ptrs = states.as_ref().map(|(s, z)| (ptr(s), ptr(z)));
-        launch_forward(exec, precision, &dims, ops, outputs, state_ptrs)
+        launch(CoreOperands::of(run.inputs, features.as_ref()))
     })?;
-    Ok((
-        Forward {
-            out,
-            saved: ScanSaved {
-                den,
-                states,
-                features,
-            },
-        },
-        elapsed,
-    ))
+    let saved = ScanSaved {
+        den,
+        states,
+        features,
+    };
+    Ok((Forward { out, saved }, elapsed))
 }
 
 /// The recurrent kernels' backward of a forward `fwd` (recurrent or cumsum), then the φ
