@@ -137,28 +137,26 @@ pub fn device_bytes_needed(
 /// Refuses a value that the conversion to the storage type turns into ±Inf (beyond 65504 for
 /// f16), naming the tensor, rather than letting it become a NaN output.
 fn check_storage_range<T: StorageElem>(t: &Tensor, role: TensorRole) -> Result<(), AttnError> {
-    to_storage::<T>(t, role).map(|_| ())
+    let data = t.data();
+    match data
+        .iter()
+        .position(|&x| !T::from_f64(x).to_f64().is_finite())
+    {
+        None => Ok(()),
+        Some(index) => Err(AttnError::InvalidArgument(format!(
+            "{} holds {} at flat index {index}, outside the range of {}",
+            role.name(),
+            data[index],
+            T::PRECISION
+        ))),
+    }
 }
 
 /// `t` converted to the storage type; a value that the conversion turns into ±Inf (beyond
 /// 65504 for f16) is refused, naming the tensor, rather than becoming a NaN output.
 pub fn to_storage<T: StorageElem>(t: &Tensor, role: TensorRole) -> Result<Vec<T>, AttnError> {
-    t.data()
-        .iter()
-        .enumerate()
-        .map(|(index, &x)| {
-            let stored = T::from_f64(x);
-            if stored.to_f64().is_finite() {
-                Ok(stored)
-            } else {
-                Err(AttnError::InvalidArgument(format!(
-                    "{} holds {x} at flat index {index}, outside the range of {}",
-                    role.name(),
-                    T::PRECISION
-                )))
-            }
-        })
-        .collect()
+    check_storage_range::<T>(t, role)?;
+    Ok(t.data().iter().map(|&x| T::from_f64(x)).collect())
 }
 
 /// Which implementation carries out the batched GEMMs.
