@@ -5,7 +5,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use linattn_core::{
-    AttnError, Backend, BackendInfo, Grads, Inputs, Problem, RunStats, Tensor, Unsupported,
+    AttnError, Backend, BackendInfo, Grads, Inputs, Problem, RunStats, SeededInputs, Tensor,
+    Unsupported,
 };
 
 use crate::executor::{Executor, Platform};
@@ -99,6 +100,25 @@ impl<F: DeviceForm<T>, T: StorageElem> DeviceBackend<F, T> {
         }
     }
 
+    /// Staging after the inputs were validated: plan, upload through `upload`, wait.
+    fn stage_with(
+        &mut self,
+        problem: &Problem,
+        upload: impl FnOnce(&Arc<dyn Executor>, &MemoryMeter) -> Result<DeviceInputs<T>, AttnError>,
+    ) -> Result<(), AttnError> {
+        let exec = self.platform.executor()?;
+        let plan = self.form.plan(&exec, problem, &self.input_meter)?;
+        let inputs = upload(&exec, &self.input_meter)?;
+        exec.synchronize()?;
+        self.staged = Some(Staged {
+            exec,
+            problem: *problem,
+            plan,
+            inputs,
+        });
+        Ok(())
+    }
+
     fn stats(&self, elapsed: std::time::Duration) -> RunStats {
         RunStats {
             elapsed,
@@ -122,17 +142,26 @@ impl<F: DeviceForm<T>, T: StorageElem> Backend for DeviceBackend<F, T> {
         self.release();
         self.supports(problem)?;
         self.form.validate(problem, inputs)?;
-        let exec = self.platform.executor()?;
-        let plan = self.form.plan(&exec, problem, &self.input_meter)?;
-        let inputs = DeviceInputs::upload(&exec, &self.input_meter, inputs)?;
-        exec.synchronize()?;
-        self.staged = Some(Staged {
-            exec,
-            problem: *problem,
-            plan,
-            inputs,
-        });
-        Ok(())
+        self.stage_with(problem, |exec, meter| {
+            DeviceInputs::upload(exec, meter, inputs)
+        })
+    }
+
+    /// Seeded inputs need no value scan: they are N(0, 1) draws of Box–Muller on 53-bit
+    /// uniforms, finite and below 8.6 in magnitude, inside every storage type's range.
+    fn stage_seeded(&mut self, problem: &Problem, source: &SeededInputs) -> Result<(), AttnError> {
+        self.release();
+        self.supports(problem)?;
+        if source.shape() != problem.shape {
+            return Err(AttnError::ShapeMismatch(format!(
+                "seeded inputs of shape {:?} for a problem of shape {:?}",
+                source.shape(),
+                problem.shape
+            )));
+        }
+        self.stage_with(problem, |exec, meter| {
+            DeviceInputs::upload_seeded(exec, meter, source)
+        })
     }
 
     fn run_forward(&mut self) -> Result<RunStats, AttnError> {

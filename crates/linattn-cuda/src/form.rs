@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use linattn_core::{
-    Algorithm, AttnError, BackendInfo, BackwardKind, Inputs, Problem, Tensor, Unsupported,
+    Algorithm, AttnError, BackendInfo, BackwardKind, Inputs, Problem, SeededInputs, Tensor,
+    TensorRole, Unsupported,
 };
 
 use crate::executor::Executor;
@@ -49,6 +50,28 @@ impl<T: StorageElem> DeviceInputs<T> {
             k: upload(&inputs.k)?,
             v: upload(&inputs.v)?,
             d_out: inputs.d_out.as_ref().map(upload).transpose()?,
+        })
+    }
+
+    /// Draws the seeded inputs straight in `T` (heads in parallel) and uploads them one
+    /// operand at a time: no f64 copy of the whole input set, no second conversion pass.
+    /// At B = 4, H = 16, N = 2^16, D = M = 64 that f64 copy was 8.6 GB per cell.
+    pub fn upload_seeded(
+        exec: &Arc<dyn Executor>,
+        meter: &MemoryMeter,
+        source: &SeededInputs,
+    ) -> Result<Self, AttnError> {
+        let upload = |role: TensorRole| {
+            DeviceBuffer::<T>::upload(exec, meter, &source.make(role, T::from_f64)?)
+        };
+        Ok(DeviceInputs {
+            q: upload(TensorRole::Q)?,
+            k: upload(TensorRole::K)?,
+            v: upload(TensorRole::V)?,
+            d_out: source
+                .with_grad()
+                .then(|| upload(TensorRole::DOut))
+                .transpose()?,
         })
     }
 }

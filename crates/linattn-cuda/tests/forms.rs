@@ -9,7 +9,9 @@
 //! gradient under 1e-2 of the case's largest judged against the largest. `linattn check
 //! --backends 'sim/*'` runs the wider default grid; these are the ones `cargo test` runs.
 
-use linattn_core::{Algorithm, Backend, Causality, FeatureMap, Inputs, Problem, Shape};
+use linattn_core::{
+    Algorithm, Backend, Causality, FeatureMap, Inputs, Problem, SeededInputs, Shape,
+};
 use linattn_cuda::Platform;
 use linattn_testkit::{against_oracle, all, stamp_executors};
 
@@ -21,11 +23,55 @@ const DECAY: f64 = 0.97;
 const MIN_CASES: usize = 6;
 
 fn main() {
-    linattn_testkit::run(stamp_executors!(
+    let mut trials = stamp_executors!(
         for platform in Platform::ALL, backend in linattn_cuda::backends_on(platform) =>
             format!("{}: O and gradients match the f64 oracle", backend.name()),
             matches_oracle(backend)
-    ))
+    );
+    trials.extend(stamp_executors!(
+        for platform in Platform::ALL, backend in linattn_cuda::backends_on(platform) =>
+            format!("{}: seeded staging computes what staging the same values does", backend.name()),
+            seeded_staging_matches(backend)
+    ));
+    linattn_testkit::run(trials)
+}
+
+/// The bench stages with `stage_seeded` (inputs drawn in the storage type, no f64 copy):
+/// O and the gradients must be bit-identical to `stage` of the same values, and seeded
+/// inputs of another shape are refused.
+fn seeded_staging_matches(mut b: Box<dyn Backend>) -> Result<(), String> {
+    let name = b.name().to_string();
+    let problem = grid(b.as_ref())
+        .into_iter()
+        .find(|p| p.shape.seq == 65)
+        .ok_or_else(|| format!("{name}: no N = 65 case in its grid"))?;
+    let e = |e: linattn_core::AttnError| format!("{name}: {e}");
+    let source = SeededInputs::new(problem.shape, 5, true).map_err(e)?;
+    let mut results = Vec::new();
+    for seeded in [false, true] {
+        if seeded {
+            b.stage_seeded(&problem, &source).map_err(e)?;
+        } else {
+            b.stage(&problem, &source.materialize().map_err(e)?)
+                .map_err(e)?;
+        }
+        b.run_forward().map_err(e)?;
+        let grads = match b.info().backward {
+            Some(_) => Some(b.run_backward().and_then(|_| b.grads()).map_err(e)?),
+            None => None,
+        };
+        results.push((b.output().map_err(e)?, grads));
+    }
+    if results[0] != results[1] {
+        return Err(format!("{name}: seeded staging differs at {problem}"));
+    }
+    let mut other = problem.shape;
+    other.seq += 1;
+    let wrong = SeededInputs::new(other, 5, true).map_err(e)?;
+    match b.stage_seeded(&problem, &wrong) {
+        Err(linattn_core::AttnError::ShapeMismatch(_)) => Ok(()),
+        other => Err(format!("{name}: inputs of another shape gave {other:?}")),
+    }
 }
 
 fn causality_of(b: &dyn Backend) -> Causality {
