@@ -34,10 +34,19 @@ use exit::exit_unavailable;
 use linattn_core::AttnError;
 use std::process::ExitCode;
 
+/// `linattn --version`: the package version and the commit the binary was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("LINATTN_BUILD_COMMIT"),
+    env!("LINATTN_BUILD_DIRTY_SUFFIX"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "linattn",
-    version,
+    version = VERSION,
     about = "Linear attention: every form, checked and timed"
 )]
 struct Cli {

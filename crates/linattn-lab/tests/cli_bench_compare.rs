@@ -160,7 +160,8 @@ fn bench_writes_a_results_file_that_compare_and_report_read() {
     );
     assert_ok(&out);
     let v = read_json(&out_path);
-    assert_eq!(v["schema_version"], 3);
+    assert_eq!(v["schema_version"], 4);
+    assert_eq!(v["sweep"]["state"], "complete", "{}", v["sweep"]);
     let cells = v["cells"].as_array().unwrap();
     assert!(!cells.is_empty());
     // The run measured the host's GEMM rate, and every ok CPU cell reads against it.

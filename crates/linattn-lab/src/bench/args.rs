@@ -79,7 +79,13 @@ pub struct BenchArgs {
     /// by naming its path under bench-results/<device>/ with --out).
     #[arg(long, value_name = "PATH")]
     pub(super) out: Option<PathBuf>,
-    /// No progress bar.
+    /// No progress bar (the one-line log of each finished cell still goes to stderr).
     #[arg(long)]
     pub(super) no_progress: bool,
+    /// End the sweep cleanly this many seconds after it started: no cell starts past it, a
+    /// cell predicted (from the previous N) to end past it is skipped, and a running cell
+    /// stops sampling at it once it has --min-repeats samples. The results file, rewritten
+    /// after every cell anyway, then says `"state": "deadline"`.
+    #[arg(long, value_name = "SECONDS")]
+    pub(super) deadline: Option<f64>,
 }

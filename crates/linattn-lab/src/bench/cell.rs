@@ -3,7 +3,7 @@
 
 use super::probes::{self, gpu};
 use super::rates::{flops, minimal_bytes, time_exponent};
-use crate::results::{Cell, CellShape, CellStatus, Mode, PeakSource};
+use crate::results::{Cell, CellShape, CellStatus, CellWall, Mode, PeakSource};
 use crate::stats::SampleStats;
 use crate::term::panic_message;
 use linattn_core::{
@@ -56,6 +56,14 @@ pub(super) struct Sampling {
     pub(super) min_repeats: usize,
     pub(super) cell_seconds: f64,
     pub(super) flush: bool,
+    /// `--deadline`: warm-up and adaptive sampling stop at it (after --min-repeats samples).
+    pub(super) deadline: Option<Instant>,
+}
+
+impl Sampling {
+    fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
 }
 
 pub(super) struct Measured {
@@ -70,6 +78,9 @@ pub(super) struct Measured {
     /// Host bytes made only to stage and freed after it (an f64 copy of the inputs when the
     /// backend stages through [`Backend::stage`]).
     pub(super) harness_bytes: Option<u64>,
+    pub(super) stage_s: f64,
+    pub(super) warmup_s: f64,
+    pub(super) sampling_s: f64,
 }
 
 /// One timed run (forward, plus backward in forward+backward mode) and its memory.
@@ -116,7 +127,9 @@ pub(super) fn measure(
     sampling: &Sampling,
 ) -> Result<Measured, AttnError> {
     let before_staging = HostMemory::start();
+    let staging_started = Instant::now();
     backend.stage_seeded(problem, inputs)?;
+    let stage_s = staging_started.elapsed().as_secs_f64();
     let staged_live = HostMemory::live();
     let staged = staged_live.saturating_sub(before_staging);
     let staging_rise = HostMemory::peak_above(before_staging);
@@ -129,10 +142,13 @@ pub(super) fn measure(
     let warmup_started = Instant::now();
     for _ in 0..sampling.warmup {
         run_once(backend, mode, staged_live)?;
-        if warmup_started.elapsed().as_secs_f64() >= sampling.cell_seconds {
+        if warmup_started.elapsed().as_secs_f64() >= sampling.cell_seconds
+            || sampling.past_deadline()
+        {
             break;
         }
     }
+    let warmup_s = warmup_started.elapsed().as_secs_f64();
     let mut m = Measured {
         samples: Vec::new(),
         forward: Vec::new(),
@@ -146,6 +162,9 @@ pub(super) fn measure(
         free_drop: None,
         staged_bytes: metered.then_some(staged as u64),
         harness_bytes: metered.then_some(staging_rise.saturating_sub(staged) as u64),
+        stage_s,
+        warmup_s,
+        sampling_s: 0.0,
     };
     let budget = Duration::from_secs_f64(sampling.cell_seconds);
     let started = Instant::now();
@@ -154,7 +173,8 @@ pub(super) fn measure(
             Some(r) => m.samples.len() >= r,
             None => {
                 m.samples.len() >= MAX_ADAPTIVE_SAMPLES
-                    || (m.samples.len() >= sampling.min_repeats && started.elapsed() >= budget)
+                    || (m.samples.len() >= sampling.min_repeats
+                        && (started.elapsed() >= budget || sampling.past_deadline()))
             }
         };
         if enough {
@@ -180,6 +200,7 @@ pub(super) fn measure(
     if let (Some((before, _)), Some(lowest)) = (free_before, min_free) {
         m.free_drop = Some(before.saturating_sub(lowest));
     }
+    m.sampling_s = started.elapsed().as_secs_f64();
     Ok(m)
 }
 
@@ -201,6 +222,19 @@ pub(super) struct CellContext<'a> {
 const GEMM_SAMPLES_EACH_SIDE: usize = 2;
 
 pub(super) fn bench_cell(
+    backend: &mut dyn Backend,
+    ctx: &CellContext,
+    series: &mut HashMap<String, SeriesState>,
+) -> Cell {
+    let started = Instant::now();
+    let mut cell = bench_cell_inner(backend, ctx, series);
+    if let Some(wall) = cell.wall.as_mut() {
+        wall.total_s = started.elapsed().as_secs_f64();
+    }
+    cell
+}
+
+fn bench_cell_inner(
     backend: &mut dyn Backend,
     ctx: &CellContext,
     series: &mut HashMap<String, SeriesState>,
@@ -283,6 +317,28 @@ pub(super) fn bench_cell(
             let runs = ctx.sampling.warmup.min(1)
                 + ctx.sampling.repeats.unwrap_or(ctx.sampling.min_repeats);
             let predicted = per_run * runs as f64;
+            let deadline_left = ctx
+                .sampling
+                .deadline
+                .map(|d| d.saturating_duration_since(Instant::now()).as_secs_f64());
+            if let Some(left) = deadline_left.filter(|&left| predicted > left) {
+                // Only this series stops: a cheaper one may still fit before the deadline.
+                series.insert(
+                    series_key,
+                    SeriesState::Stopped {
+                        seq: p.shape.seq,
+                        status: CellStatus::TooSlow,
+                    },
+                );
+                return fail(
+                    cell,
+                    CellStatus::TooSlow,
+                    format!(
+                        "skipped: predicted {predicted:.1} s ({runs} runs of {per_run:.3} s), \
+                         {left:.1} s left before --deadline"
+                    ),
+                );
+            }
             if predicted > ctx.max_cell_seconds {
                 series.insert(
                     series_key,
@@ -357,6 +413,12 @@ pub(super) fn bench_cell(
         cell.forward_median_s = SampleStats::of(&m.forward).map(|s| s.median);
         cell.backward_median_s = SampleStats::of(&m.backward).map(|s| s.median);
     }
+    cell.wall = Some(CellWall {
+        total_s: 0.0, // set by bench_cell
+        stage_s: m.stage_s,
+        warmup_s: m.warmup_s,
+        sampling_s: m.sampling_s,
+    });
     cell.samples_s = m.samples;
     cell.peak_bytes = m.peak_bytes;
     cell.peak_bytes_source = m.peak_bytes.map(|_| m.peak_source);

@@ -14,6 +14,7 @@
 mod args;
 mod cell;
 mod grid;
+mod log;
 mod parse;
 mod probes;
 mod rates;
@@ -25,17 +26,21 @@ pub(crate) use parse::parse_size_list;
 pub(crate) use render::series_slopes;
 
 use crate::registry;
-use crate::results::{self, GpuEnvironment, ResultsFile, SCHEMA_VERSION};
+use crate::results::{
+    self, GpuEnvironment, ResultsFile, SweepProgress, SweepState, SCHEMA_VERSION,
+};
 use crate::term::progress_bar;
 use cell::{bench_cell, CellContext, Sampling, SeriesState};
 use grid::{resolve_grid, Grid};
 use linattn_core::{AttnError, Backend, DeviceKind, Precision, Problem};
+use log::cell_log_line;
 use parse::invalid;
 use probes::{cpu_copy_bandwidth, gpu, gpu_copy_bandwidth};
 use render::render_tables;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 /// Backends of the sweep: the user's patterns, or the fast default set.
 fn choose_backends(grid: &Grid) -> Result<Vec<Box<dyn Backend>>, AttnError> {
@@ -174,9 +179,19 @@ fn resolved(args: &BenchArgs) -> Result<Resolved, AttnError> {
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
+    let started = Instant::now();
     if is_decode_mode(&args)? {
         return run_decode(&args);
     }
+    let deadline = match args.deadline {
+        None => None,
+        Some(s) if s.is_finite() && s > 0.0 => Some(started + Duration::from_secs_f64(s)),
+        Some(s) => {
+            return Err(invalid(format!(
+                "--deadline {s}: give a positive number of seconds"
+            )))
+        }
+    };
     let (grid, mut backends, problems) = resolved(&args)?;
 
     let uses_gpu = backends.iter().any(|b| b.info().device == DeviceKind::Cuda);
@@ -220,15 +235,47 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
         min_repeats: grid.min_repeats,
         cell_seconds: grid.cell_seconds,
         flush: grid.flush_l2,
+        deadline,
     };
-    let total = (problems.len() * backends.len() * grid.mode.len()) as u64;
-    let progress = progress_bar(total, args.no_progress);
+    let planned = problems.len() * backends.len() * grid.mode.len();
+    let gemm_probe = gemm_rate.is_some();
+    let progress = progress_bar(planned as u64, args.no_progress);
+    let mut file = ResultsFile {
+        schema_version: SCHEMA_VERSION,
+        environment,
+        grid: grid.record(),
+        copy_bandwidth,
+        gemm_rate,
+        sweep: None,
+        cells: Vec::new(),
+        profiles: Vec::new(),
+    };
+    // The file stands for the sweep from the start and is rewritten after every cell: a
+    // sweep killed mid-way loses only the cell in flight.
+    let checkpoint = |file: &mut ResultsFile, state: SweepState| {
+        file.sweep = Some(SweepProgress {
+            state,
+            planned_cells: planned,
+            finished_cells: file.cells.len(),
+            elapsed_s: started.elapsed().as_secs_f64(),
+            deadline_s: args.deadline,
+        });
+        match &out_path {
+            Some(path) => results::write_json_atomic(path, file),
+            None => Ok(()),
+        }
+    };
+    checkpoint(&mut file, SweepState::Running)?;
 
     let mut series: HashMap<String, SeriesState> = HashMap::new();
-    let mut cells = Vec::new();
-    for problem in &problems {
+    let mut state = SweepState::Complete;
+    'sweep: for problem in &problems {
         for backend in backends.iter_mut() {
             for &mode in &grid.mode {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    state = SweepState::Deadline;
+                    break 'sweep;
+                }
                 progress.set_message(format!(
                     "{} {} N={}",
                     backend.name(),
@@ -242,24 +289,29 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
                     sampling: &sampling,
                     max_cell_seconds: grid.max_cell_seconds,
                     copy_gbps: &copy_gbps,
-                    gemm_probe: gemm_rate.is_some(),
+                    gemm_probe,
                 };
-                cells.push(bench_cell(backend.as_mut(), &ctx, &mut series));
+                let cell_started = Instant::now();
+                let cell = bench_cell(backend.as_mut(), &ctx, &mut series);
+                let line =
+                    cell_log_line(file.cells.len() + 1, planned, &cell, cell_started.elapsed());
+                progress.suspend(|| eprintln!("{line}"));
+                file.cells.push(cell);
+                checkpoint(&mut file, SweepState::Running)?;
                 progress.inc(1);
             }
         }
     }
     progress.finish_and_clear();
+    checkpoint(&mut file, state)?;
+    if state == SweepState::Deadline {
+        eprintln!(
+            "--deadline {} s reached: {} of {planned} cells ran",
+            args.deadline.unwrap_or_default(),
+            file.cells.len()
+        );
+    }
 
-    let file = ResultsFile {
-        schema_version: SCHEMA_VERSION,
-        environment,
-        grid: grid.record(),
-        copy_bandwidth,
-        gemm_rate,
-        cells,
-        profiles: Vec::new(),
-    };
     let table = render_tables(&file);
     let unavailable = file
         .cells
@@ -276,7 +328,6 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
         }
         Some(path) => {
             print!("{table}");
-            results::write_json_atomic(&path, &file)?;
             eprintln!("results written to {}", path.display());
         }
     }

@@ -153,6 +153,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
             grid: Default::default(),
             copy_bandwidth: Vec::new(),
             gemm_rate: None,
+            sweep: None,
             cells: Vec::new(),
             profiles,
         };

@@ -238,6 +238,7 @@ mod tests {
             grid: GridRecord::default(),
             copy_bandwidth: Vec::new(),
             gemm_rate: None,
+            sweep: None,
             cells,
             profiles: Vec::new(),
         }

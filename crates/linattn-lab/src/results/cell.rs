@@ -185,6 +185,22 @@ pub struct Cell {
     /// where the run's single rate cannot.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gemm_adjacent_gflops: Vec<f64>,
+    /// Wall time the harness spent on the cell, by phase (schema 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall: Option<CellWall>,
+}
+
+/// Where a cell's wall time went: the sweep's cost, as opposed to the timed runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CellWall {
+    /// Everything from the cell's start to its record.
+    pub total_s: f64,
+    /// Drawing the seeded inputs and staging them (upload, kernel loading, plan).
+    pub stage_s: f64,
+    /// The untimed warm-up runs.
+    pub warmup_s: f64,
+    /// The sampled runs (their measured times plus the harness's per-sample overhead).
+    pub sampling_s: f64,
 }
 
 impl Cell {
@@ -236,6 +252,7 @@ impl Cell {
             pct_of_copy: None,
             pct_of_gemm: None,
             gemm_adjacent_gflops: Vec::new(),
+            wall: None,
         }
     }
 

@@ -2,7 +2,6 @@
 //! date; the GPU side is filled in by the caller.
 
 use std::fs;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::schema::Environment;
@@ -17,36 +16,12 @@ fn command_output(program: &str, args: &[&str]) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
-/// `git rev-parse HEAD`, plus "-dirty" when tracked files differ from HEAD. Asked in the
-/// working directory, else beside the executable (a bench run from elsewhere still names
-/// the checkout it was built in); "unknown" when neither is in a git checkout.
-pub fn git_commit() -> String {
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf));
-    let dirs = std::iter::once(PathBuf::from(".")).chain(exe_dir);
-    for dir in dirs {
-        let Some(dir_text) = dir.to_str() else {
-            continue;
-        };
-        if let Some(hash) = command_output("git", &["-C", dir_text, "rev-parse", "HEAD"]) {
-            let dirty = Command::new("git")
-                .args([
-                    "-C",
-                    dir_text,
-                    "status",
-                    "--porcelain",
-                    "--untracked-files=no",
-                ])
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .is_some_and(|o| !o.stdout.is_empty());
-            return if dirty { format!("{hash}-dirty") } else { hash };
-        }
-    }
-    "unknown".into()
-}
+/// The commit the binary was built from, "-dirty" when its sources differed from it
+/// (build.rs), "unknown" for a build outside a git checkout.
+pub const BUILD_COMMIT: &str = concat!(
+    env!("LINATTN_BUILD_COMMIT"),
+    env!("LINATTN_BUILD_DIRTY_SUFFIX")
+);
 
 pub fn cpu_model() -> String {
     fs::read_to_string("/proc/cpuinfo")
@@ -83,7 +58,7 @@ pub fn probe_environment(gpu: Option<GpuEnvironment>) -> Environment {
         cpu_model: cpu,
         cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         host_memory_bytes: host_memory_bytes(),
-        commit: git_commit(),
+        commit: BUILD_COMMIT.to_string(),
         rustc_version: command_output("rustc", &["-V"]),
         build_profile: if cfg!(debug_assertions) {
             "debug".into()

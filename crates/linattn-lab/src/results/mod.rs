@@ -17,12 +17,13 @@ pub(crate) mod schema;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use cell::{Cell, CellKey, CellShape, CellStatus, Mode, PeakSource};
+pub use cell::{Cell, CellKey, CellShape, CellStatus, CellWall, Mode, PeakSource};
 pub use host::{probe_environment, GpuEnvironment};
 pub(crate) use output::{
     check_writable, checkout_root, prepare_output_dir, prepare_output_file, slug,
     write_bytes_atomic, write_json_atomic,
 };
 pub use schema::{
-    CopyBandwidth, Environment, GemmRateRecord, GridRecord, ResultsFile, SCHEMA_VERSION,
+    CopyBandwidth, Environment, GemmRateRecord, GridRecord, ResultsFile, SweepProgress, SweepState,
+    SCHEMA_VERSION,
 };

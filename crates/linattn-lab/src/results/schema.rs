@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::cell::{Cell, Mode};
 use super::profiles::ProfileRecord;
 
-/// 2 added `profiles`; files of version 1 (bench cells only) are still read.
-pub const SCHEMA_VERSION: u32 = 3;
+/// 2 added `profiles`; 3 `gemm_adjacent_gflops`; 4 `sweep`, `Cell::wall` and the
+/// build provenance of `environment` (`commit` is the binary's). Older files are still read.
+pub const SCHEMA_VERSION: u32 = 4;
 /// The oldest version this linattn reads.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
@@ -29,6 +30,10 @@ pub struct ResultsFile {
     /// (`Cell::gemm_adjacent_gflops`), which its `pct_of_gemm` reads against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_rate: Option<GemmRateRecord>,
+    /// `linattn bench`: how far the sweep got. The file is rewritten after every cell, so a
+    /// sweep killed mid-way leaves `"state": "running"` and every finished cell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepProgress>,
     #[serde(default)]
     pub cells: Vec<Cell>,
     /// `linattn profile`: counters and model per kernel (schema_version ≥ 2).
@@ -58,7 +63,9 @@ pub struct Environment {
     pub cpu_cores: usize,
     #[serde(default)]
     pub host_memory_bytes: Option<u64>,
-    /// `git rev-parse HEAD`, with "-dirty" when tracked files were modified.
+    /// The commit the binary was built from (embedded at build time), with "-dirty" when its
+    /// sources differed from it; "unknown" for a build outside a git checkout. Files of
+    /// schema 3 and older hold the commit of the directory the binary ran in instead.
     #[serde(default)]
     pub commit: String,
     #[serde(default)]
@@ -73,6 +80,32 @@ pub struct Environment {
     /// Versions of peer libraries (torch, fla, ...) when the file comes from peers.py.
     #[serde(default)]
     pub peers: Vec<PeerVersion>,
+}
+
+/// Where a sweep stands (`ResultsFile::sweep`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepProgress {
+    pub state: SweepState,
+    /// Cells of the full grid (backends × problems × modes).
+    pub planned_cells: usize,
+    /// Cells in `cells` (finished: measured, or recorded with why they did not run).
+    pub finished_cells: usize,
+    /// Seconds since the sweep started, when the file was written.
+    pub elapsed_s: f64,
+    /// `--deadline`, when given.
+    #[serde(default)]
+    pub deadline_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SweepState {
+    /// Cells still to run (a file left in this state was cut off: killed or crashed).
+    Running,
+    /// Every planned cell is in the file.
+    Complete,
+    /// `--deadline` ended the sweep; the cells not started are absent.
+    Deadline,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

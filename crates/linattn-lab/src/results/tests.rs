@@ -65,6 +65,7 @@ fn sample_file() -> ResultsFile {
             samples_gflops: vec![60.0, 61.5, 59.0],
             median_gflops: 60.0,
         }),
+        sweep: None,
         cells: vec![sample_cell("cpu/recurrent/f32", 256, 1e-3), oom],
         profiles: Vec::new(),
     }
