@@ -421,7 +421,7 @@ class Sweep:
             cell.update(status="unsupported",
                         message=f"unsupported: {peer.name} computes {'/'.join(peer.causalities)} only")
             return cell
-        if series in self.stopped:
+        if series in self.stopped and self.stopped[series][0] <= seq:  # shapes may come in any order
             s_seq, s_status = self.stopped[series]
             cell.update(status=s_status, message=f"not run: N={s_seq} was already {s_status}")
             return cell
