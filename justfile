@@ -65,6 +65,10 @@ kernels: build
 sparsity *ARGS: build
     {{bin}} sparsity --json bench-results/sparsity/sparsity.json --svg-dir bench-results/sparsity {{ARGS}}
 
+# Build gpu-pack/ for a lent GPU machine: stripped binary, NVRTC cache (sm_80, sm_90), peers.py, the fla wheel, MANIFEST; there: `OUT=dir gpu-pack/gpu_run.sh` (`--check DIR` verifies a pack).
+gpu-pack *ARGS:
+    scripts/gpu_pack.sh {{ARGS}}
+
 # Run the test suite (the README's test command).
 test:
     cargo test --workspace --release

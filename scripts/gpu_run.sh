@@ -1,123 +1,297 @@
 #!/usr/bin/env bash
-# The one command for the GPU machine, run from the repository root with the prebuilt
-# binary carried along (target/release/linattn):
+# The one command for the lent GPU machine, run from a pack (scripts/gpu_pack.sh):
 #
-#   OUT=/some/dir scripts/gpu_run.sh
+#   OUT=/some/dir BUDGET=480 gpu-pack/gpu_run.sh        (the copy inside the pack)
+#   OUT=/some/dir scripts/gpu_run.sh PACKDIR            (from a checkout)
+#   DRY_RUN=1 gpu-pack/gpu_run.sh                       (the plan; needs no GPU)
 #
-# Steps: nvidia-smi, `linattn check --long`, compute-sanitizer memcheck and racecheck over
-# `linattn check`, `linattn bench` (B=4 H=16 D=M=64,
-# N=2^10..2^20, forward and forward+backward), scripts/peers.py, `linattn report`.
-# Every step runs even when an earlier one fails; each step's exit code is logged to
-# $OUT/steps.log and the script exits non-zero when any step failed.
-#
-# $OUT ends up with few files (the device tool brings back at most 8): steps.log,
-# check.json, bench.json, peers.json, REPORT.md and detail.tar.gz (every step's full log,
-# nvidia-smi output, the report's SVG plots).
-#
-# Environment knobs: OUT (default ./gpu-out), LINATTN (binary path), N_MIN/N_MAX,
-# CELL_SECONDS (sampling budget per cell, default 0.25), BACKENDS (default cuda/*),
-# STEPS (subset of "smi check sanitize bench peers report", default all: a device call is limited to
-# 10 minutes, so long sweeps can be split across calls), BENCH_EXTRA / PEERS_EXTRA (extra
-# arguments), PYTHON (default python3).
-#
-# Memory note: linattn's inputs are generated as f64 on the host ([B,H,N,D] q, k, v, dO:
-# 256 values per row at D=M=64), i.e. 32 GiB at N=2^18 and 128 GiB at N=2^20 for B=4 H=16;
-# cells whose inputs do not fit in host memory are recorded as oom ("inputs: ...").
+# BUDGET (seconds, default 480) covers the whole run. Steps go in priority order, each under
+# its own deadline: the smaller of its cap and what is left of the budget. A step whose
+# minimum no longer fits is recorded as skipped, and time a step leaves unused passes on.
+#   check       linattn check --long of every cuda/* backend            -> check.json
+#   lin-*       linattn bench at fla's benchmark shapes, one per shape   -> side-by-side.tgz
+#   peers       fla chunk / fused-recurrent and SDPA flash, one process   (with ratios.txt:
+#   ratios      linattn chunked bf16 / fla chunk per shape and mode        the table)
+#   ncu         Nsight Compute counters of the hot kernels (N=4096)      -> ncu.csv
+#   memcheck    compute-sanitizer memcheck over linattn check, 5 backends -> sanitize.txt
+#   racecheck   racecheck over one linattn bench run per backend, N=1100
+#   sweep       linattn bench B=4 H=16 D=64, N=2^10..2^16                -> sweep.json
+#   decode      linattn bench --mode decode, context 2^8..2^16           (in rest.tgz)
+# $OUT gets at most 7 files, rewritten as each step ends (a kill keeps what finished):
+# summary.txt (the step log, the ratio table, the check verdict), check.json,
+# side-by-side.tgz, ncu.csv, sanitize.txt, sweep.json, rest.tgz (every step's full log,
+# decode results, the environment). Exit status: 0 when no step failed or timed out (budget
+# skips are not failures), 1 otherwise, 2 for a budget too small for the first step or a bad
+# pack (named before anything runs).
+set -uo pipefail
 
-set -u
-
-OUT="${OUT:-$PWD/gpu-out}"
-LINATTN="${LINATTN:-target/release/linattn}"
-PYTHON="${PYTHON:-python3}"
-N_MIN="${N_MIN:-2^10}"
-N_MAX="${N_MAX:-2^20}"
-CELL_SECONDS="${CELL_SECONDS:-0.25}"
-BACKENDS="${BACKENDS:-cuda/*}"
-STEPS="${STEPS:-smi check sanitize bench peers report}"
-wants() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-DETAIL="$OUT/detail"
-mkdir -p "$OUT" "$DETAIL"
-LOG="$OUT/steps.log"
-: >"$LOG"
-
-# libnvrtc: a CUDA toolkit's lib64, else the pip wheel's nvidia/cu13/lib (carried in
-# .nvrtc/ or installed in this python).
-nvrtc_dirs=()
-for d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 "$PWD/.nvrtc/nvidia/cu13/lib"; do
-    if compgen -G "$d/libnvrtc.so*" >/dev/null; then nvrtc_dirs+=("$d"); fi
-done
-py_nvrtc="$("$PYTHON" - <<'EOF' 2>/dev/null
-import importlib.util, os
-spec = importlib.util.find_spec("nvidia")
-for base in (spec.submodule_search_locations if spec else []):
-    lib = os.path.join(base, "cu13", "lib")
-    if os.path.isdir(lib):
-        print(lib)
-        break
-EOF
-)"
-if [ -n "$py_nvrtc" ]; then nvrtc_dirs+=("$py_nvrtc"); fi
-if [ "${#nvrtc_dirs[@]}" -gt 0 ]; then
-    joined="$(IFS=:; echo "${nvrtc_dirs[*]}")"
-    export LD_LIBRARY_PATH="$joined${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+die() {
+    echo "gpu_run: error: $*" >&2
+    exit 2
+}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [ $# -ge 1 ]; then
+    PACK=$1
+elif [ -f "$here/MANIFEST" ]; then
+    PACK=$here
+elif [ -f "$here/../gpu-pack/MANIFEST" ]; then
+    PACK=$here/../gpu-pack
+else
+    die "no pack: pass its directory (scripts/gpu_run.sh PACKDIR), or build one with scripts/gpu_pack.sh"
 fi
-echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" | tee -a "$LOG"
+[ -d "$PACK" ] || die "pack directory $PACK does not exist"
+PACK=$(cd "$PACK" && pwd)
+BUDGET=${BUDGET:-480}
+DRY_RUN=${DRY_RUN:-0}
+OUT=${OUT:-$PWD/gpu-out}
+PY=${PYTHON:-python3}
+if ! [[ $BUDGET =~ ^[0-9]+$ ]] || [ "$BUDGET" -eq 0 ]; then
+    die "BUDGET=$BUDGET: give a whole number of seconds"
+fi
 
+SETUP_EST=15 # unpack the cache, install fla, nvidia-smi (seconds, before the first step)
+RESERVE=10   # kept at the end to pack the results
+KILL=5       # timeout's grace between TERM and KILL, counted against the budget
+B=$PACK/linattn
+T0=$SECONDS
+STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+sim_elapsed=$SETUP_EST # dry run: time spent if every step used its whole deadline
+est_elapsed=$SETUP_EST # dry run: time spent if every step took its estimate
+est_skipped=""
+
+# The first step's minimum must fit, or nothing starts.
+MIN_FIRST=40
+if [ "$BUDGET" -lt $((SETUP_EST + MIN_FIRST + KILL + RESERVE)) ]; then
+    die "BUDGET=$BUDGET s is too small: the first step (check) needs >= $MIN_FIRST s after ~$SETUP_EST s of setup, plus $KILL s kill grace and $RESERVE s to pack the results: give BUDGET >= $((SETUP_EST + MIN_FIRST + KILL + RESERVE))"
+fi
+
+# ---- the pack: every file named before anything runs ---------------------------------------
+[ -f "$PACK/gpu_pack.sh" ] || die "missing pack file: $PACK/gpu_pack.sh"
+bash "$PACK/gpu_pack.sh" --check "$PACK" >&2 || die "the pack in $PACK fails its check (above)"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/linattn-gpu.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/logs" "$WORK/sbs" "$WORK/ncu" "$WORK/cache" "$WORK/site"
+if [ "$DRY_RUN" != 1 ]; then
+    mkdir -p "$OUT" || die "cannot create OUT=$OUT"
+    OUT=$(cd "$OUT" && pwd)
+    # Results of an earlier run must not pass for this one's.
+    rm -f "$OUT"/{summary.txt,check.json,side-by-side.tgz,ncu.csv,sanitize.txt,sweep.json,rest.tgz}
+fi
+
+# ---- environment: kernel cache, libraries, fla ------------------------------------------
+for t in "$PACK"/nvrtc-cache-*.tgz; do
+    tar -xzf "$t" -C "$WORK/cache" || die "cannot unpack $t"
+done
+export LINATTN_CACHE_DIR=$WORK/cache
+unset LINATTN_KERNEL_DIR LINATTN_NVRTC_CACHE
+cache_before=$(find "$WORK/cache" -type f | wc -l)
+pyl=$("$PY" -c 'import nvidia, os; print(":".join(d for d in (os.path.join(p, "cu13", "lib") for p in nvidia.__path__) if os.path.isdir(d)))' 2>/dev/null)
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${pyl:+:$pyl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONUNBUFFERED=1
+fla_note="no fla wheel in the pack: fla peers will be unavailable"
+for whl in "$PACK"/fla_core-*.whl; do
+    [ -f "$whl" ] || continue
+    if "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile \
+        --target "$WORK/site" "$whl" >"$WORK/logs/pip-fla.log" 2>&1; then
+        export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
+        fla_note="fla installed from ${whl##*/}"
+    else
+        fla_note="fla wheel did not install ($(tail -n 1 "$WORK/logs/pip-fla.log")): fla peers will be unavailable"
+    fi
+done
+# --deadline (a clean end before the timeout, results kept) where this linattn has it.
+if "$B" bench --help 2>/dev/null | grep -q -- '--deadline'; then
+    deadline_note="linattn bench --deadline: yes"
+    lin_deadline=1
+else
+    deadline_note="linattn bench --deadline: NOT in this binary (bench steps end by timeout, losing the cell in flight)"
+    lin_deadline=0
+fi
+notes=("pack: $PACK ($(grep '^commit:' "$PACK/MANIFEST")); linattn: $("$B" --version 2>&1)"
+    "$fla_note" "$deadline_note")
+{
+    printf '%s\n' "${notes[@]}"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "LINATTN_CACHE_DIR=$LINATTN_CACHE_DIR ($cache_before entries)"
+    if [ "$DRY_RUN" != 1 ]; then
+        timeout 15 nvidia-smi 2>&1
+        timeout 20 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+        timeout 10 ncu --version 2>&1 | tail -n 1
+        timeout 10 compute-sanitizer --version 2>&1 | tail -n 1
+    fi
+} >"$WORK/logs/env.txt" 2>&1
+device=""
+if [ "$DRY_RUN" != 1 ]; then
+    device=$(timeout 10 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+fi
+
+# ---- steps --------------------------------------------------------------------------------
+rows=()
 failed=0
-# step NAME COMMAND...: runs it, stdout+stderr to $DETAIL/NAME.log, exit code to the log.
-step() {
-    local name="$1"
-    shift
-    echo "=== $name: $*" | tee -a "$LOG"
-    local start=$SECONDS
-    "$@" >"$DETAIL/$name.log" 2>&1
-    local rc=$?
-    echo "=== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$LOG"
-    tail -n 40 "$DETAIL/$name.log"
-    if [ "$rc" -ne 0 ]; then failed=1; fi
-    return 0
+summary_head() {
+    echo "linattn GPU run started $STARTED, BUDGET=$BUDGET s, device: ${device:-none found}; written $(date -u +%H:%M:%SZ)"
+    printf '%s\n' "${notes[@]}"
+    printf '%-13s %-36s %4s %5s %8s %6s  %s\n' step status rc secs deadline left command
+}
+write_summary() { # atomic, so a kill never leaves half a summary
+    { summary_head; printf '%s\n' "${rows[@]}"; } >"$OUT/.summary.tmp" && mv "$OUT/.summary.tmp" "$OUT/summary.txt"
+}
+collect() { # everything finished so far into $OUT
+    [ "$DRY_RUN" = 1 ] && return
+    write_summary
+    if [ -n "$(ls -A "$WORK/sbs")" ]; then
+        tar -czf "$OUT/.sbs.tmp" -C "$WORK" sbs && mv "$OUT/.sbs.tmp" "$OUT/side-by-side.tgz"
+    fi
+    local f
+    for f in "$WORK"/logs/*-memcheck.log "$WORK"/logs/*-racecheck.log; do
+        [ -f "$f" ] && { echo "==== ${f##*/} (last 300 lines)"; tail -n 300 "$f"; }
+    done >"$WORK/sanitize.txt"
+    [ -s "$WORK/sanitize.txt" ] && cp "$WORK/sanitize.txt" "$OUT/sanitize.txt"
+    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs ncu/bench.json racecheck-bench.json decode --ignore-failed-read 2>/dev/null
+    mv "$OUT/.rest.tmp" "$OUT/rest.tgz"
+}
+add_row() { # NAME STATUS RC SECS DEADLINE LEFT COMMAND...: one line of the step log
+    local name=$1 status=$2 rc=$3 secs=$4 dl=$5 left=$6
+    shift 6
+    rows+=("$(printf '%-13s %-36s %4s %5s %8s %6s  %s' "$name" "$status" "$rc" "$secs" "$dl" "$left" "$(shown "$@")")")
+}
+shown() { # a command as text, the pack's path shortened
+    local s="$*"
+    echo "${s//$PACK/\$PACK}"
 }
 
-if wants smi; then step nvidia-smi nvidia-smi; fi
-if wants check; then step check "$LINATTN" check --long --json "$OUT/check.json"; fi
-# compute-sanitizer on the default grid (odd N 1..1000, every head-dim class): 0 errors wanted.
-# --error-exitcode makes a reported error fail the step even when the check itself passes.
-if wants sanitize; then
-    for tool in memcheck racecheck; do
-        step "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-            "$LINATTN" check --backends "$BACKENDS"
+# step NAME MIN CAP EST [needs=TOOL] -- COMMAND...: run COMMAND under a deadline computed from
+# the budget left (or, in a dry run, print it). @DEADLINE@ in COMMAND becomes the seconds a
+# --deadline flag gets: the deadline less a margin for the last cell and the file write.
+step() {
+    local name=$1 min=$2 cap=$3 est=$4 needs="" left t dl argv=() a drop=0 start rc status
+    shift 4
+    if [ "$1" != "--" ]; then needs=${1#needs=} && shift; fi
+    shift
+    if [ "$DRY_RUN" = 1 ]; then left=$((BUDGET - sim_elapsed - RESERVE)); else left=$((BUDGET - (SECONDS - T0) - RESERVE)); fi
+    t=$((left - KILL < cap ? left - KILL : cap))
+    dl=$((t - (t / 10 > 5 ? t / 10 : 5)))
+    for a in "$@"; do
+        if [ "$drop" = 1 ]; then drop=0 && continue; fi
+        # A linattn without --deadline would refuse the flag: leave it out there.
+        if [ "$a" = --deadline ] && [ "$lin_deadline" = 0 ] && [[ " $* " == *" $B "* ]]; then
+            drop=1 && continue
+        fi
+        [ "$a" = @DEADLINE@ ] && a=$dl
+        argv+=("$a")
     done
-fi
-if wants bench; then
-    step bench "$LINATTN" bench --n-min "$N_MIN" --n-max "$N_MAX" \
-        --batch 4 --heads 16 --dk 64 --dv 64 --backends "$BACKENDS" \
-        --mode forward,forward+backward --cell-seconds "$CELL_SECONDS" --no-progress \
-        --out "$OUT/bench.json" ${BENCH_EXTRA:-}
-fi
-if wants peers; then
-    step peers "$PYTHON" scripts/peers.py --n-min "$N_MIN" --n-max "$N_MAX" \
-        --batch 4 --heads 16 --dk 64 --dv 64 --cell-seconds "$CELL_SECONDS" \
-        --out "$OUT/peers.json" ${PEERS_EXTRA:-}
+    if [ "$DRY_RUN" = 1 ]; then # the same plan again, every step taking its estimate
+        local left_e=$((BUDGET - est_elapsed - RESERVE)) te
+        te=$((left_e - KILL < cap ? left_e - KILL : cap))
+        if [ "$te" -ge "$min" ]; then est_elapsed=$((est_elapsed + (est < te ? est : te))); else est_skipped+=" $name"; fi
+    fi
+    if [ "$t" -lt "$min" ]; then
+        status="skipped (budget: $((left > 0 ? left : 0)) s left, step needs >= $((min + KILL)) s)"
+        add_row "$name" "$status" - - - "$left" "${argv[@]}"
+        [ "$DRY_RUN" = 1 ] && printf '%-13s %s\n' "$name" "$status"
+        collect
+        return
+    fi
+    if [ "$DRY_RUN" = 1 ]; then
+        sim_elapsed=$((sim_elapsed + t + KILL))
+        printf '%-13s deadline %4d s (min %3d, cap %3d, est. %3d)%s\n    %s\n' "$name" "$t" "$min" "$cap" "$est" \
+            "$([ -n "$needs" ] && ! command -v "$needs" >/dev/null && echo "  [$needs not on this machine]")" "$(shown "${argv[@]}")"
+        if [ "$name" = peers ]; then # checks the shapes and peer names, imports no torch
+            "$PY" "$PACK/peers.py" "${argv[@]:2}" --dry-run | sed 's/^/    /' || failed=1
+        fi
+        return
+    fi
+    if [ -n "$needs" ] && ! command -v "$needs" >/dev/null; then
+        add_row "$name" "skipped ($needs not found)" - - - "$left" "${argv[@]}"
+        collect
+        return
+    fi
+    local log
+    log=$WORK/logs/$(printf '%02d' "${#rows[@]}")-$name.log
+    echo "\$ $(shown "${argv[@]}")" >"$log"
+    echo "== $name (deadline $t s, $left s left): $(shown "${argv[@]}")" >&2
+    start=$SECONDS
+    timeout -k "$KILL" "$t" "${argv[@]}" >>"$log" 2>&1
+    rc=$?
+    case $rc in
+        0) status=ok ;;
+        124 | 137) status="timeout after $t s" && failed=1 ;;
+        *) status=failed && failed=1 ;;
+    esac
+    add_row "$name" "$status" "$rc" "$((SECONDS - start))" "$t" "$left" "${argv[@]}"
+    echo "   $status (rc $rc) in $((SECONDS - start)) s" >&2
+    collect
+}
+
+if [ "$DRY_RUN" = 1 ]; then
+    echo "DRY RUN (nothing that needs a GPU runs); BUDGET=$BUDGET s, OUT=$OUT"
+    sed 's/^/  /' "$WORK/logs/env.txt"
+    echo "  setup ~$SETUP_EST s, $RESERVE s kept for packing, $KILL s kill grace per step"
+    echo "deadlines assume every earlier step uses its whole deadline (the worst case):"
 fi
 
-report_inputs=()
-for f in "$OUT/bench.json" "$OUT/peers.json"; do
-    if [ -s "$f" ]; then report_inputs+=("$f"); fi
+step check 40 120 45 -- "$B" check --long --backends 'cuda/*' --json "$OUT/check.json"
+
+# Side by side at fla's benchmark shapes (B, T, H, D), bf16: linattn, then the peers in
+# one process (fla's Triton compile and autotune, ~90 s, paid once), then the ratio table.
+LB=cuda/causal_chunked/bf16,cuda/causal_chunked/f16,cuda/causal_recurrent/bf16,cuda/softmax/f16
+SHAPES=(4x2048x16x128 2x16384x16x128 8x1024x8x64)
+for sh in "${SHAPES[@]}"; do
+    IFS=x read -r b n h d <<<"$sh"
+    step "lin-b$b-n$n" 10 30 12 -- "$B" bench --backends "$LB" --n "$n" --batch "$b" --heads "$h" --dk "$d" \
+        --mode forward,forward+backward --cell-seconds 0.3 --warmup 3 --no-progress \
+        --deadline @DEADLINE@ --out "$WORK/sbs/lin-b$b-n$n-h$h-d$d.json"
 done
-if ! wants report; then
-    :
-elif [ "${#report_inputs[@]}" -gt 0 ]; then
-    step report "$LINATTN" report "${report_inputs[@]}" --out-dir "$DETAIL/report"
-    if [ -f "$DETAIL/report/REPORT.md" ]; then cp "$DETAIL/report/REPORT.md" "$OUT/REPORT.md"; fi
-else
-    echo "=== report: skipped (no results file)" | tee -a "$LOG"
-    failed=1
+step peers 60 180 130 -- "$PY" "$PACK/peers.py" --shapes "$(IFS=,; echo "${SHAPES[*]}")" --precision bf16 \
+    --peers fla-chunk,fla-fused-recurrent,sdpa-flash --mode forward,forward+backward \
+    --cell-seconds 0.3 --warmup 3 --deadline @DEADLINE@ --out "$WORK/sbs/peers.json"
+sbs_files=()
+for sh in "${SHAPES[@]}"; do
+    IFS=x read -r b n h d <<<"$sh"
+    sbs_files+=("$WORK/sbs/lin-b$b-n$n-h$h-d$d.json")
+done
+step ratios 2 10 1 -- "$PY" "$PACK/gpu_summary.py" ratios --out "$WORK/sbs/ratios.txt" "${sbs_files[@]}" "$WORK/sbs/peers.json"
+
+# Hardware counters of the hot kernels (prefixes of kernels/*.cu), one run each.
+M=smsp__inst_executed.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__maximum_warps_per_active_cycle_pct,gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,launch__block_size
+HOT=cuda/causal_chunked/f16,cuda/causal_recurrent/f16,cuda/noncausal/f16,cuda/causal_cumsum/f16
+step ncu 20 60 40 needs=ncu -- ncu --clock-control none --kernel-name 'regex:^(cc_|cr_|cs_|nc_|fm_|dec_|sm_)' \
+    --launch-count 80 --metrics "$M" --export "$WORK/ncu/profile" --force-overwrite \
+    "$B" bench --backends "$HOT" --causality causal,non-causal --n 4096 --batch 1 --heads 1 --dk 64 \
+    --mode forward+backward --warmup 0 --repeats 1 --no-progress --deadline @DEADLINE@ --out "$WORK/ncu/bench.json"
+# shellcheck disable=SC2016 # $1 and $2 are bash -c's own arguments
+step ncu-csv 5 30 5 needs=ncu -- bash -c 'ncu --import "$1" --csv >"$2"' _ "$WORK/ncu/profile.ncu-rep" "$OUT/ncu.csv"
+
+# Sanitizers. check has no smaller grid than its default, so memcheck takes 5 backends over
+# it (0 errors in under 35 s on the H100); racecheck, far slower, gets one bench run per backend.
+step memcheck 20 60 30 needs=compute-sanitizer -- compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$B" check --backends "$HOT,cuda/softmax/f16"
+step racecheck 20 60 30 needs=compute-sanitizer -- compute-sanitizer --tool racecheck --error-exitcode 3 \
+    "$B" bench --backends "$HOT" --causality causal,non-causal --n 1100 --batch 1 --heads 2 --dk 64 \
+    --mode forward+backward --warmup 0 --repeats 1 --no-progress --deadline @DEADLINE@ --out "$WORK/racecheck-bench.json"
+
+step sweep 20 100 90 -- "$B" bench --backends "$HOT,cuda/softmax/f16" --causality causal,non-causal \
+    --n-min 2^10 --n-max 2^16 --batch 4 --heads 16 --dk 64 --mode forward,forward+backward \
+    --cell-seconds 0.2 --no-progress --deadline @DEADLINE@ --out "$OUT/sweep.json"
+step decode 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32,cuda/decode/f16,cpu/decode/f32 \
+    --n-min 2^8 --n-max 2^16 --no-progress --deadline @DEADLINE@ --out "$WORK/decode"
+
+if [ "$DRY_RUN" = 1 ]; then
+    worst=$((sim_elapsed + RESERVE))
+    echo "budget arithmetic: setup $SETUP_EST + deadlines and kill grace $((sim_elapsed - SETUP_EST)) + packing $RESERVE = $worst s <= BUDGET $BUDGET s: $([ "$worst" -le "$BUDGET" ] && echo OK || echo OVER)"
+    echo "with every step taking its estimate (the 2026-11-25 H100 run where it measured one), the run takes ~$((est_elapsed + RESERVE)) s and skips:${est_skipped:- nothing}"
+    echo "(a real run computes each deadline from the time really left: what a step leaves unused passes on)"
+    [ "$worst" -le "$BUDGET" ] || exit 1
+    exit "$failed"
 fi
 
-if tar -C "$OUT" -czf "$OUT/detail.tar.gz" detail; then
-    rm -rf "$DETAIL"
-else
-    echo "=== could not pack $DETAIL; left in place" | tee -a "$LOG"
-fi
-echo "=== done; failed=$failed" | tee -a "$LOG"
+# ---- the end: what came back, printed -----------------------------------------------------
+cache_after=$(find "$WORK/cache" -type f | wc -l)
+rows+=("nvrtc cache: $cache_before entries unpacked, $cache_after after the run ($((cache_after - cache_before)) compiled here)")
+[ -f "$WORK/sbs/ratios.txt" ] && rows+=("" "$(cat "$WORK/sbs/ratios.txt")")
+[ -f "$OUT/check.json" ] && rows+=("" "$("$PY" "$PACK/gpu_summary.py" check "$OUT/check.json" 2>&1)")
+rows+=("" "total $((SECONDS - T0)) s of BUDGET $BUDGET s; files in $OUT: $(find "$OUT" -maxdepth 1 -type f ! -name '.*' -printf '%f\n' | sort | tr '\n' ' ')")
+collect
+cat "$OUT/summary.txt"
 exit "$failed"
