@@ -21,6 +21,7 @@ mod profile;
 mod registry;
 mod report;
 mod results;
+mod skip_reason;
 mod sparsity;
 mod stats;
 mod term;
