@@ -102,7 +102,7 @@ fn check_shows_the_head_in_the_table_and_the_reason_once_below() {
 }
 
 #[test]
-fn bench_lists_unrun_backends_in_short_lines_and_the_json_keeps_the_reason() {
+fn bench_lists_unrun_backends_in_short_lines_and_footnotes_long_cell_messages() {
     let cache = tempfile::tempdir().unwrap();
     let json = cache.path().join("bench.json");
     let json_arg = json.display().to_string();
@@ -118,6 +118,9 @@ fn bench_lists_unrun_backends_in_short_lines_and_the_json_keeps_the_reason() {
             "2^7",
             "--cell-seconds",
             "0.05",
+            // N = 2^7 is then predicted too slow: a cell whose long message is footnoted too.
+            "--max-cell-seconds",
+            "0.000001",
             "--no-progress",
             "--out",
             &json_arg,
@@ -127,8 +130,22 @@ fn bench_lists_unrun_backends_in_short_lines_and_the_json_keeps_the_reason() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert_short_lines(&stdout);
     assert_eq!(stdout.matches(LONG_REASON).count(), 1, "{stdout}");
+    // Numbered after the two too-slow cells' notes.
     assert!(
-        stdout.contains("not run (skipped: no NVRTC [1]): sim/"),
+        stdout.contains("not run (skipped: no NVRTC [3]): sim/"),
+        "{stdout}"
+    );
+    let too_slow = stdout
+        .lines()
+        .filter(|l| l.contains("│ too-slow: skipped: predicted "))
+        .count();
+    assert_eq!(too_slow, 2, "one per mode:\n{stdout}");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with('[') && l.ends_with("above --max-cell-seconds 0.000001"))
+            .count(),
+        2,
         "{stdout}"
     );
     // Every sim/* backend is named in the not-run list, wrapped over several lines.

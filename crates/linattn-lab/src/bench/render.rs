@@ -1,6 +1,6 @@
 //! The tables `linattn bench` prints: one row per cell, one per series with its slopes.
 
-use crate::display::{fmt_bytes, fmt_seconds, truncate};
+use crate::display::{fmt_bytes, fmt_seconds};
 use crate::registry;
 use crate::results::{Cell, CellStatus, Mode, ResultsFile};
 use crate::skip_reason::{wrap_list, Footnotes};
@@ -120,7 +120,8 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
                 (CellStatus::Ok, _) => "ok".to_string(),
                 // Unsupported's own text already starts with "unsupported:" / "skipped:".
                 (CellStatus::Unsupported | CellStatus::Unavailable, Some(m)) => notes.short(m),
-                (s, Some(m)) => format!("{}: {}", s.label(), truncate(m, 60)),
+                // A too-slow prediction or an error: its head here, the whole text below.
+                (s, Some(m)) => format!("{}: {}", s.label(), notes.short(m)),
                 (s, None) => s.label().to_string(),
             };
             cells_table.push_record([
