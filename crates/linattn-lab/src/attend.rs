@@ -55,6 +55,14 @@ pub struct AttendArgs {
     math: MathArgs,
 }
 
+impl AttendArgs {
+    /// The backend as given (a name or a family), for the binary to tell whether it runs
+    /// CUDA kernels.
+    pub(crate) fn backend(&self) -> &str {
+        &self.backend
+    }
+}
+
 /// `--map`, `--eps`, `--decay`, `--favor-seed` (shared by `attend` and `decode`).
 #[derive(clap::Args)]
 pub(crate) struct MathArgs {

@@ -48,6 +48,14 @@ pub struct DecodeArgs {
     math: MathArgs,
 }
 
+impl DecodeArgs {
+    /// The decoder as given (a name or a family), for the binary to tell whether it runs
+    /// CUDA kernels.
+    pub(crate) fn backend(&self) -> &str {
+        &self.backend
+    }
+}
+
 /// Every decoder the binary knows: CPU reference and f32, then the CUDA step kernel on the
 /// simulator and on a GPU.
 pub(crate) fn all_decoders() -> Vec<Box<dyn Decoder>> {

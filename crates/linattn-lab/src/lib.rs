@@ -21,6 +21,7 @@ mod profile;
 mod registry;
 mod report;
 mod results;
+mod skip_reason;
 mod sparsity;
 mod stats;
 mod term;
@@ -92,10 +93,33 @@ enum Command {
     Profile(Box<profile::ProfileArgs>),
 }
 
+impl Command {
+    /// Whether the command compiles CUDA kernels (for the simulator or a GPU), so that a
+    /// missing NVRTC is worth installing first.
+    fn needs_kernels(&self) -> bool {
+        let kernel_family = |backend: &str| matches!(registry::family(backend), "sim" | "cuda");
+        match self {
+            Command::All(_)
+            | Command::Check(_)
+            | Command::Bench(_)
+            | Command::Profile(_)
+            | Command::Kernels(_) => true,
+            Command::Attend(args) => kernel_family(args.backend()),
+            Command::Decode(args) => kernel_family(args.backend()),
+            Command::Compare(_) | Command::Report(_) | Command::Sparsity(_) => false,
+        }
+    }
+}
+
 /// The `linattn` command line: parses the arguments, runs the subcommand, maps errors to
 /// exit codes (2: bad input, 1: anything else).
 pub fn run_cli() -> ExitCode {
     let cli = Cli::parse();
+    if cli.command.needs_kernels() {
+        // Here and nowhere else (tests never download): before the first NVRTC probe, whose
+        // answer the process keeps.
+        linattn_cuda::runtime::provision::provision_nvrtc(&mut std::io::stderr());
+    }
     if let Some(arch) = cli.sim_arch {
         if let Err(e) = linattn_cuda::executor::sim::set_arch(arch) {
             eprintln!("error: {e}");

@@ -82,6 +82,8 @@ fn linattn(dir: &Path, args: &str) -> Output {
     let k = dir.join("k.npy");
     let v = dir.join("v.npy");
     Command::new(env!("CARGO_BIN_EXE_linattn"))
+        // Tests download nothing: no NVRTC provisioning.
+        .env("LINATTN_NO_PROVISION", "1")
         .arg("decode")
         .args(["--q", q.to_str().unwrap(), "--k", k.to_str().unwrap()])
         .args(["--v", v.to_str().unwrap()])

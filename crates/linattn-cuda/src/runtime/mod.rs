@@ -1,6 +1,7 @@
 //! What every linattn-cuda module (and linattn-softmax) builds on, by concern:
 //!
 //! * [`probe`] — is NVRTC loadable, is there a CUDA device (cheap, cached, never panics).
+//! * [`provision`] — the binary installs the pinned NVRTC wheel into the user cache once.
 //! * [`variant`] — [`KernelVariant`] (source + `-D` defines + entry points), [`Arch`], the
 //!   shared `-D` vocabulary ([`storage_define`], [`map_define`], [`head_dim_class`]).
 //! * [`nvrtc`] — [`compile`] (PTX + cubin + ptxas report, cached in the process and on disk).
@@ -10,13 +11,16 @@
 
 pub mod nvrtc;
 pub mod probe;
+pub mod provision;
 mod sync;
 pub mod variant;
 
 use linattn_core::AttnError;
 
 pub use nvrtc::{compile, nvrtc_options, parse_ptxas_log, CompiledKernel, PtxasReport, PRELUDE};
-pub use probe::{gpu_available, nvrtc_available, nvrtc_search_dirs, nvrtc_version};
+pub use probe::{
+    gpu_available, nvrtc_available, nvrtc_locatable, nvrtc_search_dirs, nvrtc_version,
+};
 pub use variant::{
     check_head_dim, head_dim_class, map_define, storage_define, Arch, KernelVariant,
     HEAD_DIM_CLASSES, MAX_HEAD_DIM, MIN_HEAD_DIM,

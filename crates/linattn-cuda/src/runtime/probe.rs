@@ -7,10 +7,18 @@
 //! cudarc dlopens `libnvrtc.so.13` by soname. When the default loader path lacks it, this
 //! module dlopens it by absolute path (RTLD_GLOBAL, builtins first) from, in order:
 //! `$LINATTN_NVRTC_DIR`, `.nvrtc/nvidia/cu13/lib` in the executable's ancestors and in this
-//! repository, `/usr/local/cuda/lib64`, `/usr/local/cuda/targets/x86_64-linux/lib`, and
-//! python `site-packages`/`dist-packages` `nvidia/cu13/lib` (pip wheel
-//! `nvidia-cuda-nvrtc`). glibc then resolves cudarc's soname dlopen to the loaded library,
-//! so `LD_LIBRARY_PATH` is not needed.
+//! repository, the user cache the binary provisions ([`super::provision`]:
+//! `~/.cache/linattn/nvrtc-13.0.88/nvidia/cu13/lib`), `/usr/local/cuda/lib64`,
+//! `/usr/local/cuda/targets/x86_64-linux/lib`, and python `site-packages`/`dist-packages`
+//! `nvidia/cu13/lib` (pip wheel `nvidia-cuda-nvrtc`). glibc then resolves cudarc's soname
+//! dlopen to the loaded library, so `LD_LIBRARY_PATH` is not needed.
+//!
+//! `LINATTN_NVRTC_NO_SEARCH=1` narrows this to `$LINATTN_NVRTC_DIR` and the user cache only
+//! (the loader path is not tried either): tests use it to see linattn on a machine without
+//! NVRTC, whatever this one has installed.
+//!
+//! Every reason here starts with a short clause ("no NVRTC", "no CUDA driver") before the
+//! first `:`, which tables show alone (the details go in a footnote).
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
@@ -33,18 +41,24 @@ pub fn nvrtc_version() -> Result<(i32, i32), Unsupported> {
 }
 
 fn probe_nvrtc() -> Result<(i32, i32), Unsupported> {
-    // SAFETY: is_culib_present only tries dlopen on candidate names.
-    if !unsafe { nvrtc::is_culib_present() } {
-        preload_nvrtc_from_known_dirs();
-    }
-    if !unsafe { nvrtc::is_culib_present() } {
+    let on_loader_path = !search_restricted() && loader_finds_nvrtc();
+    // In the restricted search the loader path is consulted only after a preload by absolute
+    // path succeeded (it then resolves to that library).
+    let preloaded = !on_loader_path && preload_nvrtc_from_known_dirs();
+    let found = on_loader_path || (preloaded && loader_finds_nvrtc());
+    if !found {
         let searched: Vec<String> = nvrtc_search_dirs()
             .iter()
             .map(|d| d.display().to_string())
             .collect();
+        let (before, after) = if search_restricted() {
+            ("", " (LINATTN_NVRTC_NO_SEARCH: nowhere else)")
+        } else {
+            ("on the loader path nor ", "")
+        };
         return Err(Unsupported::Unavailable(format!(
-            "no NVRTC (libnvrtc.so.13 not found on the loader path nor in {}; set \
-             LINATTN_NVRTC_DIR or LD_LIBRARY_PATH)",
+            "no NVRTC: libnvrtc.so.13 not found {before}in [{}]{after}; run `just nvrtc`, or set \
+             LINATTN_NVRTC_DIR or LD_LIBRARY_PATH",
             searched.join(", ")
         )));
     }
@@ -53,30 +67,88 @@ fn probe_nvrtc() -> Result<(i32, i32), Unsupported> {
     let status = unsafe { nvrtc::nvrtcVersion(&mut major, &mut minor) };
     if status != nvrtc::nvrtcResult::NVRTC_SUCCESS {
         return Err(Unsupported::Unavailable(format!(
-            "NVRTC present but nvrtcVersion failed: {status:?}"
+            "NVRTC unusable: nvrtcVersion failed: {status:?}"
         )));
     }
     Ok((major, minor))
 }
 
+/// Whether cudarc's soname lookup finds libnvrtc (the default loader path, or a library
+/// already loaded).
+fn loader_finds_nvrtc() -> bool {
+    // SAFETY: is_culib_present only tries dlopen on candidate names.
+    unsafe { nvrtc::is_culib_present() }
+}
+
+/// `LINATTN_NVRTC_NO_SEARCH` set (and not "0"): only `$LINATTN_NVRTC_DIR` and the user cache.
+fn search_restricted() -> bool {
+    std::env::var_os("LINATTN_NVRTC_NO_SEARCH").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Whether the NVRTC probe would find a library to load, without loading one for good and
+/// without touching the cached status: the binary asks this before deciding to provision.
+pub fn nvrtc_locatable() -> bool {
+    (!search_restricted() && loader_finds_nvrtc())
+        || nvrtc_search_dirs()
+            .iter()
+            .any(|d| d.join("libnvrtc.so.13").is_file())
+}
+
+/// The cache directory's name: the pinned version, so a new pin installs beside the old.
+pub(super) const CACHE_NAME: &str = "nvrtc-13.0.88";
+
+/// Where the NVRTC wheel puts the libraries, inside its install directory.
+pub(super) const WHEEL_LIB: &str = "nvidia/cu13/lib";
+
+/// `$XDG_CACHE_HOME/linattn` (when set and absolute), else `$HOME/.cache/linattn`.
+pub fn cache_root() -> Option<PathBuf> {
+    let xdg = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute());
+    let base = xdg.or_else(|| {
+        std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(|h| PathBuf::from(h).join(".cache"))
+    })?;
+    Some(base.join("linattn"))
+}
+
+/// The directory [`super::provision`] installs the wheel into (present or not).
+pub fn provisioned_dir() -> Option<PathBuf> {
+    cache_root().map(|root| root.join(CACHE_NAME))
+}
+
+/// Where libnvrtc lies once the wheel is installed: a directory the probe searches.
+pub fn provisioned_lib_dir() -> Option<PathBuf> {
+    provisioned_dir().map(|dir| dir.join(WHEEL_LIB))
+}
+
 /// Directories searched for libnvrtc when the default loader path lacks it, in order.
 pub fn nvrtc_search_dirs() -> Vec<PathBuf> {
-    const WHEEL_LIB: &str = ".nvrtc/nvidia/cu13/lib";
+    let repo_wheel_lib = Path::new(".nvrtc").join(WHEEL_LIB);
     let mut dirs = Vec::new();
     if let Some(dir) = std::env::var_os("LINATTN_NVRTC_DIR") {
         dirs.push(PathBuf::from(dir));
     }
+    let cache = provisioned_lib_dir();
+    if search_restricted() {
+        dirs.extend(cache);
+        return dirs;
+    }
     if let Ok(exe) = std::env::current_exe() {
         // target/<profile>/deps/<test> or target/<profile>/<bin>: the repo is 3–4 levels up.
         for ancestor in exe.ancestors().skip(1).take(5) {
-            dirs.push(ancestor.join(WHEEL_LIB));
+            dirs.push(ancestor.join(&repo_wheel_lib));
         }
     }
     dirs.push(
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../..")
-            .join(WHEEL_LIB),
+            .join(&repo_wheel_lib),
     );
+    // The pinned wheel linattn installed comes before a system CUDA, whose NVRTC may be
+    // newer than the GPU machines' drivers accept.
+    dirs.extend(cache);
     dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
     dirs.push(PathBuf::from("/usr/local/cuda/targets/x86_64-linux/lib"));
     let mut python_roots: Vec<PathBuf> = vec!["/usr/local/lib".into(), "/usr/lib".into()];
@@ -111,7 +183,9 @@ pub fn nvrtc_search_dirs() -> Vec<PathBuf> {
 /// resolve to them).
 static PRELOADED: Mutex<Vec<libloading::os::unix::Library>> = Mutex::new(Vec::new());
 
-fn preload_nvrtc_from_known_dirs() {
+/// Loads libnvrtc (and its builtins) from the first search directory where that works;
+/// true when one did.
+fn preload_nvrtc_from_known_dirs() -> bool {
     use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
     for dir in nvrtc_search_dirs() {
         let nvrtc_lib = dir.join("libnvrtc.so.13");
@@ -139,9 +213,10 @@ fn preload_nvrtc_from_known_dirs() {
             if let Ok(mut keep) = PRELOADED.lock() {
                 keep.extend(loaded);
             }
-            return;
+            return true;
         }
     }
+    false
 }
 
 /// `Ok` when a CUDA device can be used: libcuda present, `cuInit` ok, a device exists.
@@ -154,7 +229,7 @@ fn probe_gpu() -> Result<(), Unsupported> {
     // SAFETY: only dlopen attempts.
     if !unsafe { cu::is_culib_present() } {
         return Err(Unsupported::Unavailable(
-            "no CUDA driver (libcuda.so.1 not found)".into(),
+            "no CUDA driver: libcuda.so.1 not found".into(),
         ));
     }
     cudarc::driver::result::init()

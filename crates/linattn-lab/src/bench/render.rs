@@ -1,8 +1,9 @@
 //! The tables `linattn bench` prints: one row per cell, one per series with its slopes.
 
-use crate::display::{fmt_bytes, fmt_seconds, truncate};
+use crate::display::{fmt_bytes, fmt_seconds};
 use crate::registry;
 use crate::results::{Cell, CellStatus, Mode, ResultsFile};
+use crate::skip_reason::{wrap_list, Footnotes};
 use crate::stats::log_log_slope;
 use linattn_core::DEFAULT_EPS;
 use std::collections::BTreeMap;
@@ -91,6 +92,8 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
         "memory ~ N^",
     ]);
     // Series that ran nowhere (no driver, unsupported problem) get one line each below.
+    // Long skip reasons show their head in the tables and once in full below them.
+    let mut notes = Footnotes::new();
     let mut not_run: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut any_simulated = false;
     for ((backend, mode, axes), mut cells) in groups {
@@ -116,8 +119,9 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
                 (CellStatus::Ok, _) if simulated => "ok, simulated †".to_string(),
                 (CellStatus::Ok, _) => "ok".to_string(),
                 // Unsupported's own text already starts with "unsupported:" / "skipped:".
-                (CellStatus::Unsupported | CellStatus::Unavailable, Some(m)) => truncate(m, 60),
-                (s, Some(m)) => format!("{}: {}", s.label(), truncate(m, 60)),
+                (CellStatus::Unsupported | CellStatus::Unavailable, Some(m)) => notes.short(m),
+                // A too-slow prediction or an error: its head here, the whole text below.
+                (s, Some(m)) => format!("{}: {}", s.label(), notes.short(m)),
                 (s, None) => s.label().to_string(),
             };
             cells_table.push_record([
@@ -161,8 +165,10 @@ pub(super) fn render_tables(file: &ResultsFile) -> String {
     out.push_str(&slope_table.build().with(Style::sharp()).to_string());
     out.push('\n');
     for (reason, backends) in &not_run {
-        out.push_str(&format!("not run ({reason}): {}\n", backends.join(", ")));
+        let lead = format!("not run ({}):", notes.short(reason));
+        out.push_str(&wrap_list(&lead, backends, 100));
     }
+    out.push_str(&notes.render());
     if any_simulated {
         out.push_str(
             "† sim/*: the CUDA kernels run by the PTX simulator on the host. Their times are \

@@ -2,6 +2,7 @@
 //! and the `--json` report.
 
 use super::record::{CaseRecord, Outcome};
+use crate::skip_reason::Footnotes;
 use linattn_core::{Backend, Judge, Precision};
 use serde::Serialize;
 use tabled::builder::Builder;
@@ -102,7 +103,9 @@ pub(super) fn sci(x: f64) -> String {
     }
 }
 
+/// The table, then one footnote per distinct skip reason too long for the verdict column.
 pub(super) fn summary_table(rows: &[BackendSummary]) -> String {
+    let mut notes = Footnotes::new();
     let mut b = Builder::new();
     b.push_record([
         "backend",
@@ -136,12 +139,22 @@ pub(super) fn summary_table(rows: &[BackendSummary]) -> String {
             } else {
                 "-".into()
             },
-            r.verdict.clone(),
+            if r.skipped.is_some() {
+                notes.short(&r.verdict)
+            } else {
+                r.verdict.clone()
+            },
         ]);
     }
     let mut table = b.build();
     table.with(Style::sharp());
-    table.to_string()
+    let mut text = table.to_string();
+    let notes = notes.render();
+    if !notes.is_empty() {
+        text.push('\n');
+        text.push_str(notes.trim_end());
+    }
+    text
 }
 
 pub(super) fn failures_table(rows: &[&CaseRecord]) -> String {
@@ -158,4 +171,57 @@ pub(super) fn failures_table(rows: &[&CaseRecord]) -> String {
     let mut table = b.build();
     table.with(Style::sharp());
     table.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::skip_reason::FIT;
+
+    fn row(name: &str, skipped: Option<&str>) -> BackendSummary {
+        let mut r = BackendSummary {
+            backend: name.into(),
+            precision: Precision::F32,
+            tolerance: 1e-4,
+            run: if skipped.is_some() { 0 } else { 3 },
+            passed: if skipped.is_some() { 0 } else { 3 },
+            failed: 0,
+            not_applicable: 0,
+            worst_max_abs: 1e-6,
+            worst_rms_ratio: 1e-7,
+            seconds: 0.5,
+            skipped: skipped.map(String::from),
+            verdict: String::new(),
+        };
+        r.finish();
+        r
+    }
+
+    #[test]
+    fn a_long_skip_reason_is_a_footnote_under_the_table() {
+        let long = format!(
+            "no NVRTC: libnvrtc.so.13 not found in [{}]",
+            "/x".repeat(200)
+        );
+        let rows = [
+            row("cpu/causal_recurrent/f32", None),
+            row("sim/noncausal/f32", Some(&long)),
+            row("sim/noncausal/f16", Some(&long)),
+        ];
+        let text = summary_table(&rows);
+        assert_eq!(text.matches(&long).count(), 1, "{text}");
+        assert!(text.ends_with(&format!("[1] skipped: {long}")), "{text}");
+        assert_eq!(text.matches("skipped: no NVRTC [1]").count(), 2, "{text}");
+        let cells = text
+            .lines()
+            .filter(|l| l.starts_with('│'))
+            .flat_map(|l| l.trim_matches('│').split('│'));
+        assert!(
+            cells.clone().all(|c| c.trim().chars().count() <= FIT),
+            "{text}"
+        );
+        assert!(cells.clone().any(|c| c.trim() == "PASS"), "{text}");
+        // The JSON side keeps the whole reason.
+        assert_eq!(rows[1].verdict, format!("skipped: {long}"));
+    }
 }

@@ -8,6 +8,7 @@ use crate::bench::series_slopes;
 use crate::display::{fmt_bytes, fmt_seconds};
 use crate::plot::{log_log_svg, Quantity, Series};
 use crate::results::{self, Cell, CellStatus, ResultsFile};
+use crate::skip_reason::Footnotes;
 use linattn_core::AttnError;
 use rows::{group_cells, row_series, GroupKey, Row};
 use std::collections::{BTreeMap, BTreeSet};
@@ -83,6 +84,8 @@ fn render_markdown(files: &[ResultsFile], groups: &BTreeMap<GroupKey, Vec<Row>>)
          over the cells that ran.\n",
     );
 
+    // A long reason (no NVRTC: the searched directories) once at the end, not per section.
+    let mut notes = Footnotes::new();
     for (key, rows) in groups {
         let (runnable, unavailable): (Vec<&Row>, Vec<&Row>) =
             rows.iter().partition(|r| r.ran_somewhere());
@@ -155,9 +158,16 @@ fn render_markdown(files: &[ResultsFile], groups: &BTreeMap<GroupKey, Vec<Row>>)
         for (reason, names) in by_reason {
             md.push_str(&format!(
                 "\nNot run ({}): {}\n",
-                markdown_escape(&reason),
+                markdown_escape(&notes.short(&reason)),
                 markdown_escape(&names.join(", "))
             ));
+        }
+    }
+    let notes = notes.render();
+    if !notes.is_empty() {
+        md.push_str("\n## Why some backends did not run\n\n");
+        for line in notes.lines() {
+            md.push_str(&format!("{}\n\n", markdown_escape(line)));
         }
     }
     md

@@ -5,9 +5,16 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// The binary, never provisioning NVRTC (tests download nothing).
+pub fn linattn_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_linattn"));
+    command.env("LINATTN_NO_PROVISION", "1");
+    command
+}
+
 /// The binary run with `args` in the test's working directory.
 pub fn linattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_linattn"))
+    linattn_command()
         .args(args)
         .output()
         .expect("the linattn binary runs")
@@ -15,7 +22,7 @@ pub fn linattn(args: &[&str]) -> Output {
 
 /// The binary run with `args` in `cwd`.
 pub fn linattn_in(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_linattn"))
+    linattn_command()
         .args(args)
         .current_dir(cwd)
         .output()
