@@ -9,8 +9,22 @@ use std::time::Duration;
 const REASON_CHARS: usize = 100;
 
 /// `[ 3/56] ok cpu/recurrent/f32 forward B=1 H=8 N=1024 D=64 M=64 causal elu+1: median
-/// 1.234 ms ±2.1% (37 samples); cell 0.84 s (stage 0.50 s, warm-up 0.04 s)`.
-pub(super) fn cell_log_line(index: usize, planned: usize, cell: &Cell, took: Duration) -> String {
+/// 1.234 ms ±2.1% (37 samples); cell 0.84 s (stage 0.50 s, warm-up 0.04 s)`. `None` for a
+/// cell that was never attempted because the backend cannot take it here (unsupported,
+/// unavailable): those cost nothing, and the table lists them with their reasons once; a
+/// sweep of every backend on a machine without a GPU would otherwise log hundreds of them.
+pub(super) fn cell_log_line(
+    index: usize,
+    planned: usize,
+    cell: &Cell,
+    took: Duration,
+) -> Option<String> {
+    if matches!(
+        cell.status,
+        CellStatus::Unsupported | CellStatus::Unavailable
+    ) {
+        return None;
+    }
     let width = planned.to_string().len();
     let s = &cell.shape;
     let head = format!(
@@ -39,19 +53,19 @@ pub(super) fn cell_log_line(index: usize, planned: usize, cell: &Cell, took: Dur
                     fmt_seconds(w.warmup_s)
                 )
             });
-            format!(
+            Some(format!(
                 "{head}: median {}{noise} ({} samples); cell {took}{phases}",
                 fmt_seconds(median),
                 cell.samples_s.len()
-            )
+            ))
         }
         _ => {
             let reason = cell.message.as_deref().unwrap_or("no reason recorded");
             let first_line = reason.lines().next().unwrap_or_default();
-            format!(
+            Some(format!(
                 "{head}: {}; cell {took}",
                 truncate(first_line, REASON_CHARS)
-            )
+            ))
         }
     }
 }
@@ -98,7 +112,7 @@ mod tests {
             warmup_s: 0.04,
             sampling_s: 0.3,
         });
-        let line = cell_log_line(3, 56, &c, Duration::from_millis(840));
+        let line = cell_log_line(3, 56, &c, Duration::from_millis(840)).unwrap();
         assert_eq!(
             line,
             "[ 3/56] ok cpu/causal_recurrent/f32 forward B=1 H=8 N=1024 D=64 M=64 causal elu+1: \
@@ -108,12 +122,19 @@ mod tests {
     }
 
     #[test]
-    fn a_skipped_cell_shows_one_short_line_of_its_reason() {
-        let mut c = cell(CellStatus::Unavailable);
-        c.message = Some(format!("no CUDA driver: {}\nsecond line", "x".repeat(300)));
-        let line = cell_log_line(12, 12, &c, Duration::from_millis(2));
+    fn a_failed_cell_shows_one_short_line_of_its_reason() {
+        let mut c = cell(CellStatus::Oom);
+        c.message = Some(format!("out of memory: {}\nsecond line", "x".repeat(300)));
+        let line = cell_log_line(12, 12, &c, Duration::from_millis(2)).unwrap();
         assert!(!line.contains('\n') && line.len() < 260, "{line}");
-        assert!(line.starts_with("[12/12] unavailable cpu/"), "{line}");
-        assert!(line.contains(": no CUDA driver: xxx") && line.contains("…; cell 2.00"));
+        assert!(line.starts_with("[12/12] oom cpu/"), "{line}");
+        assert!(line.contains(": out of memory: xxx") && line.contains("…; cell 2.00"));
+    }
+
+    #[test]
+    fn cells_never_attempted_here_are_not_logged() {
+        for status in [CellStatus::Unsupported, CellStatus::Unavailable] {
+            assert_eq!(cell_log_line(1, 1, &cell(status), Duration::ZERO), None);
+        }
     }
 }

@@ -293,9 +293,11 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, AttnError> {
                 };
                 let cell_started = Instant::now();
                 let cell = bench_cell(backend.as_mut(), &ctx, &mut series);
-                let line =
-                    cell_log_line(file.cells.len() + 1, planned, &cell, cell_started.elapsed());
-                progress.suspend(|| eprintln!("{line}"));
+                if let Some(line) =
+                    cell_log_line(file.cells.len() + 1, planned, &cell, cell_started.elapsed())
+                {
+                    progress.suspend(|| eprintln!("{line}"));
+                }
                 file.cells.push(cell);
                 checkpoint(&mut file, SweepState::Running)?;
                 progress.inc(1);

@@ -67,6 +67,21 @@ pub struct CheckArgs {
     /// Write per-case results as JSON to this file (atomically).
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
+    /// Leave out, for the simulated backends (`sim/*`) only, the cases longer than N: the
+    /// simulator is thousands of times slower than a GPU, and the default grid's N = 1100
+    /// cases are most of its time (`linattn all` passes 130). Default: no limit.
+    #[arg(long, value_name = "N")]
+    sim_max_n: Option<usize>,
+}
+
+impl CheckArgs {
+    /// Whether `case` is checked on `info`'s backend: in its grid, and within the simulated
+    /// backends' length limit.
+    fn checks(&self, info: &linattn_core::BackendInfo, case: &grid::Case) -> bool {
+        let too_long_to_simulate = info.device == linattn_core::DeviceKind::Sim
+            && self.sim_max_n.is_some_and(|n| case.problem.shape.seq > n);
+        case_applies(info, case) && !too_long_to_simulate
+    }
 }
 
 pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
@@ -97,13 +112,16 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
         .map(|e| {
             cases
                 .iter()
-                .filter(|c| case_applies(e.backend.info(), c))
+                .filter(|c| args.checks(e.backend.info(), c))
                 .count()
         })
         .sum();
     let progress = progress_bar(total as u64, false);
+    let sim_limit = args
+        .sim_max_n
+        .map_or(String::new(), |n| format!("; sim/* only up to N = {n}"));
     eprintln!(
-        "checking {} backend(s) on {} case(s) (seed {})",
+        "checking {} backend(s) on {} case(s) (seed {}{sim_limit})",
         entries.len(),
         cases.len(),
         args.seed
@@ -124,7 +142,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
         };
         let mut oracle_cache: HashMap<OracleKey, Result<Reference, String>> = HashMap::new();
         for entry in &mut entries {
-            if entry.summary.skipped.is_some() || !case_applies(entry.backend.info(), case) {
+            if entry.summary.skipped.is_some() || !args.checks(entry.backend.info(), case) {
                 continue;
             }
             progress.set_message(format!("{} {}", entry.summary.backend, case.problem));
@@ -196,6 +214,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
             seed: args.seed,
             grid: if args.full { "full" } else { "default" },
             long: args.long,
+            sim_max_n: args.sim_max_n,
             backends: &summaries,
             cases: &records,
         };

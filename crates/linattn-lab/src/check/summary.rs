@@ -91,6 +91,8 @@ pub(super) struct CheckReport<'a> {
     pub(super) seed: u64,
     pub(super) grid: &'static str,
     pub(super) long: bool,
+    /// `--sim-max-n`: the simulated backends left out the cases longer than this.
+    pub(super) sim_max_n: Option<usize>,
     pub(super) backends: &'a [BackendSummary],
     pub(super) cases: &'a [CaseRecord],
 }
