@@ -250,3 +250,49 @@ fn badness(record: &CaseRecord) -> f64 {
         record.worst_rms() / record.tolerance
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use linattn_core::{BackendInfo, DeviceKind, Form, Precision};
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: CheckArgs,
+    }
+
+    fn args(argv: &[&str]) -> CheckArgs {
+        Wrap::try_parse_from(std::iter::once("check").chain(argv.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn sim_max_n_leaves_out_long_cases_of_simulated_backends_only() {
+        let info = |name: &str, device| BackendInfo {
+            name: name.into(),
+            device,
+            precision: Precision::F32,
+            algorithm: linattn_core::Algorithm::Linear(Form::Recurrent),
+            backward: None,
+        };
+        let sim = info("sim/causal_recurrent/f32", DeviceKind::Sim);
+        let cpu = info("cpu/causal_recurrent/f32", DeviceKind::Cpu);
+        let gpu = info("cuda/causal_recurrent/f32", DeviceKind::Cuda);
+        let grid = default_grid();
+        let limited = args(&["--sim-max-n", "130"]);
+        let unlimited = args(&[]);
+        let count = |a: &CheckArgs, i: &BackendInfo| grid.iter().filter(|c| a.checks(i, c)).count();
+        let long = grid.iter().filter(|c| c.problem.shape.seq > 130).count();
+        assert!(long > 0);
+        assert_eq!(count(&limited, &sim), count(&unlimited, &sim) - long);
+        assert!(grid
+            .iter()
+            .filter(|c| limited.checks(&sim, c))
+            .all(|c| c.problem.shape.seq <= 130));
+        assert_eq!(count(&limited, &cpu), count(&unlimited, &cpu));
+        assert_eq!(count(&limited, &gpu), count(&unlimited, &gpu));
+    }
+}
