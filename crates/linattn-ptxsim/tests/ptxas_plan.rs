@@ -131,4 +131,13 @@ fn adjacent_warp_uniform_shared_loads_fuse_into_one_packed_wavefront() {
     assert_eq!(out, vec![3; 32]);
     assert_eq!(c.shared_load_requests, 2);
     assert_eq!(c.shared_load_wavefronts, 2);
+
+    // tile[0..4] by every lane through the symbol itself (no base register, as NVVM writes
+    // a fixed index): four scalars, 16-aligned, become one packed LDS.128: two wavefronts.
+    let (c, out) = run_shared(
+        "\tld.shared.u32 \t%r4, [tile];\n\tld.shared.u32 \t%r5, [tile+4];\n\tld.shared.u32 \t%r6, [tile+8];\n\tld.shared.u32 \t%r7, [tile+12];\n\tadd.s32 \t%r4, %r4, %r6;\n\tadd.s32 \t%r5, %r5, %r7;\n",
+    );
+    assert_eq!(out, vec![6; 32]);
+    assert_eq!(c.shared_load_requests, 1);
+    assert_eq!(c.shared_load_wavefronts, 2);
 }
