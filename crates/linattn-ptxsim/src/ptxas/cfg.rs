@@ -41,8 +41,9 @@ impl Cfg {
         let mut ranges = Vec::new();
         let mut block_of = vec![0; n];
         let mut start = 0;
-        for i in 1..=n {
-            if leader[i] || i == n {
+        leader[n] = true;
+        for (i, &starts) in leader.iter().enumerate().skip(1) {
+            if starts {
                 if start < i {
                     ranges.push((start, i));
                 }
@@ -150,4 +151,3 @@ impl Cfg {
         spans
     }
 }
-
