@@ -155,4 +155,3 @@ impl Alignment {
         v.min(MAX_TZ)
     }
 }
-
