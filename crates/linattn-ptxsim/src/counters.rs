@@ -157,14 +157,15 @@ pub fn distinct_sectors(addresses: &[u64; 32], mask: u32, bytes: u32) -> u64 {
 /// Loads whose lanes come in pairs reading one address (lane n and n^1 everywhere, or n and
 /// n^2; a warp-uniform address is both) have their return registers packed two lanes at a
 /// time, so a pair counts once and the phases double: 64-bit in one phase, 128-bit in two
-/// half-warps. NVIDIA (R. Crovella / G. Smith) on the developer forum, "Unexpected shared
-/// memory bank conflict" (forums.developer.nvidia.com/t/77228, CC 7.x): such an LDS.128
-/// takes 2 requests instead of 4; "Discrepancy in LDS.128 wavefronts" (t/373160) measures the
-/// same on an H100 (sm_90): a 128-bit load with lane n and n^16 sharing an address is not
-/// paired (8 wavefronts), one with 16 lanes per address is (2). The H100 run of 2026-11-25
+/// half-warps. Sources: the answer in NVIDIA's developer forum thread "Unexpected shared
+/// memory bank conflict" (forums.developer.nvidia.com/t/77228, CC 7.x: such an LDS.128 takes
+/// 2 requests instead of 4, the 128-byte-a-cycle return path packing the pairs' registers);
+/// "Discrepancy in LDS.128 wavefronts" (t/373160), measured with Nsight Compute on an A10 and
+/// an H100: a 128-bit load where lanes n and n^16 share addresses is not paired (8
+/// wavefronts), one with 16 lanes per address is (2). The H100 run of 2026-11-25
 /// (bench-results/h100) agrees: the recurrent scan's warp-uniform `ld.shared.v4.f32` take 2
-/// wavefronts each, its `LDS.64` of lane pairs 1. Stores are not packed (their wavefronts
-/// matched the hardware's without it).
+/// wavefronts each, the chunked state passes' `LDS.64` of lane pairs (ptxas-fused, see
+/// `ptxas`) 1. Stores are not packed (their wavefronts matched the hardware's without it).
 pub fn shared_wavefronts(offsets: &[u64; 32], mask: u32, bytes: u32, load: bool) -> (u64, u64) {
     let packed = load && bytes > 4 && (paired(offsets, mask, 1) || paired(offsets, mask, 2));
     let lanes_per_phase = match (bytes, packed) {

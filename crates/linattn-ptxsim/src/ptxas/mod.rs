@@ -14,11 +14,11 @@
 //!   in the z⁰ dot product of cc_forward, `ld.shared.f32 [vs]; [vs+4]; [vs+8]; [vs+12]` →
 //!   `LDS.128` in nc_accumulate. The group then takes one request and the sectors (or
 //!   wavefronts) of one access of its width.
-//! * **Redundant shared loads.** NVVM reloads an mma fragment from shared memory it already
-//!   loaded (the `asm volatile` of `mma.sync` between them); ptxas knows the asm touches no
-//!   memory and reuses the registers: cc_forward's A fragments of q̃ are loaded once for
-//!   q̃k̃ᵀ and once more for q̃S⁰ in the PTX, once in the SASS. A shared load whose address
-//!   register and offset repeat an earlier load that dominates it, with no shared store,
+//! * **Redundant shared loads.** NVVM loads some mma fragments from shared memory twice
+//!   (cc_forward's A fragments of q̃: once for q̃k̃ᵀ, once more for q̃S⁰, through the same
+//!   address register, `asm volatile` mma.sync between); ptxas loads them once (16 LDS fewer
+//!   in the SASS than ld.shared in the PTX; the H100 counted 16 wavefronts per warp fewer).
+//!   A shared load whose address register and offset repeat an earlier load that dominates it, with no shared store,
 //!   atomic, barrier or redefinition of the register on any path between, is not counted.
 //!
 //! Alignment is what ptxas can prove: trailing zero bits of each register through the
