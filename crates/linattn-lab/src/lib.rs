@@ -17,7 +17,7 @@ mod kernels;
 mod kv_cache;
 mod npy;
 mod plot;
-mod profile;
+pub mod profile;
 mod registry;
 mod report;
 mod results;

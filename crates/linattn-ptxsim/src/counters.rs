@@ -149,23 +149,38 @@ pub fn distinct_sectors(addresses: &[u64; 32], mask: u32, bytes: u32) -> u64 {
 }
 
 /// (wavefronts, conflict-free wavefronts) of a shared access of `bytes` per lane (the whole
-/// vector) at `offsets`: lanes are served in phases (all 32 for ≤ 4 bytes, half-warps for 8,
-/// quarter-warps for 16); in a phase each bank serves one distinct 4-byte word per wavefront
+/// vector) at `offsets`. The shared data path moves 128 bytes (32 banks × 4 bytes) per
+/// wavefront, so lanes are served in phases: all 32 for ≤ 4 bytes, half-warps for 8,
+/// quarter-warps for 16; in a phase each bank serves one distinct 4-byte word per wavefront
 /// (lanes reading the same word share it).
-pub fn shared_wavefronts(offsets: &[u64; 32], mask: u32, bytes: u32) -> (u64, u64) {
-    let lanes_per_phase = match bytes {
-        0..=4 => 32,
-        5..=8 => 16,
+///
+/// Loads whose lanes come in pairs reading one address (lane n and n^1 everywhere, or n and
+/// n^2; a warp-uniform address is both) have their return registers packed two lanes at a
+/// time, so a pair counts once and the phases double: 64-bit in one phase, 128-bit in two
+/// half-warps. Sources: the answer in NVIDIA's developer forum thread "Unexpected shared
+/// memory bank conflict" (forums.developer.nvidia.com/t/77228, CC 7.x: such an LDS.128 takes
+/// 2 requests instead of 4, the 128-byte-a-cycle return path packing the pairs' registers);
+/// "Discrepancy in LDS.128 wavefronts" (t/373160), measured with Nsight Compute on an A10 and
+/// an H100: a 128-bit load where lanes n and n^16 share addresses is not paired (8
+/// wavefronts), one with 16 lanes per address is (2). The H100 run of 2026-11-25
+/// (bench-results/h100) agrees: the recurrent scan's warp-uniform `ld.shared.v4.f32` take 2
+/// wavefronts each, the chunked state passes' `LDS.64` of lane pairs (ptxas-fused, see
+/// `ptxas`) 1. Stores are not packed (their wavefronts matched the hardware's without it).
+pub fn shared_wavefronts(offsets: &[u64; 32], mask: u32, bytes: u32, load: bool) -> (u64, u64) {
+    let packed = load && bytes > 4 && (paired(offsets, mask, 1) || paired(offsets, mask, 2));
+    let lanes_per_phase = match (bytes, packed) {
+        (0..=4, _) | (5..=8, true) => 32,
+        (5..=8, false) | (_, true) => 16,
         _ => 8,
     };
     let words_per_lane = u64::from(bytes.div_ceil(4).max(1));
     let (mut total, mut ideal) = (0u64, 0u64);
     for phase in 0..32 / lanes_per_phase {
-        let lanes = mask >> (phase * lanes_per_phase) & ((1u64 << lanes_per_phase) - 1) as u32;
+        let lanes =
+            (u64::from(mask) >> (phase * lanes_per_phase) & ((1u64 << lanes_per_phase) - 1)) as u32;
         if lanes == 0 {
             continue;
         }
-        ideal += 1;
         // Distinct words per bank, at most 32 lanes × 4 words.
         let mut words = [u64::MAX; 128];
         let mut n = 0usize;
@@ -185,9 +200,18 @@ pub fn shared_wavefronts(offsets: &[u64; 32], mask: u32, bytes: u32) -> (u64, u6
         for w in &words[..n] {
             per_bank[(w % 32) as usize] += 1;
         }
+        // At most 32 distinct words in a phase (packed: half the lanes' addresses), so a
+        // conflict-free phase is one wavefront.
+        ideal += 1;
         total += per_bank.iter().copied().max().unwrap_or(0).max(1);
     }
     (total, ideal)
+}
+
+/// Whether every active lane n whose partner n ^ `xor` is active reads the partner's address.
+fn paired(offsets: &[u64; 32], mask: u32, xor: usize) -> bool {
+    (0..32)
+        .all(|n| mask >> n & 1 == 0 || mask >> (n ^ xor) & 1 == 0 || offsets[n] == offsets[n ^ xor])
 }
 
 #[cfg(test)]
@@ -213,17 +237,70 @@ mod tests {
     #[test]
     fn bank_conflicts_from_first_principles() {
         // Conflict-free: consecutive words; broadcast of one word.
-        assert_eq!(shared_wavefronts(&lanes(|l| 4 * l), u32::MAX, 4), (1, 1));
-        assert_eq!(shared_wavefronts(&lanes(|_| 0), u32::MAX, 4), (1, 1));
+        assert_eq!(
+            shared_wavefronts(&lanes(|l| 4 * l), u32::MAX, 4, false),
+            (1, 1)
+        );
+        assert_eq!(shared_wavefronts(&lanes(|_| 0), u32::MAX, 4, false), (1, 1));
         // Stride 32 words: all 32 lanes in bank 0, distinct words: 32-way conflict.
-        assert_eq!(shared_wavefronts(&lanes(|l| 128 * l), u32::MAX, 4), (32, 1));
+        assert_eq!(
+            shared_wavefronts(&lanes(|l| 128 * l), u32::MAX, 4, false),
+            (32, 1)
+        );
         // Stride 2 words: 2-way conflict.
-        assert_eq!(shared_wavefronts(&lanes(|l| 8 * l), u32::MAX, 4), (2, 1));
+        assert_eq!(
+            shared_wavefronts(&lanes(|l| 8 * l), u32::MAX, 4, false),
+            (2, 1)
+        );
         // 64-bit consecutive: two half-warp phases, conflict-free.
-        assert_eq!(shared_wavefronts(&lanes(|l| 8 * l), u32::MAX, 8), (2, 2));
+        assert_eq!(
+            shared_wavefronts(&lanes(|l| 8 * l), u32::MAX, 8, false),
+            (2, 2)
+        );
         // 128-bit consecutive: four quarter-warp phases, conflict-free.
-        assert_eq!(shared_wavefronts(&lanes(|l| 16 * l), u32::MAX, 16), (4, 4));
+        assert_eq!(
+            shared_wavefronts(&lanes(|l| 16 * l), u32::MAX, 16, false),
+            (4, 4)
+        );
         // Half the lanes: one phase of 64-bit accesses.
-        assert_eq!(shared_wavefronts(&lanes(|l| 8 * l), 0xffff, 8), (1, 1));
+        assert_eq!(
+            shared_wavefronts(&lanes(|l| 8 * l), 0xffff, 8, false),
+            (1, 1)
+        );
+    }
+
+    #[test]
+    fn loads_of_lane_pairs_pack_two_lanes_per_return() {
+        let uniform = lanes(|_| 64);
+        // A warp-uniform 128-bit load: two half-warp wavefronts, not four; a store of the
+        // same addresses still takes four.
+        assert_eq!(shared_wavefronts(&uniform, u32::MAX, 16, true), (2, 2));
+        assert_eq!(shared_wavefronts(&uniform, u32::MAX, 16, false), (4, 4));
+        // A warp-uniform 64-bit load: one wavefront.
+        assert_eq!(shared_wavefronts(&uniform, u32::MAX, 8, true), (1, 1));
+        // Lanes n and n^1 share (8 lanes per address, 4 addresses): one wavefront.
+        assert_eq!(
+            shared_wavefronts(&lanes(|l| 8 * (l / 8)), u32::MAX, 8, true),
+            (1, 1)
+        );
+        // Lanes n and n^2 share: 128-bit, 16 distinct addresses, two half-warps.
+        let n2 = lanes(|l| 16 * ((l & 1) | (l >> 2) << 1));
+        assert_eq!(shared_wavefronts(&n2, u32::MAX, 16, true), (2, 2));
+        // Lane n and n^16 share (no pairs): quarter-warps, each 8 lanes at a 32-byte stride,
+        // 2-way: 8 wavefronts (the forum's "access pattern 1"); 16 lanes per address (its
+        // "pattern 2") are pairs: 2.
+        assert_eq!(
+            shared_wavefronts(&lanes(|l| 32 * (l % 16)), u32::MAX, 16, true),
+            (8, 4)
+        );
+        assert_eq!(
+            shared_wavefronts(&lanes(|l| 32 * (l / 16)), u32::MAX, 16, true),
+            (2, 2)
+        );
+        // 32-bit loads are unchanged: distinct consecutive words, one wavefront.
+        assert_eq!(
+            shared_wavefronts(&lanes(|l| 4 * l), u32::MAX, 4, true),
+            (1, 1)
+        );
     }
 }

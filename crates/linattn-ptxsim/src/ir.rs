@@ -562,6 +562,9 @@ pub struct Kernel {
     pub max_threads: Option<[u32; 3]>,
     pub required_threads: Option<[u32; 3]>,
     pub instrs: Vec<Instr>,
+    /// How the memory counters count each instruction (what ptxas makes of it), parallel to
+    /// `instrs`.
+    pub counting: Vec<crate::ptxas::Counting>,
     /// Source text of each instruction (for error messages), parallel to `instrs`.
     pub text: Vec<String>,
 }

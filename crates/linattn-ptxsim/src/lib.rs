@@ -31,6 +31,7 @@ pub mod instr_class;
 pub mod ir;
 pub mod model;
 pub mod parse;
+pub mod ptxas;
 
 pub use arch::SimArch;
 pub use counters::Counters;

@@ -3,8 +3,12 @@
 //! utilisation, coalescing, bank conflicts, theoretical occupancy and a roofline *model* of
 //! the time on the simulated part (never a measurement). `--json` writes the results schema
 //! (`profiles`), which `linattn compare` gates on and `linattn report` renders.
+//! `--against FILE.csv` puts every launch beside an Nsight Compute export of the same
+//! launches (`against`, `ncu`).
 
+pub mod against;
 mod gate;
+pub mod ncu;
 mod table;
 
 pub(crate) use gate::{compare_profiles, render_gate};
@@ -21,6 +25,8 @@ use linattn_cuda::executor::sim::model::{occupancy, roofline};
 use linattn_cuda::executor::sim::{self, LaunchRecord};
 use linattn_cuda::executor::sim::{Counters, SimArch};
 
+use against::SimLaunch;
+
 use crate::registry;
 use crate::results::profiles::{KernelProfile, ModelParams, PerToken, PhaseProfile, ProfileRecord};
 use crate::results::{self, Mode, ResultsFile, SCHEMA_VERSION};
@@ -31,7 +37,11 @@ Counters are exact (the same PTX and inputs give the same counts on every run); 
 is a roofline lower bound on the simulated part (H100 SXM for sm_90, A100 SXM4 80 GB for \
 sm_80): max(unique DRAM bytes / HBM bandwidth, tensor FLOPs / tensor peak, fp32 FLOPs / fp32 \
 peak, warp instructions / issue rate) + launch overheads, with an infinite L2, no latency and \
-no ptxas scheduling.")]
+no ptxas scheduling. Memory counters count what ptxas makes of the PTX (adjacent accesses \
+fused, repeated shared loads dropped; linattn-ptxsim's ptxas.rs); instruction counts are PTX's. \
+--against FILE.csv puts each launch beside an Nsight Compute export of the same launches \
+(bench-results/h100/ncu-n4096.csv: cuda/causal_recurrent/f16, cuda/causal_chunked/f16, \
+cuda/noncausal/f16 at --n 4096 --d 64).")]
 pub struct ProfileArgs {
     /// Backends to profile: `sim/*` names or globs (comma-separated).
     #[arg(long = "backend", visible_alias = "backends", value_name = "PATTERNS")]
@@ -69,6 +79,17 @@ pub struct ProfileArgs {
     /// way; off, the simulator runs about twice as fast). Memcheck and synccheck always run.
     #[arg(long)]
     checkers: bool,
+    /// An Nsight Compute CSV export (`ncu --csv --metrics ...`) of the same launches on a GPU:
+    /// print every launch's counters beside the hardware's, with the ratio, and the model's
+    /// time beside the measured one. Launches pair per kernel name in order; exit 1 if any
+    /// cannot be compared (on one side only, or another grid or block).
+    #[arg(long, value_name = "FILE.csv")]
+    against: Option<PathBuf>,
+    /// With --against: also exit 1 when a held counter (sectors, requests, wavefronts,
+    /// registers, theoretical occupancy) differs from the hardware's by more than this
+    /// fraction (0.05 = 5%).
+    #[arg(long, value_name = "FRACTION", requires = "against")]
+    tolerance: Option<f64>,
 }
 
 pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
@@ -86,6 +107,15 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
     if let Some(path) = &args.json {
         results::check_writable(path)?;
     }
+    if let Some(t) = args.tolerance {
+        if !(t.is_finite() && t >= 0.0) {
+            return Err(AttnError::InvalidArgument(format!(
+                "--tolerance {t}: a fraction ≥ 0 (0.05 = 5%)"
+            )));
+        }
+    }
+    // A malformed export fails before minutes of simulation.
+    let hardware = args.against.as_deref().map(ncu::read).transpose()?;
     let seqs = crate::bench::parse_size_list(&args.n, "--n")?;
     let dims = crate::bench::parse_size_list(&args.d, "--d")?;
     sim::set_checks(sim::Checks {
@@ -117,8 +147,8 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
             .map_err(|e| e.to_string())?
             .pop()
             .ok_or_else(|| format!("no backend {name}"))?;
-        match profile_one(backend.as_mut(), problem, args.mode, &arch) {
-            Ok(record) => Ok(Some(record)),
+        match profile_with_launches(backend.as_mut(), problem, args.mode, &arch) {
+            Ok(done) => Ok(Some(done)),
             // A shape the backend does not take (head dim, map) is skipped, not a failure.
             Err(AttnError::Unsupported(why)) => {
                 eprintln!("skipped: {name} {problem}: {why}");
@@ -128,10 +158,14 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         }
     });
     let mut profiles = Vec::new();
+    let mut launches = Vec::new();
     let mut failed = 0;
     for result in results {
         match result {
-            Ok(Some(p)) => profiles.push(p),
+            Ok(Some((p, l))) => {
+                profiles.push(p);
+                launches.extend(l);
+            }
             Ok(None) => {}
             Err(e) => {
                 failed += 1;
@@ -165,7 +199,43 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         eprintln!("{failed} of {} profiles failed", failed + profiled);
         return Ok(ExitCode::from(1));
     }
+    if let Some(hw) = &hardware {
+        return Ok(print_against(hw, &launches, args.tolerance));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the launches beside the export's; exit 1 when some cannot be compared, or (with a
+/// tolerance) a held counter is off by more.
+fn print_against(hw: &[ncu::NcuLaunch], sim: &[SimLaunch], tolerance: Option<f64>) -> ExitCode {
+    let pairs = against::pair(hw, sim);
+    println!(
+        "\nSimulator beside the hardware ({} launches in the file, {} simulated; time: the \
+         simulator's is the roofline model, the hardware's measured)",
+        hw.len(),
+        sim.len()
+    );
+    println!("{}", against::render(&pairs));
+    let problems: Vec<&String> = pairs.iter().filter_map(|p| p.problem.as_ref()).collect();
+    let mut code = ExitCode::SUCCESS;
+    if !problems.is_empty() {
+        eprintln!(
+            "{} of {} launches could not be compared (marked above)",
+            problems.len(),
+            pairs.len()
+        );
+        code = ExitCode::from(1);
+    }
+    if let Some(t) = tolerance {
+        let off = against::outside(&pairs, t);
+        for line in &off {
+            eprintln!("outside {:.1}%: {line}", 100.0 * t);
+        }
+        if !off.is_empty() {
+            code = ExitCode::from(1);
+        }
+    }
+    code
 }
 
 /// Runs every job on a pool of one worker per core, the costliest first, and returns the
@@ -221,16 +291,62 @@ fn sim_environment(executor: &sim::SimExecutor) -> results::Environment {
     env
 }
 
-/// Stages `problem`, runs the forward (and backward) with the simulator recording, and
-/// builds the record.
-pub fn profile_one(
+/// The record and every launch on its own (for `--against`).
+fn profile_with_launches(
     backend: &mut dyn Backend,
     problem: &Problem,
     mode: Mode,
     arch: &SimArch,
-) -> Result<ProfileRecord, AttnError> {
+) -> Result<(ProfileRecord, Vec<SimLaunch>), AttnError> {
+    let phases = record_launches(backend, problem, mode == Mode::ForwardBackward)?;
+    let name = backend.name().to_string();
+    let record = build_record(
+        &name,
+        backend.info().precision,
+        problem,
+        mode,
+        arch,
+        &phases,
+    );
+    let launches = phases
+        .iter()
+        .flat_map(|(phase, log)| log.iter().map(|l| SimLaunch::new(&name, phase, l, arch)))
+        .collect();
+    Ok((record, launches))
+}
+
+/// Every launch of the `sim/*` backend `name` on `problem` (forward, then the backward when
+/// `backward`), in the order it ran them, on the simulator's architecture.
+pub fn simulate(
+    name: &str,
+    problem: &Problem,
+    backward: bool,
+) -> Result<Vec<SimLaunch>, AttnError> {
+    let mut backend = registry::selected_backends(Some(name))?
+        .pop()
+        .ok_or_else(|| AttnError::InvalidArgument(format!("no backend {name}")))?;
+    if registry::family(backend.name()) != "sim" {
+        return Err(AttnError::InvalidArgument(format!(
+            "{name} is not a sim/* backend"
+        )));
+    }
+    let arch = sim::shared().map_err(AttnError::Unsupported)?.sim_arch();
+    let phases = record_launches(backend.as_mut(), problem, backward)?;
+    Ok(phases
+        .iter()
+        .flat_map(|(phase, log)| log.iter().map(|l| SimLaunch::new(name, phase, l, &arch)))
+        .collect())
+}
+
+/// Stages `problem`, runs the forward (and the backward) with the simulator recording: the
+/// launches of each phase.
+fn record_launches(
+    backend: &mut dyn Backend,
+    problem: &Problem,
+    backward: bool,
+) -> Result<Vec<(&'static str, Vec<LaunchRecord>)>, AttnError> {
     backend.supports(problem)?;
-    let inputs = Inputs::random(problem.shape, 1, mode == Mode::ForwardBackward)?;
+    let inputs = Inputs::random(problem.shape, 1, backward)?;
     backend.stage(problem, &inputs)?;
     let executor = sim::shared().map_err(AttnError::Unsupported)?;
     executor.start_profile();
@@ -238,7 +354,7 @@ pub fn profile_one(
     let forward_log = executor.finish_profile();
     forward?;
     let mut phases = vec![("forward", forward_log)];
-    if mode == Mode::ForwardBackward {
+    if backward {
         executor.start_profile();
         let backward = backend.run_backward();
         let backward_log = executor.finish_profile();
@@ -246,14 +362,7 @@ pub fn profile_one(
         phases.push(("backward", backward_log));
     }
     backend.release();
-    Ok(build_record(
-        backend.name(),
-        backend.info().precision,
-        problem,
-        mode,
-        arch,
-        &phases,
-    ))
+    Ok(phases)
 }
 
 fn build_record(

@@ -7,6 +7,7 @@ use super::warp::{each, lanes, Lanes64, Uniforms, Warp, LANES};
 use crate::counters::{distinct_sectors, shared_wavefronts, Counters};
 use crate::error::Checker;
 use crate::ir::{Address, AtomOp, Bank, Reg, Space, Src, Ty};
+use crate::ptxas::Counting;
 
 /// Widest vector access (`.v4`); the parser refuses wider ones.
 pub const MAX_VECTOR: usize = 4;
@@ -29,6 +30,8 @@ pub struct MemoryCtx<'a> {
     pub params: &'a [u8],
     pub bar_epoch: u32,
     pub instr: u32,
+    /// How this instruction's access is counted (ptxas' vectorisation and reuse).
+    pub counting: Counting,
     pub uniforms: &'a Uniforms,
     /// Whether reads of never-written global memory are reported (`Checks::initcheck`).
     pub initcheck: bool,
@@ -187,7 +190,8 @@ impl<'a> MemoryCtx<'a> {
     }
 
     /// Memory counters of one request: sectors (global) or wavefronts (shared), and the
-    /// unique sectors of the launch.
+    /// unique sectors of the launch; a request ptxas fuses with its neighbour counts once,
+    /// at the width of both, and one it drops not at all.
     fn count(&mut self, space: Space, addresses: &Lanes64, mask: u32, total: u32, store: bool) {
         let Some(c) = self.counters.as_deref_mut() else {
             return;
@@ -195,12 +199,21 @@ impl<'a> MemoryCtx<'a> {
         if mask == 0 {
             return;
         }
+        let fused: Lanes64;
+        let (addresses, total) = match self.counting {
+            Counting::Own => (addresses, total),
+            Counting::Folded | Counting::Reused => return,
+            Counting::Fused { delta, bytes } => {
+                fused = each(|l| addresses[l].wrapping_add(delta as u64));
+                (&fused, bytes)
+            }
+        };
         let first = addresses[mask.trailing_zeros() as usize];
         let shared = space == Space::Shared
             || (space == Space::Generic
                 && (SHARED_WINDOW..SHARED_WINDOW + (1 << 32)).contains(&first));
         if shared {
-            let (wavefronts, ideal) = shared_wavefronts(addresses, mask, total);
+            let (wavefronts, ideal) = shared_wavefronts(addresses, mask, total, !store);
             if store {
                 c.shared_store_requests += 1;
                 c.shared_store_wavefronts += wavefronts;

@@ -287,6 +287,7 @@ impl CtaRunner {
             params: cta.launch.params,
             bar_epoch,
             instr: pc,
+            counting: cta.launch.kernel.counting[pc as usize],
             uniforms: &cta.u,
             initcheck: cta.launch.checks.initcheck,
             counters: cta.launch.count_memory.then_some(&mut self.counters),

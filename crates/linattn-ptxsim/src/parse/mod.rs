@@ -432,6 +432,7 @@ fn build_kernel(
         uses_dynamic_shared,
         max_threads,
         required_threads,
+        counting: crate::ptxas::plan(&instrs),
         instrs,
         text,
     })
