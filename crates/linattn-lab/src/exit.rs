@@ -12,13 +12,15 @@ pub const EXIT_UNAVAILABLE: u8 = 3;
 pub(crate) fn exit_unavailable(reason: &str) -> ExitCode {
     if reason.contains("NVRTC") {
         eprintln!(
-            "hint: `just nvrtc` installs the pinned NVRTC wheel into .nvrtc/ (found there \
-             without LD_LIBRARY_PATH); the sim/* backends need only that, no GPU."
+            "hint: linattn installs the pinned NVRTC wheel into ~/.cache/linattn by itself \
+             unless LINATTN_NO_PROVISION=1 or LINATTN_NVRTC_DIR is set, when python3 -m pip \
+             can reach PyPI; else `just nvrtc` installs it into .nvrtc/ (found there without \
+             LD_LIBRARY_PATH). The sim/* backends need only that, no GPU."
         );
     } else {
         eprintln!(
             "hint: cuda/* backends need an NVIDIA GPU and its driver; on this machine use \
-             sim/* (the PTX simulator; `just nvrtc` provides the NVRTC it needs) or cpu/*."
+             sim/* (the PTX simulator, which needs only NVRTC) or cpu/*."
         );
     }
     ExitCode::from(EXIT_UNAVAILABLE)
