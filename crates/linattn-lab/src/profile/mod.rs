@@ -10,6 +10,7 @@ pub mod against;
 mod gate;
 pub mod ncu;
 mod table;
+pub mod times;
 
 pub(crate) use gate::{compare_profiles, render_gate};
 pub(crate) use table::{kernel_table, phase_table, render_profiles};
@@ -214,11 +215,16 @@ fn print_against(hw: &[ncu::NcuLaunch], sim: &[SimLaunch], tolerance: Option<f64
     let pairs = against::pair(hw, sim);
     println!(
         "\nSimulator beside the hardware ({} launches in the file, {} simulated; time: the \
-         simulator's is the roofline model, the hardware's measured)",
+         simulator's is the model, the hardware's measured)",
         hw.len(),
         sim.len()
     );
     println!("{}", against::render(&pairs));
+    println!(
+        "\nTime: the model (latency, issue, DRAM, tensor and fp32 bounds; never a measurement) \
+         and the roofline alone, beside the measured gpu__time_duration"
+    );
+    println!("{}", times::render(&times::rows(&pairs)));
     let problems: Vec<&String> = pairs.iter().filter_map(|p| p.problem.as_ref()).collect();
     let mut code = ExitCode::SUCCESS;
     if !problems.is_empty() {
