@@ -54,11 +54,12 @@ pub struct SimArch {
 /// latency model's constants (`exec::clock`). One figure per class, no per-kernel fitting.
 ///
 /// Sources, and how firm each is:
-/// - `alu` 4: dependent FFMA/IADD latency measured by Jia et al., "Dissecting the NVIDIA
-///   Volta GPU Architecture via Microbenchmarking" (2018), unchanged on Turing/Ampere/Hopper
-///   (Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", 2024,
-///   arXiv:2402.13499); also the "arithmetic operation latency 4" row for V100/A100/H100 of
-///   Table 3 of doi:10.1016/j.ultsonch.2023.106546 (PMC10448217).
+/// - `alu` 4: the "arithmetic operation latency 4" row for V100/A100/H100 of Table 3 of
+///   doi:10.1016/j.ultsonch.2023.106546 (PMC10448217), the dependent-FFMA figure of Jia et
+///   al., "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking" (2018). Luo et
+///   al., "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture" (2024,
+///   arXiv:2402.13499) measure Hopper's instruction latencies; its tables were not read in
+///   this step and are the first place to check every figure here.
 /// - `shared_load` 20, `l2_hit` 200, `dram` 400: that same table's shared-memory, L2 and
 ///   global-memory latency rows (identical for A100 and H100). The model charges every
 ///   global load the DRAM figure: the kernels modelled stream inputs they read once per
