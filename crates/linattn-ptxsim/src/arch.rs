@@ -46,6 +46,54 @@ pub struct SimArch {
     pub fp32_tflops: f64,
     /// Host-side cost of one kernel launch in a stream of launches (a model constant).
     pub launch_overhead_us: f64,
+    /// Dependent-issue latencies of the latency model (see [`Latencies`]).
+    pub latency: Latencies,
+}
+
+/// Cycles from an instruction's issue until a dependent instruction may issue, by class: the
+/// latency model's constants (`exec::clock`). One figure per class, no per-kernel fitting.
+///
+/// Sources, and how firm each is:
+/// - `alu` 4: the "arithmetic operation latency 4" row for V100/A100/H100 of Table 3 of
+///   doi:10.1016/j.ultsonch.2023.106546 (PMC10448217), the dependent-FFMA figure of Jia et
+///   al., "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking" (2018). Luo et
+///   al., "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture" (2024,
+///   arXiv:2402.13499) measure Hopper's instruction latencies; its tables were not read in
+///   this step and are the first place to check every figure here.
+/// - `shared_load` 20, `l2_hit` 200, `dram` 400: that same table's shared-memory, L2 and
+///   global-memory latency rows (identical for A100 and H100). The model charges every
+///   global load the DRAM figure: the kernels modelled stream inputs they read once per
+///   launch, so their loads are first touches that miss L2.
+/// - `conversion`, `sfu`, `mma`, `shfl`, `barrier`: no measured figure was found within this
+///   step's time box; these are stated assumptions (conversion = the ALU's; MUFU ~ the high
+///   teens of the Volta/Turing dissections; mma.m16n8k16 and shfl ~ the order of a shared
+///   load; bar.sync = one shared-memory round trip). Replace them with measurements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latencies {
+    pub alu: u32,
+    pub conversion: u32,
+    pub sfu: u32,
+    pub shared_load: u32,
+    pub l2_hit: u32,
+    pub dram: u32,
+    pub mma: u32,
+    pub shfl: u32,
+    pub barrier: u32,
+}
+
+impl Latencies {
+    /// Ampere (sm_80) and Hopper (sm_90) alike: the sources above give the same figures.
+    pub const AMPERE_HOPPER: Latencies = Latencies {
+        alu: 4,
+        conversion: 4,
+        sfu: 18,
+        shared_load: 20,
+        l2_hit: 200,
+        dram: 400,
+        mma: 32,
+        shfl: 20,
+        barrier: 20,
+    };
 }
 
 impl SimArch {
@@ -76,10 +124,12 @@ impl SimArch {
         tensor_tflops: 312.0,
         fp32_tflops: 19.5,
         launch_overhead_us: 2.5,
+        latency: Latencies::AMPERE_HOPPER,
     };
 
     /// H100 SXM (compute capability 9.0). The per-CTA and per-SM limits other than shared
-    /// memory are those of 8.0.
+    /// memory are those of 8.0. The clock is the SXM5 boost clock (1.98 GHz, H100 datasheet):
+    /// the reference Nsight Compute run used `--clock-control none`, so the part boosted.
     pub const SM90: SimArch = SimArch {
         name: "sm_90",
         part: "H100",

@@ -49,6 +49,10 @@ pub struct Counters {
     pub shared_store_requests: u64,
     pub shared_store_wavefronts: u64,
     pub shared_store_ideal_wavefronts: u64,
+    /// The longest CTA critical path of the launch, in cycles, from the warp issue clocks
+    /// (`exec::clock`); 0 unless the memory counters are kept. Over a sum of launches, the
+    /// largest (the model uses it per launch).
+    pub critical_path_cycles: u64,
 }
 
 impl Counters {
@@ -76,6 +80,7 @@ impl Counters {
         self.shared_store_requests += o.shared_store_requests;
         self.shared_store_wavefronts += o.shared_store_wavefronts;
         self.shared_store_ideal_wavefronts += o.shared_store_ideal_wavefronts;
+        self.critical_path_cycles = self.critical_path_cycles.max(o.critical_path_cycles);
     }
 
     /// Counts one warp instruction of class `class` run by `active` lanes.

@@ -214,6 +214,7 @@ impl Device {
         let shared_bytes = self.check_config(k, config)?;
         let memory = self.memory();
         let view = memory.view();
+        let count_memory = self.count_memory.load(std::sync::atomic::Ordering::Relaxed);
         let ctx = LaunchCtx {
             kernel: k,
             params: &params,
@@ -222,7 +223,9 @@ impl Device {
             block: config.block,
             shared_bytes,
             checks: self.checks,
-            count_memory: self.count_memory.load(std::sync::atomic::Ordering::Relaxed),
+            count_memory,
+            // The issue clocks cost what the memory counters do: kept with them only.
+            latency: count_memory.then_some(self.arch.latency),
         };
         let [gx, gy, gz] = config.grid.map(u64::from);
         let total = gx * gy * gz;

@@ -1,8 +1,10 @@
 //! A performance *model* of a launch on the part an architecture names: theoretical occupancy
-//! from the CUDA occupancy calculator's rules, and a roofline lower bound on time from the
-//! counters. Never a measurement: no caches but an infinite L2 (DRAM traffic = the unique
-//! sectors), no latency, no ptxas scheduling, no clock throttling, perfect overlap of the
-//! bounds, every SM busy (no wave quantisation).
+//! from the CUDA occupancy calculator's rules, a roofline lower bound on time from the
+//! counters, and ([`launch`]) a latency term: the CTAs' critical paths from the warp issue
+//! clocks (`exec::clock`), in waves over the SMs. Never a measurement: no caches but an
+//! infinite L2 (DRAM traffic = the unique sectors), one latency per instruction class, no
+//! ptxas scheduling (PTX is timed as written), no clock throttling, perfect overlap of the
+//! bounds.
 
 use crate::arch::SimArch;
 use crate::counters::{Counters, MMA_FLOPS};
@@ -98,6 +100,78 @@ pub fn roofline(arch: &SimArch, c: &Counters, launches: u64) -> Roofline {
     }
 }
 
+/// The model of one launch: the roofline's bounds, and the latency/issue time of its CTAs
+/// scheduled in waves on the SMs (see [`launch`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LaunchModel {
+    pub roofline: Roofline,
+    /// Waves of CTAs, each SM taking the time of the longer of its CTAs' critical path and
+    /// its issue time (warp instructions of its resident CTAs / schedulers).
+    pub sm_s: f64,
+    /// Whether `sm_s` was set by the critical path ("latency") or by issue ("issue").
+    pub sm_bound: &'static str,
+    /// max(sm, dram, tensor, fp32) + launch overhead.
+    pub total_s: f64,
+    /// Which of latency / issue / dram / tensor / fp32 is the largest.
+    pub bound: &'static str,
+}
+
+/// The model of one launch of `ctas` CTAs with counters `c` (the critical path is that of
+/// the launch's longest CTA: `Counters::critical_path_cycles`) at occupancy `occ`.
+///
+/// Per wave, each SM holds up to `occ.ctas_per_sm` CTAs and takes max(critical path,
+/// their warp instructions / schedulers) cycles; full waves, then the last wave's tail with
+/// ceil(rest / SMs) CTAs per SM. Every CTA is charged the longest CTA's critical path and
+/// the launch's mean instructions per CTA. Clock: the part's boost clock (`SimArch`).
+pub fn launch(arch: &SimArch, c: &Counters, ctas: u64, occ: &Occupancy) -> LaunchModel {
+    let roofline = roofline(arch, c, 1);
+    let ctas = ctas.max(1);
+    let resident = u64::from(occ.ctas_per_sm.max(1));
+    let sms = u64::from(arch.sm_count.max(1));
+    let per_wave = sms * resident;
+    let (full, rest) = (ctas / per_wave, ctas % per_wave);
+    let path = c.critical_path_cycles as f64;
+    let issue_per_cta =
+        c.warp_instructions as f64 / ctas as f64 / f64::from(arch.schedulers_per_sm);
+    // (latency cycles, issue cycles) of one wave with `k` CTAs on the busiest SM.
+    let wave = |k: u64| (path, k as f64 * issue_per_cta);
+    let mut waves = vec![(full, wave(resident))];
+    if rest > 0 {
+        waves.push((1, wave(rest.div_ceil(sms))));
+    }
+    let (mut cycles, mut latency_cycles, mut issue_cycles) = (0.0, 0.0, 0.0);
+    for (n, (lat, issue)) in waves {
+        let n = n as f64;
+        cycles += n * f64::max(lat, issue);
+        latency_cycles += n * lat;
+        issue_cycles += n * issue;
+    }
+    let sm_s = cycles / (arch.boost_clock_ghz * 1e9);
+    let sm_bound = if latency_cycles >= issue_cycles {
+        "latency"
+    } else {
+        "issue"
+    };
+    let bounds = [
+        (sm_s, sm_bound),
+        (roofline.dram_s, "dram"),
+        (roofline.tensor_s, "tensor"),
+        (roofline.fp32_s, "fp32"),
+    ];
+    let (largest, bound) = bounds
+        .iter()
+        .copied()
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap_or((0.0, "dram"));
+    LaunchModel {
+        roofline,
+        sm_s,
+        sm_bound,
+        total_s: largest + roofline.launch_s,
+        bound,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +217,34 @@ mod tests {
             ..Counters::default()
         };
         assert_eq!(roofline(&h100, &c, 0).bound, "tensor");
+    }
+
+    #[test]
+    fn launch_takes_waves_of_the_critical_path_or_of_issue() {
+        let h100 = SimArch::SM90;
+        let occ = occupancy(&h100, 256, 32, 0); // 8 CTAs per SM
+        let cycle = 1.0 / (h100.boost_clock_ghz * 1e9);
+        // 2 CTAs, a 10^6-cycle path, few instructions: latency-bound, one wave.
+        let c = Counters {
+            critical_path_cycles: 1_000_000,
+            warp_instructions: 1000,
+            ..Counters::default()
+        };
+        let m = launch(&h100, &c, 2, &occ);
+        assert_eq!(m.bound, "latency");
+        assert!((m.sm_s - 1e6 * cycle).abs() < 1e-12);
+        // 132 · 8 + 1 CTAs: one full wave and a tail of one CTA: two critical paths.
+        let m = launch(&h100, &c, 132 * 8 + 1, &occ);
+        assert!((m.sm_s - 2e6 * cycle).abs() < 1e-12);
+        // A short path and many instructions: issue-bound, 8 resident CTAs' instructions / 4.
+        let c = Counters {
+            critical_path_cycles: 100,
+            warp_instructions: 132 * 8 * 4000,
+            ..Counters::default()
+        };
+        let m = launch(&h100, &c, 132 * 8, &occ);
+        assert_eq!(m.sm_bound, "issue");
+        assert!((m.sm_s - 8.0 * 1000.0 * cycle).abs() < 1e-12);
+        assert!((m.total_s - m.sm_s - 2.5e-6).abs() < 1e-12);
     }
 }

@@ -1,16 +1,18 @@
 //! The simulator's launches beside an Nsight Compute export of the same launches
 //! (`linattn profile --against FILE.csv`): paired per kernel name in order (the k-th launch of
 //! a kernel in the file with the k-th the simulator ran), each counter beside the hardware's
-//! with the ratio, and the roofline model's time beside the measured one.
+//! with the ratio, and the model's time (latency model, and the roofline alone) beside the
+//! measured one.
 //!
 //! Held (the test against bench-results/h100 keeps them within 5%): global load/store
 //! sectors and requests, shared load/store wavefronts, registers, theoretical occupancy.
 //! Shown, not held: shared load/store instructions and warp instructions (the simulator counts
 //! PTX instructions with at least one active lane; ncu counts SASS instructions issued, with
 //! those ptxas predicated off entirely where the PTX branched around them), DRAM bytes (the
-//! simulator's are an infinite L2's) and time (a roofline *model* without latency).
+//! simulator's are an infinite L2's) and time (a *model*: PTX timed as written, one latency
+//! per instruction class).
 
-use linattn_cuda::executor::sim::model::{occupancy, roofline};
+use linattn_cuda::executor::sim::model::{launch as launch_model, occupancy};
 use linattn_cuda::executor::sim::{Counters, LaunchRecord, SimArch};
 use tabled::builder::Builder;
 use tabled::settings::Style;
@@ -30,8 +32,11 @@ pub struct SimLaunch {
     pub counters: Counters,
     /// Theoretical occupancy on the modelled part, percent of its warp slots.
     pub occupancy_pct: f64,
-    /// The roofline model's time of this launch alone (never a measurement).
+    /// The model's time of this launch alone (never a measurement): the latency model,
+    /// which of its terms won, and the roofline bound alone.
     pub model_ns: f64,
+    pub bound: &'static str,
+    pub roofline_ns: f64,
 }
 
 impl SimLaunch {
@@ -39,6 +44,9 @@ impl SimLaunch {
         let (b, g) = (launch.block, launch.grid);
         let threads = b.0 * b.1 * b.2;
         let shared = launch.static_shared + u64::from(launch.dynamic_shared);
+        let occ = occupancy(arch, threads, launch.registers, shared);
+        let ctas = u64::from(g.0) * u64::from(g.1) * u64::from(g.2);
+        let model = launch_model(arch, &launch.counters, ctas, &occ);
         SimLaunch {
             backend: backend.to_string(),
             phase: phase.to_string(),
@@ -47,8 +55,10 @@ impl SimLaunch {
             block: [b.0, b.1, b.2],
             registers: launch.registers,
             counters: launch.counters,
-            occupancy_pct: 100.0 * occupancy(arch, threads, launch.registers, shared).fraction,
-            model_ns: 1e9 * roofline(arch, &launch.counters, 1).total_s,
+            occupancy_pct: 100.0 * occ.fraction,
+            model_ns: 1e9 * model.total_s,
+            bound: model.bound,
+            roofline_ns: 1e9 * model.roofline.total_s,
         }
     }
 }
@@ -139,6 +149,12 @@ pub const QUANTITIES: &[Quantity] = &[
         label: "time ns (sim: model)",
         metrics: &["gpu__time_duration.sum"],
         sim: |s| s.model_ns,
+        held: false,
+    },
+    Quantity {
+        label: "time ns (sim: roofline alone)",
+        metrics: &["gpu__time_duration.sum"],
+        sim: |s| s.roofline_ns,
         held: false,
     },
 ];
@@ -303,6 +319,8 @@ pub fn render(pairs: &[Pair<'_>]) -> String {
                     kernel.clone()
                 } else if k == 1 {
                     origin.clone()
+                } else if k == 2 {
+                    format!("model bound: {}", s.bound)
                 } else {
                     String::new()
                 },

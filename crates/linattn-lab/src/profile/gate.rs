@@ -231,6 +231,8 @@ mod tests {
             },
             model: ModelTime {
                 total_s: 0.0,
+                roofline_s: 0.0,
+                sm_s: 0.0,
                 dram_s: 0.0,
                 tensor_s: 0.0,
                 fp32_s: 0.0,

@@ -10,6 +10,7 @@ pub mod against;
 mod gate;
 pub mod ncu;
 mod table;
+pub mod times;
 
 pub(crate) use gate::{compare_profiles, render_gate};
 pub(crate) use table::{kernel_table, phase_table, render_profiles};
@@ -21,23 +22,26 @@ use std::process::ExitCode;
 use linattn_core::{
     Algorithm, AttnError, Backend, Causality, FeatureMap, Inputs, Precision, Problem, Shape,
 };
-use linattn_cuda::executor::sim::model::{occupancy, roofline};
+use linattn_cuda::executor::sim::model::{self, occupancy};
 use linattn_cuda::executor::sim::{self, LaunchRecord};
 use linattn_cuda::executor::sim::{Counters, SimArch};
 
 use against::SimLaunch;
 
 use crate::registry;
-use crate::results::profiles::{KernelProfile, ModelParams, PerToken, PhaseProfile, ProfileRecord};
+use crate::results::profiles::{
+    KernelProfile, ModelParams, ModelTime, PerToken, PhaseProfile, ProfileRecord,
+};
 use crate::results::{self, Mode, ResultsFile, SCHEMA_VERSION};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
 Counters are exact (the same PTX and inputs give the same counts on every run); the model \
-is a roofline lower bound on the simulated part (H100 SXM for sm_90, A100 SXM4 80 GB for \
-sm_80): max(unique DRAM bytes / HBM bandwidth, tensor FLOPs / tensor peak, fp32 FLOPs / fp32 \
-peak, warp instructions / issue rate) + launch overheads, with an infinite L2, no latency and \
-no ptxas scheduling. Memory counters count what ptxas makes of the PTX (adjacent accesses \
+is a model of the simulated part (H100 SXM for sm_90, A100 SXM4 80 GB for sm_80), per launch: \
+max(CTA waves on the SMs, each the longer of the critical path of per-warp issue clocks with \
+one latency per instruction class and the SM's warp instructions / 4 schedulers; unique DRAM \
+bytes / HBM bandwidth; tensor FLOPs / tensor peak; fp32 FLOPs / fp32 peak) + launch overhead, \
+with an infinite L2 and no ptxas scheduling; the roofline alone is shown beside it. Memory counters count what ptxas makes of the PTX (adjacent accesses \
 fused, repeated shared loads dropped; linattn-ptxsim's ptxas.rs); instruction counts are PTX's. \
 --against FILE.csv puts each launch beside an Nsight Compute export of the same launches \
 (bench-results/h100/ncu-n4096.csv: cuda/causal_recurrent/f16, cuda/causal_chunked/f16, \
@@ -211,11 +215,16 @@ fn print_against(hw: &[ncu::NcuLaunch], sim: &[SimLaunch], tolerance: Option<f64
     let pairs = against::pair(hw, sim);
     println!(
         "\nSimulator beside the hardware ({} launches in the file, {} simulated; time: the \
-         simulator's is the roofline model, the hardware's measured)",
+         simulator's is the model, the hardware's measured)",
         hw.len(),
         sim.len()
     );
     println!("{}", against::render(&pairs));
+    println!(
+        "\nTime: the model (latency, issue, DRAM, tensor and fp32 bounds; never a measurement) \
+         and the roofline alone, beside the measured gpu__time_duration"
+    );
+    println!("{}", times::render(&times::rows(&pairs)));
     let problems: Vec<&String> = pairs.iter().filter_map(|p| p.problem.as_ref()).collect();
     let mut code = ExitCode::SUCCESS;
     if !problems.is_empty() {
@@ -400,7 +409,16 @@ fn build_record(
                 .iter()
                 .map(|l| u64::from(l.grid.0) * u64::from(l.grid.1) * u64::from(l.grid.2))
                 .sum();
-            let model = roofline(arch, counters, launches.len() as u64);
+            let occ = occupancy(arch, threads, first.registers, shared);
+            // The latency model is per launch (waves, critical path): summed over them.
+            let models: Vec<model::LaunchModel> = launches
+                .iter()
+                .map(|l| {
+                    let ctas = u64::from(l.grid.0) * u64::from(l.grid.1) * u64::from(l.grid.2);
+                    model::launch(arch, &l.counters, ctas, &occ)
+                })
+                .collect();
+            let model = ModelTime::of(&models);
             model_s += model.total_s;
             phase_counters.add(counters);
             let requests = |r: u64| r.max(1) as f64;
@@ -426,8 +444,8 @@ fn build_record(
                     as f64
                     / requests(counters.shared_load_requests + counters.shared_store_requests),
                 bank_conflict_factor: counters.shared_conflict_factor(),
-                occupancy: occupancy(arch, threads, first.registers, shared).into(),
-                model: model.into(),
+                occupancy: occ.into(),
+                model,
             });
         }
         let minimal = minimal_bytes_per_token(&shape, precision, phase);

@@ -42,6 +42,7 @@ pub(crate) fn kernel_table(p: &ProfileRecord, markdown: bool) -> String {
         "occupancy",
         "model µs",
         "bound",
+        "roofline µs",
     ]);
     for k in &p.kernels {
         b.push_record([
@@ -64,6 +65,7 @@ pub(crate) fn kernel_table(p: &ProfileRecord, markdown: bool) -> String {
             ),
             micros(k.model.total_s),
             k.model.bound.clone(),
+            micros(k.model.roofline_s),
         ]);
     }
     finish(b, markdown)

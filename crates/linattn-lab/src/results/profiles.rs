@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cell::{CellShape, Mode};
 use linattn_core::Causality;
-use linattn_cuda::executor::sim::model::{Occupancy, Roofline};
+use linattn_cuda::executor::sim::model::{LaunchModel, Occupancy};
 use linattn_cuda::executor::sim::{Counters, InstrClass, SimArch};
 
 /// One profiled (backend, problem, mode).
@@ -213,28 +213,41 @@ impl From<Occupancy> for OccupancyRecord {
     }
 }
 
-/// The roofline model's lower bound on time (seconds): never a measurement.
+/// The model's time (seconds): never a measurement. `total_s` is the latency model
+/// (`linattn_ptxsim::model::launch`, summed over launches), `roofline_s` the roofline alone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelTime {
     pub total_s: f64,
+    /// The roofline lower bound alone (the model before its latency term).
+    #[serde(default)]
+    pub roofline_s: f64,
+    /// Waves of CTAs on the SMs: the longer of critical path and per-SM issue.
+    #[serde(default)]
+    pub sm_s: f64,
     pub dram_s: f64,
     pub tensor_s: f64,
     pub fp32_s: f64,
     pub issue_s: f64,
     pub launch_s: f64,
+    /// latency / issue / dram / tensor / fp32: the largest term (of the longest launch).
     pub bound: String,
 }
 
-impl From<Roofline> for ModelTime {
-    fn from(r: Roofline) -> Self {
+impl ModelTime {
+    /// The models of some launches, summed; the bound is the longest launch's.
+    pub fn of(models: &[LaunchModel]) -> ModelTime {
+        let sum = |f: fn(&LaunchModel) -> f64| models.iter().map(f).sum::<f64>();
+        let longest = models.iter().max_by(|a, b| a.total_s.total_cmp(&b.total_s));
         ModelTime {
-            total_s: r.total_s,
-            dram_s: r.dram_s,
-            tensor_s: r.tensor_s,
-            fp32_s: r.fp32_s,
-            issue_s: r.issue_s,
-            launch_s: r.launch_s,
-            bound: r.bound.into(),
+            total_s: sum(|m| m.total_s),
+            roofline_s: sum(|m| m.roofline.total_s),
+            sm_s: sum(|m| m.sm_s),
+            dram_s: sum(|m| m.roofline.dram_s),
+            tensor_s: sum(|m| m.roofline.tensor_s),
+            fp32_s: sum(|m| m.roofline.fp32_s),
+            issue_s: sum(|m| m.roofline.issue_s),
+            launch_s: sum(|m| m.roofline.launch_s),
+            bound: longest.map_or("dram", |m| m.bound).into(),
         }
     }
 }

@@ -12,10 +12,12 @@
 
 use super::access::{LaneFault, MemoryCtx};
 use super::alu;
+use super::clock::Clocks;
 use super::collective;
 use super::memory::MemoryView;
 use super::shared::SharedMemory;
 use super::warp::{each, lanes, Uniforms, Warp, LANES};
+use crate::arch::Latencies;
 use crate::counters::Counters;
 use crate::error::{Checker, Checks, SimError, Site};
 use crate::ir::{Instr, Kernel, Op, Src};
@@ -33,6 +35,9 @@ pub struct LaunchCtx<'a> {
     pub checks: Checks,
     /// Whether memory counters (sectors, wavefronts, unique sectors) are kept.
     pub count_memory: bool,
+    /// The latency model's constants when warp issue clocks are kept (only while counting:
+    /// they cost a pass over every instruction's registers).
+    pub latency: Option<Latencies>,
 }
 
 /// One CTA as its warps see it: the launch (a copy, so reading it costs what reading
@@ -46,6 +51,7 @@ struct Cta<'a> {
 pub struct CtaRunner {
     warps: Vec<Warp>,
     shared: SharedMemory,
+    clocks: Clocks,
     pub counters: Counters,
 }
 
@@ -54,6 +60,7 @@ impl CtaRunner {
         CtaRunner {
             warps: Vec::new(),
             shared: SharedMemory::new(),
+            clocks: Clocks::default(),
             counters: Counters::default(),
         }
     }
@@ -90,7 +97,11 @@ impl CtaRunner {
                 nwarps: nwarps as u32,
             },
         };
+        if let Some(latency) = ctx.latency {
+            self.clocks.reset(nwarps, regs, latency);
+        }
         let mut bar_epoch = 1u32;
+        let mut waiting = Vec::new();
         loop {
             for w in 0..nwarps {
                 let mut warp = std::mem::replace(&mut self.warps[w], Warp::new((0, 0, 0)));
@@ -100,9 +111,26 @@ impl CtaRunner {
             }
             let warps = &mut self.warps[..nwarps];
             if warps.iter().all(|w| w.exited == u32::MAX) {
+                if ctx.latency.is_some() {
+                    let path = self.clocks.critical_path();
+                    let c = &mut self.counters;
+                    c.critical_path_cycles = c.critical_path_cycles.max(path);
+                }
                 return Ok(());
             }
+            if ctx.latency.is_some() {
+                waiting.clear();
+                waiting.extend(
+                    warps
+                        .iter()
+                        .filter(|w| w.barrier != 0)
+                        .map(|w| w.index as usize),
+                );
+            }
             release_barrier(&this, warps)?;
+            if ctx.latency.is_some() {
+                self.clocks.barrier(&waiting);
+            }
             bar_epoch += 1;
         }
     }
@@ -155,6 +183,9 @@ impl CtaRunner {
                 }
             };
             self.counters.instruction(instr.class, active);
+            if ctx.latency.is_some() {
+                self.clocks.issue(warp.index as usize, instr);
+            }
             if instr.fp32_flops > 0 {
                 self.counters.fp32_flops +=
                     u64::from(instr.fp32_flops) * u64::from(active.count_ones());

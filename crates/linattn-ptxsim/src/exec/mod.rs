@@ -2,6 +2,7 @@
 
 pub(crate) mod access;
 pub(crate) mod alu;
+pub(crate) mod clock;
 pub(crate) mod collective;
 pub mod cta;
 pub(crate) mod float;

@@ -1,0 +1,376 @@
+//! Per-warp issue clocks: the latency term of the performance model. Kept only while the
+//! launch counts (`LaunchCtx::latency`), never on the plain check/bench path.
+//!
+//! Rules. A warp issues in order: an instruction issues at the latest of the cycle after the
+//! warp's previous issue and the ready cycles of its source registers (guard predicate and
+//! address registers included); each destination becomes ready at issue + the latency of
+//! the instruction's class. Divergent paths are issued one after the other, so the clock
+//! advances for every group issued whatever its mask. At `bar.sync` every waiting warp
+//! continues at the latest of their clocks plus the barrier cost. A CTA's critical path is
+//! the latest clock of its warps at exit.
+
+use crate::arch::Latencies;
+use crate::instr_class::InstrClass;
+use crate::ir::{Address, Bank, Instr, Op, Reg, Space, Src};
+
+/// One warp's clock: the earliest cycle of its next issue, and the cycle each register's
+/// value is ready, per bank.
+#[derive(Debug, Clone, Default)]
+struct WarpClock {
+    next: u64,
+    preds: Vec<u64>,
+    r32: Vec<u64>,
+    r64: Vec<u64>,
+}
+
+impl WarpClock {
+    fn slot(&mut self, r: Reg) -> Option<&mut u64> {
+        let bank = match r.bank {
+            Bank::Pred => &mut self.preds,
+            Bank::R32 => &mut self.r32,
+            Bank::R64 => &mut self.r64,
+        };
+        bank.get_mut(r.index as usize)
+    }
+
+    fn ready(&mut self, r: Reg) -> u64 {
+        self.slot(r).map_or(0, |t| *t)
+    }
+}
+
+/// The clocks of one CTA's warps.
+#[derive(Debug, Clone, Default)]
+pub struct Clocks {
+    warps: Vec<WarpClock>,
+    latency: Option<Latencies>,
+}
+
+impl Clocks {
+    /// Starts a CTA of `nwarps` warps with `(preds, regs32, regs64)` registers at cycle 0.
+    pub fn reset(&mut self, nwarps: usize, regs: (u32, u32, u32), latency: Latencies) {
+        self.latency = Some(latency);
+        self.warps.resize_with(nwarps, WarpClock::default);
+        self.warps.truncate(nwarps);
+        for w in &mut self.warps {
+            w.next = 0;
+            for (bank, n) in [
+                (&mut w.preds, regs.0),
+                (&mut w.r32, regs.1),
+                (&mut w.r64, regs.2),
+            ] {
+                bank.clear();
+                bank.resize(n as usize, 0);
+            }
+        }
+    }
+
+    /// Issues `instr` on warp `warp`; returns its issue cycle.
+    pub fn issue(&mut self, warp: usize, instr: &Instr) -> u64 {
+        let Some(lat) = self.latency else { return 0 };
+        let Some(w) = self.warps.get_mut(warp) else {
+            return 0;
+        };
+        let mut at = w.next;
+        if let Some((p, _)) = instr.guard {
+            at = at.max(w.ready(p));
+        }
+        sources(&instr.op, &mut |r| at = at.max(w.ready(r)));
+        let done = at + u64::from(latency_of(&lat, instr));
+        dests(&instr.op, &mut |r| {
+            if let Some(t) = w.slot(r) {
+                *t = done;
+            }
+        });
+        w.next = at + 1;
+        at
+    }
+
+    /// The warps `waiting` (indices) leave a `bar.sync` together: at the latest of their
+    /// clocks plus the barrier cost.
+    pub fn barrier(&mut self, waiting: &[usize]) {
+        let Some(lat) = self.latency else { return };
+        let latest = waiting
+            .iter()
+            .filter_map(|&i| self.warps.get(i))
+            .map(|w| w.next)
+            .max()
+            .unwrap_or(0);
+        for &i in waiting {
+            if let Some(w) = self.warps.get_mut(i) {
+                w.next = latest + u64::from(lat.barrier);
+            }
+        }
+    }
+
+    /// The CTA's critical path so far: the latest clock of its warps.
+    pub fn critical_path(&self) -> u64 {
+        self.warps.iter().map(|w| w.next).max().unwrap_or(0)
+    }
+}
+
+/// Cycles until `instr`'s results may be used.
+fn latency_of(lat: &Latencies, instr: &Instr) -> u32 {
+    match instr.class {
+        InstrClass::Conversion => lat.conversion,
+        InstrClass::SpecialFunction => lat.sfu,
+        InstrClass::Mma => lat.mma,
+        InstrClass::Shuffle => lat.shfl,
+        InstrClass::SharedLoad => lat.shared_load,
+        InstrClass::GlobalLoad => lat.dram,
+        InstrClass::Atomic => match instr.op {
+            Op::Atom {
+                space: Space::Shared,
+                ..
+            } => lat.shared_load,
+            // Global atomics are performed at L2.
+            _ => lat.l2_hit,
+        },
+        InstrClass::Fp32
+        | InstrClass::Integer
+        | InstrClass::GlobalStore
+        | InstrClass::SharedStore
+        | InstrClass::Barrier
+        | InstrClass::Control => lat.alu,
+    }
+}
+
+fn src(s: &Src, f: &mut impl FnMut(Reg)) {
+    if let Src::Reg(r) = s {
+        f(*r);
+    }
+}
+
+fn addr(a: &Address, f: &mut impl FnMut(Reg)) {
+    if let Some(r) = a.base {
+        f(r);
+    }
+}
+
+/// Calls `f` on every register `op` reads.
+fn sources(op: &Op, f: &mut impl FnMut(Reg)) {
+    match op {
+        Op::Mov { a, .. }
+        | Op::Unpack { a, .. }
+        | Op::Un { a, .. }
+        | Op::PredNot { a, .. }
+        | Op::Cvta { a, .. } => src(a, f),
+        Op::Cvt(c) => src(&c.a, f),
+        Op::Pack { a, .. } | Op::St { a, .. } => {
+            for s in a {
+                src(s, f);
+            }
+            if let Op::St { addr: ad, .. } = op {
+                addr(ad, f);
+            }
+        }
+        Op::Bin { a, b, .. }
+        | Op::MulWide { a, b, .. }
+        | Op::CvtPack { a, b, .. }
+        | Op::PredLogic { a, b, .. } => {
+            src(a, f);
+            src(b, f);
+        }
+        Op::Mad { a, b, c, .. } | Op::Fma { a, b, c, .. } => {
+            src(a, f);
+            src(b, f);
+            src(c, f);
+        }
+        Op::Setp { a, b, combine, .. } => {
+            src(a, f);
+            src(b, f);
+            if let Some((_, p)) = combine {
+                src(p, f);
+            }
+        }
+        Op::Selp { a, b, p, .. } => {
+            src(a, f);
+            src(b, f);
+            src(p, f);
+        }
+        Op::Bfi { a, b, pos, len, .. } => {
+            src(a, f);
+            src(b, f);
+            src(pos, f);
+            src(len, f);
+        }
+        Op::Bfe { a, pos, len, .. } => {
+            src(a, f);
+            src(pos, f);
+            src(len, f);
+        }
+        Op::Ld { addr: ad, .. } => addr(ad, f),
+        Op::Atom { addr: ad, b, c, .. } => {
+            addr(ad, f);
+            src(b, f);
+            if let Some(c) = c {
+                src(c, f);
+            }
+        }
+        Op::Bra { .. } | Op::Ret => {}
+        Op::BarSync { id } => src(id, f),
+        Op::WarpSync { mask } => src(mask, f),
+        Op::Shfl { a, b, c, mask, .. } => {
+            src(a, f);
+            src(b, f);
+            src(c, f);
+            src(mask, f);
+        }
+        Op::Mma(m) => {
+            for s in m.a.iter().chain(&m.b).chain(&m.c) {
+                src(s, f);
+            }
+        }
+    }
+}
+
+/// Calls `f` on every register `op` writes.
+fn dests(op: &Op, f: &mut impl FnMut(Reg)) {
+    match op {
+        Op::Mov { d, .. }
+        | Op::Pack { d, .. }
+        | Op::Bin { d, .. }
+        | Op::MulWide { d, .. }
+        | Op::Mad { d, .. }
+        | Op::Fma { d, .. }
+        | Op::Un { d, .. }
+        | Op::CvtPack { d, .. }
+        | Op::Selp { d, .. }
+        | Op::PredLogic { d, .. }
+        | Op::PredNot { d, .. }
+        | Op::Bfi { d, .. }
+        | Op::Bfe { d, .. }
+        | Op::Cvta { d, .. }
+        | Op::Atom { d, .. } => f(*d),
+        Op::Cvt(c) => f(c.d),
+        Op::Unpack { d, .. } | Op::Ld { d, .. } => {
+            for r in d {
+                f(*r);
+            }
+        }
+        Op::Setp { d, d_not, .. } => {
+            f(*d);
+            if let Some(n) = d_not {
+                f(*n);
+            }
+        }
+        Op::Shfl { d, p, .. } => {
+            f(*d);
+            if let Some(p) = p {
+                f(*p);
+            }
+        }
+        Op::Mma(m) => {
+            for r in m.d {
+                f(r);
+            }
+        }
+        Op::St { .. } | Op::Bra { .. } | Op::Ret | Op::BarSync { .. } | Op::WarpSync { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{FloatMode, Rounding, Ty};
+
+    const LAT: Latencies = Latencies::AMPERE_HOPPER;
+
+    fn r32(i: u32) -> Reg {
+        Reg {
+            bank: Bank::R32,
+            index: i,
+        }
+    }
+
+    fn fma(d: u32, a: u32, b: u32, c: u32) -> Instr {
+        let op = Op::Fma {
+            ty: Ty::F32,
+            mode: FloatMode {
+                rounding: Rounding::Nearest,
+                ftz: false,
+                sat: false,
+            },
+            d: r32(d),
+            a: Src::Reg(r32(a)),
+            b: Src::Reg(r32(b)),
+            c: Src::Reg(r32(c)),
+        };
+        Instr {
+            guard: None,
+            class: op.class(),
+            fp32_flops: op.fp32_flops(),
+            op,
+            line: 1,
+        }
+    }
+
+    fn clocks(nwarps: usize) -> Clocks {
+        let mut c = Clocks::default();
+        c.reset(nwarps, (0, 64, 0), LAT);
+        c
+    }
+
+    #[test]
+    fn a_dependent_chain_costs_its_latency_per_step() {
+        let n = 100u64;
+        let mut c = clocks(1);
+        // r0 = r0 * r1 + r2, n times: each waits for the previous.
+        let issues: Vec<u64> = (0..n).map(|_| c.issue(0, &fma(0, 0, 1, 2))).collect();
+        let alu = u64::from(LAT.alu);
+        assert_eq!(issues[1] - issues[0], alu);
+        assert_eq!(issues[n as usize - 1], (n - 1) * alu);
+        assert_eq!(c.critical_path(), (n - 1) * alu + 1);
+    }
+
+    #[test]
+    fn independent_instructions_issue_one_per_cycle() {
+        let mut c = clocks(1);
+        // r(10+i) = r1 * r2 + r3: no instruction reads another's result.
+        for i in 0..50u32 {
+            assert_eq!(c.issue(0, &fma(10 + i, 1, 2, 3)), u64::from(i));
+        }
+        assert_eq!(c.critical_path(), 50);
+        // A consumer of the last one waits for its latency.
+        assert_eq!(c.issue(0, &fma(5, 59, 1, 1)), 49 + u64::from(LAT.alu));
+    }
+
+    #[test]
+    fn a_barrier_waits_for_the_slowest_warp() {
+        let mut c = clocks(3);
+        for _ in 0..10 {
+            c.issue(0, &fma(0, 0, 1, 2)); // slow: a dependent chain
+        }
+        c.issue(1, &fma(0, 1, 1, 1));
+        // Warp 2 exited before the barrier: not among the waiting.
+        c.barrier(&[0, 1]);
+        let slow = 9 * u64::from(LAT.alu) + 1;
+        let after = slow + u64::from(LAT.barrier);
+        assert_eq!(c.issue(1, &fma(3, 1, 1, 1)), after);
+        assert_eq!(c.issue(0, &fma(3, 1, 1, 1)), after);
+        assert_eq!(c.critical_path(), after + 1);
+    }
+
+    #[test]
+    fn loads_make_their_destinations_wait_for_memory() {
+        let mut c = clocks(1);
+        let op = Op::Ld {
+            space: Space::Global,
+            ty: Ty::F32,
+            nc: false,
+            d: vec![r32(1)],
+            addr: Address {
+                base: None,
+                offset: 0,
+            },
+        };
+        let ld = Instr {
+            guard: None,
+            class: op.class(),
+            fp32_flops: 0,
+            op,
+            line: 1,
+        };
+        assert_eq!(c.issue(0, &ld), 0);
+        assert_eq!(c.issue(0, &fma(2, 1, 3, 3)), u64::from(LAT.dram));
+    }
+}
