@@ -83,6 +83,35 @@ impl Counters {
         self.critical_path_cycles = self.critical_path_cycles.max(o.critical_path_cycles);
     }
 
+    /// Every additive counter × `num` / `den` (a sampled launch scaled to its grid); the
+    /// critical path, a maximum, is kept.
+    pub fn scaled(&self, num: u64, den: u64) -> Counters {
+        let f = |v: u64| v * num / den.max(1);
+        let mut c = *self;
+        c.warp_instructions = f(c.warp_instructions);
+        c.thread_instructions = f(c.thread_instructions);
+        c.warp_by_class = c.warp_by_class.map(f);
+        c.thread_by_class = c.thread_by_class.map(f);
+        c.fp32_flops = f(c.fp32_flops);
+        c.mma = f(c.mma);
+        c.barriers = f(c.barriers);
+        c.global_load_requests = f(c.global_load_requests);
+        c.global_load_sectors = f(c.global_load_sectors);
+        c.global_load_bytes = f(c.global_load_bytes);
+        c.global_store_requests = f(c.global_store_requests);
+        c.global_store_sectors = f(c.global_store_sectors);
+        c.global_store_bytes = f(c.global_store_bytes);
+        c.unique_load_sectors = f(c.unique_load_sectors);
+        c.unique_store_sectors = f(c.unique_store_sectors);
+        c.shared_load_requests = f(c.shared_load_requests);
+        c.shared_load_wavefronts = f(c.shared_load_wavefronts);
+        c.shared_load_ideal_wavefronts = f(c.shared_load_ideal_wavefronts);
+        c.shared_store_requests = f(c.shared_store_requests);
+        c.shared_store_wavefronts = f(c.shared_store_wavefronts);
+        c.shared_store_ideal_wavefronts = f(c.shared_store_ideal_wavefronts);
+        c
+    }
+
     /// Counts one warp instruction of class `class` run by `active` lanes.
     #[inline]
     pub fn instruction(&mut self, class: InstrClass, active: u32) {

@@ -1,18 +1,16 @@
 //! The simulated device: memory, modules, launches.
 
-use std::cell::RefCell;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-
-use rayon::prelude::*;
 
 use crate::arch::SimArch;
 use crate::counters::Counters;
 use crate::error::{Checks, SimError};
-use crate::exec::cta::{CtaRunner, LaunchCtx};
+use crate::exec::cta::LaunchCtx;
 use crate::exec::memory::GlobalMemory;
 use crate::ir::{Kernel, Program, Ty};
 use crate::parse::parse_program;
+use crate::sample::{run_rows, sampled_run, sum_rows, Sampled};
 
 /// A kernel argument as the host passes it (by value).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -51,12 +49,14 @@ pub struct LaunchConfig {
 }
 
 /// What a launch did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LaunchStats {
     pub ctas: u64,
     pub counters: Counters,
     /// Host time the simulation took (not a GPU time).
     pub wall: Duration,
+    /// Set when only some CTAs ran and the counters were scaled (`Device::launch_sampled`).
+    pub sampled: Option<Sampled>,
 }
 
 /// A loaded PTX module.
@@ -93,10 +93,6 @@ pub struct Device {
     checks: Checks,
     /// Whether launches keep the memory counters (sectors, wavefronts, unique sectors).
     count_memory: std::sync::atomic::AtomicBool,
-}
-
-thread_local! {
-    static RUNNER: RefCell<CtaRunner> = RefCell::new(CtaRunner::new());
 }
 
 impl Device {
@@ -208,6 +204,22 @@ impl Device {
         config: &LaunchConfig,
         args: &[Arg],
     ) -> Result<LaunchStats, SimError> {
+        self.launch_sampled(module, kernel, config, args, None)
+    }
+
+    /// [`Device::launch`], but with `sample = Some(n)` and more than `n` rows of grid y, only
+    /// the CTAs of `n` rows of grid y (every x and z of them) run, and the counters are
+    /// scaled to the whole grid (see [`crate::sample`]): for profiles only, since the rows
+    /// not run write nothing. Counters are exact when the rows do identical work up to
+    /// offsets, which the run checks: if the sampled rows' counters differ, every row runs.
+    pub fn launch_sampled(
+        &self,
+        module: &Module,
+        kernel: &str,
+        config: &LaunchConfig,
+        args: &[Arg],
+        sample: Option<u32>,
+    ) -> Result<LaunchStats, SimError> {
         let start = Instant::now();
         let k = module.kernel(kernel)?;
         let params = pack_params(k, args)?;
@@ -229,34 +241,16 @@ impl Device {
         };
         let [gx, gy, gz] = config.grid.map(u64::from);
         let total = gx * gy * gz;
-        let wave = (rayon::current_num_threads() as u64 * 8).max(1);
-        let mut counters = Counters::default();
-        let mut first = 0;
-        while first < total {
-            let last = (first + wave).min(total);
-            let results: Vec<(Result<(), SimError>, Counters)> = (first..last)
-                .into_par_iter()
-                .map(|index| {
-                    let cta = [
-                        (index % gx) as u32,
-                        ((index / gx) % gy) as u32,
-                        (index / (gx * gy)) as u32,
-                    ];
-                    RUNNER.with(|runner| {
-                        let mut runner = runner.borrow_mut();
-                        runner.counters = Counters::default();
-                        let result = runner.run(&ctx, cta);
-                        (result, runner.counters)
-                    })
-                })
-                .collect();
-            for (result, c) in results {
-                result?;
-                counters.add(&c);
+        let all_rows: Vec<u32> = (0..config.grid[1]).collect();
+        let (counters, sampled) = match sample.filter(|&n| u64::from(n) < gy) {
+            None => {
+                let rows = run_rows(&ctx, config.grid, &all_rows)?;
+                (sum_rows(&rows), None)
             }
-            first = last;
-        }
-        if ctx.count_memory {
+            Some(n) => sampled_run(&ctx, config.grid, n, &view)?,
+        };
+        let mut counters = counters;
+        if ctx.count_memory && sampled.is_none() {
             let (loaded, stored) = view.touched_sectors();
             counters.unique_load_sectors = loaded;
             counters.unique_store_sectors = stored;
@@ -265,6 +259,7 @@ impl Device {
             ctas: total,
             counters,
             wall: start.elapsed(),
+            sampled,
         })
     }
 

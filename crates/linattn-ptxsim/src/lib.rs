@@ -32,9 +32,11 @@ pub mod ir;
 pub mod model;
 pub mod parse;
 pub mod ptxas;
+pub mod sample;
 
 pub use arch::SimArch;
 pub use counters::Counters;
 pub use device::{Arg, Device, LaunchConfig, LaunchStats, Module};
 pub use error::{Checker, Checks, Fault, SimError, Site};
 pub use instr_class::InstrClass;
+pub use sample::Sampled;

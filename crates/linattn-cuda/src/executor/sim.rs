@@ -17,7 +17,7 @@ use linattn_core::{AttnError, HostMemory, Unsupported};
 pub use linattn_ptxsim::Checks;
 /// The simulator's counters, instruction classes, arch numbers and performance model, for
 /// profiles of simulated runs.
-pub use linattn_ptxsim::{model, Counters, InstrClass, SimArch};
+pub use linattn_ptxsim::{model, Counters, InstrClass, Sampled, SimArch};
 use linattn_ptxsim::{Arg, Device, LaunchConfig, Module, SimError};
 
 use super::gemm::GemmCall;
@@ -135,6 +135,8 @@ pub struct LaunchRecord {
     pub static_shared: u64,
     pub registers: u32,
     pub counters: Counters,
+    /// Which CTAs ran when the launch was sampled (`SimExecutor::set_sample`).
+    pub sampled: Option<Sampled>,
 }
 
 /// A loaded kernel: its module and entry point.
@@ -154,6 +156,8 @@ pub struct SimExecutor {
     /// Launches recorded since [`SimExecutor::start_profile`], per profiling thread (a
     /// launch runs on its caller's thread, so concurrent profiles do not mix).
     profile: Mutex<HashMap<std::thread::ThreadId, Vec<LaunchRecord>>>,
+    /// Rows of grid y that profiled launches simulate (0: all); see `linattn_ptxsim::sample`.
+    sample: std::sync::atomic::AtomicU32,
     sim_arch: SimArch,
 }
 
@@ -183,6 +187,7 @@ impl SimExecutor {
             opt_in: Mutex::new(HashMap::new()),
             counters: Mutex::new(Counters::default()),
             profile: Mutex::new(HashMap::new()),
+            sample: std::sync::atomic::AtomicU32::new(0),
             sim_arch,
         })
     }
@@ -214,6 +219,15 @@ impl SimExecutor {
             self.device.count_memory(false);
         }
         log
+    }
+
+    /// From now on, launches recorded by a profile simulate only `rows` rows of grid y (at
+    /// least 2) when they have more, and scale their counters (`linattn_ptxsim::sample`);
+    /// `None`: every CTA. Launches outside a profile (check, bench) always run whole. Their
+    /// outputs are garbage for the rows not run: for counters only.
+    pub fn set_sample(&self, rows: Option<u32>) {
+        let n = rows.map_or(0, |r| r.max(2));
+        self.sample.store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Instructions executed by every launch so far.
@@ -358,9 +372,18 @@ impl Executor for SimExecutor {
             block: [launch.block.0, launch.block.1, launch.block.2],
             dynamic_shared_bytes: launch.shared_bytes,
         };
+        let profiling = self
+            .profile
+            .lock()
+            .is_ok_and(|p| p.contains_key(&std::thread::current().id()));
+        let sample = match self.sample.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            n if profiling => Some(n),
+            _ => None,
+        };
         let stats = self
             .device
-            .launch(&sim.module, &kernel.entry, &config, &args)
+            .launch_sampled(&sim.module, &kernel.entry, &config, &args, sample)
             .map_err(sim_error)?;
         if let Ok(mut counters) = self.counters.lock() {
             counters.add(&stats.counters);
@@ -376,6 +399,7 @@ impl Executor for SimExecutor {
                     static_shared,
                     registers: kernel.ptxas.as_ref().map_or(0, |r| r.registers),
                     counters: stats.counters,
+                    sampled: stats.sampled.clone(),
                 });
             }
         }

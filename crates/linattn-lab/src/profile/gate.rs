@@ -240,6 +240,7 @@ mod tests {
                 launch_s: 0.0,
                 bound: "dram".into(),
             },
+            sampled: Vec::new(),
         }
     }
 

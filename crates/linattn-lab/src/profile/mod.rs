@@ -83,6 +83,13 @@ pub struct ProfileArgs {
     /// way; off, the simulator runs about twice as fast). Memcheck and synccheck always run.
     #[arg(long)]
     checkers: bool,
+    /// Simulate only ROWS rows of grid y (the B·H axis of these kernels; first, last and
+    /// evenly between, at least 2) of each launch that has more, and scale the counters to
+    /// the whole grid; if the sampled rows' counters differ the launch runs whole. For
+    /// profiles at real shapes (B = 2, N = 16384, H = 16); the outputs are not computed, so
+    /// not with --checkers. Each sampled launch is listed with the rows it ran.
+    #[arg(long, value_name = "ROWS", conflicts_with = "checkers")]
+    sample: Option<u32>,
     /// An Nsight Compute CSV export (`ncu --csv --metrics ...`) of the same launches on a GPU:
     /// print every launch's counters beside the hardware's, with the ratio, and the model's
     /// time beside the measured one. Launches pair per kernel name in order; exit 1 if any
@@ -127,6 +134,15 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         initcheck: args.checkers,
     })?;
     let executor = sim::shared().map_err(AttnError::Unsupported)?;
+    if let Some(rows) = args.sample {
+        if rows < 2 {
+            return Err(AttnError::InvalidArgument(format!(
+                "--sample {rows}: at least 2 rows (two rows are compared to check they do \
+                 the same work)"
+            )));
+        }
+    }
+    executor.set_sample(args.sample);
     let arch = executor.sim_arch();
     // One job per (backend, D, N), run concurrently: a launch of few CTAs (a recurrent scan
     // at B·H = 1) keeps one core busy, and the profiler records per thread.
@@ -183,6 +199,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         ));
     }
     print!("{}", render_profiles(&profiles, args.quiet));
+    print!("{}", render_sampled(&profiles));
     let profiled = profiles.len();
     if let Some(path) = &args.json {
         let file = ResultsFile {
@@ -207,6 +224,30 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         return Ok(print_against(hw, &launches, args.tolerance));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Per kernel whose launches were sampled: which rows ran and the scale (identical launches
+/// once, with their count).
+fn render_sampled(profiles: &[ProfileRecord]) -> String {
+    let mut out = String::new();
+    for p in profiles {
+        for k in p.kernels.iter().filter(|k| !k.sampled.is_empty()) {
+            let mut seen: Vec<(&String, usize)> = Vec::new();
+            for s in &k.sampled {
+                match seen.iter_mut().find(|(t, _)| *t == s) {
+                    Some((_, n)) => *n += 1,
+                    None => seen.push((s, 1)),
+                }
+            }
+            for (s, n) in seen {
+                out += &format!(
+                    "sampled: {} {} {} ({n} of {} launches): {s}\n",
+                    p.backend, k.phase, k.kernel, k.launches
+                );
+            }
+        }
+    }
+    out
 }
 
 /// Prints the launches beside the export's; exit 1 when some cannot be compared, or (with a
@@ -446,6 +487,10 @@ fn build_record(
                 bank_conflict_factor: counters.shared_conflict_factor(),
                 occupancy: occ.into(),
                 model,
+                sampled: launches
+                    .iter()
+                    .filter_map(|l| l.sampled.as_ref().map(|s| s.describe()))
+                    .collect(),
             });
         }
         let minimal = minimal_bytes_per_token(&shape, precision, phase);

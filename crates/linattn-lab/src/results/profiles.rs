@@ -103,6 +103,10 @@ pub struct KernelProfile {
     pub bank_conflict_factor: f64,
     pub occupancy: OccupancyRecord,
     pub model: ModelTime,
+    /// Per launch, when `linattn profile --sample` simulated only some CTAs: which, and the
+    /// scale (absent: every CTA ran).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sampled: Vec<String>,
 }
 
 /// Per-token figures (divided by B·H·N): what the regression gate compares.
