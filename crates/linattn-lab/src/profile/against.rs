@@ -13,7 +13,7 @@
 //! per instruction class).
 
 use linattn_cuda::executor::sim::model::{launch as launch_model, occupancy};
-use linattn_cuda::executor::sim::{Counters, LaunchRecord, SimArch};
+use linattn_cuda::executor::sim::{Counters, LaunchRecord, Sampled, SimArch};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
@@ -37,6 +37,8 @@ pub struct SimLaunch {
     pub model_ns: f64,
     pub bound: &'static str,
     pub roofline_ns: f64,
+    /// Which CTAs ran when the launch was sampled (`profile --sample`).
+    pub sampled: Option<Sampled>,
 }
 
 impl SimLaunch {
@@ -59,6 +61,7 @@ impl SimLaunch {
             model_ns: 1e9 * model.total_s,
             bound: model.bound,
             roofline_ns: 1e9 * model.roofline.total_s,
+            sampled: launch.sampled.clone(),
         }
     }
 }
