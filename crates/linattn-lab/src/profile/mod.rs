@@ -199,7 +199,14 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         ));
     }
     print!("{}", render_profiles(&profiles, args.quiet));
-    print!("{}", render_sampled(&profiles));
+    if let Some(rows) = args.sample {
+        print!("{}", render_sampled(&profiles));
+        println!(
+            "--sample {rows}: launches not listed ran every CTA (grid y of at most {rows} rows); \
+             counters of the listed ones are scaled (warp-level exact when the rows are alike, \
+             lane counts the sampled rows' mean), and the model is computed from them"
+        );
+    }
     let profiled = profiles.len();
     if let Some(path) = &args.json {
         let file = ResultsFile {
