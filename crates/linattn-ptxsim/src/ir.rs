@@ -564,7 +564,7 @@ pub struct Kernel {
     pub instrs: Vec<Instr>,
     /// How the memory counters count each instruction (what ptxas makes of it), parallel to
     /// `instrs`.
-    pub counting: Vec<crate::ptxas::Counting>,
+    pub counting: Vec<Counting>,
     /// Source text of each instruction (for error messages), parallel to `instrs`.
     pub text: Vec<String>,
 }
@@ -584,4 +584,19 @@ pub struct Program {
     pub version: String,
     pub kernels: HashMap<String, Kernel>,
     pub globals: Vec<GlobalVar>,
+}
+
+/// How one instruction's memory access is counted (what ptxas makes of it: `crate::ptxas`
+/// plans it; it lives here, with the instructions, so the IR imports nothing above it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    /// As it stands.
+    Own,
+    /// For itself and a later partner, as one access of `bytes` per lane at this
+    /// instruction's lane addresses plus `delta` (the lower of the two).
+    Fused { delta: i64, bytes: u32 },
+    /// Counted by the earlier instruction it was fused with.
+    Folded,
+    /// A shared load ptxas drops (its value is already in registers).
+    Reused,
 }

@@ -3,7 +3,7 @@
 //! definitions), raised where a vector access through a once-defined register requires it
 //! (PTX: a `.vN` access is aligned to its whole size).
 
-use super::{access, defs};
+use super::operands::{access, defs};
 use crate::ir::{Bank, BinOp, Instr, Op, Reg, Src};
 
 /// Provable alignment (trailing zero bits) of every 32- and 64-bit register.

@@ -29,24 +29,13 @@
 
 mod align;
 mod cfg;
+mod operands;
 
-use crate::ir::{Address, Instr, Op, Reg, Space};
+pub use crate::ir::Counting;
+use crate::ir::{Instr, Op, Reg, Space};
 use align::Alignment;
 use cfg::Cfg;
-
-/// How one instruction's memory access is counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Counting {
-    /// As it stands.
-    Own,
-    /// For itself and a later partner, as one access of `bytes` per lane at this
-    /// instruction's lane addresses plus `delta` (the lower of the two).
-    Fused { delta: i64, bytes: u32 },
-    /// Counted by the earlier instruction it was fused with.
-    Folded,
-    /// A shared load ptxas drops (its value is already in registers).
-    Reused,
-}
+use operands::{access, defs, Access};
 
 /// The counting plan of a kernel's instructions, one entry per instruction.
 pub fn plan(instrs: &[Instr]) -> Vec<Counting> {
@@ -56,74 +45,6 @@ pub fn plan(instrs: &[Instr]) -> Vec<Counting> {
     reuse_shared_loads(instrs, &cfg, &mut plan);
     fuse_adjacent(instrs, &cfg, &align, &mut plan);
     plan
-}
-
-/// A memory access's shape: load or store, space, element bytes, vector width, address.
-#[derive(Clone, Copy, PartialEq)]
-struct Access {
-    store: bool,
-    space: Space,
-    elem: u32,
-    width: u32,
-    nc: bool,
-    addr: Address,
-}
-
-fn access(op: &Op) -> Option<Access> {
-    match op {
-        Op::Ld {
-            space,
-            ty,
-            nc,
-            d,
-            addr,
-        } => Some(Access {
-            store: false,
-            space: *space,
-            elem: ty.bytes(),
-            width: d.len() as u32,
-            nc: *nc,
-            addr: *addr,
-        }),
-        Op::St { space, ty, a, addr } => Some(Access {
-            store: true,
-            space: *space,
-            elem: ty.bytes(),
-            width: a.len() as u32,
-            nc: false,
-            addr: *addr,
-        }),
-        _ => None,
-    }
-}
-
-/// Registers an operation writes.
-fn defs(op: &Op) -> Vec<Reg> {
-    match op {
-        Op::Mov { d, .. }
-        | Op::Pack { d, .. }
-        | Op::Bin { d, .. }
-        | Op::MulWide { d, .. }
-        | Op::Mad { d, .. }
-        | Op::Fma { d, .. }
-        | Op::Un { d, .. }
-        | Op::CvtPack { d, .. }
-        | Op::Selp { d, .. }
-        | Op::PredLogic { d, .. }
-        | Op::PredNot { d, .. }
-        | Op::Bfi { d, .. }
-        | Op::Bfe { d, .. }
-        | Op::Cvta { d, .. }
-        | Op::Atom { d, .. } => vec![*d],
-        Op::Cvt(c) => vec![c.d],
-        Op::Unpack { d, .. } | Op::Ld { d, .. } => d.clone(),
-        Op::Setp { d, d_not, .. } => std::iter::once(*d).chain(*d_not).collect(),
-        Op::Shfl { d, p, .. } => std::iter::once(*d).chain(*p).collect(),
-        Op::Mma(m) => m.d.to_vec(),
-        Op::St { .. } | Op::Bra { .. } | Op::Ret | Op::BarSync { .. } | Op::WarpSync { .. } => {
-            Vec::new()
-        }
-    }
 }
 
 /// Whether `op` may change what a load of `space` reads, or order other threads' writes
