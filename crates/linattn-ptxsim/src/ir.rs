@@ -600,3 +600,52 @@ pub enum Counting {
     /// A shared load ptxas drops (its value is already in registers).
     Reused,
 }
+
+impl Op {
+    /// Calls `f` on every register the operation writes (the issue clocks and ptxas'
+    /// rewrites both read it).
+    pub fn each_dest(&self, f: &mut impl FnMut(Reg)) {
+        match self {
+            Op::Mov { d, .. }
+            | Op::Pack { d, .. }
+            | Op::Bin { d, .. }
+            | Op::MulWide { d, .. }
+            | Op::Mad { d, .. }
+            | Op::Fma { d, .. }
+            | Op::Un { d, .. }
+            | Op::CvtPack { d, .. }
+            | Op::Selp { d, .. }
+            | Op::PredLogic { d, .. }
+            | Op::PredNot { d, .. }
+            | Op::Bfi { d, .. }
+            | Op::Bfe { d, .. }
+            | Op::Cvta { d, .. }
+            | Op::Atom { d, .. } => f(*d),
+            Op::Cvt(c) => f(c.d),
+            Op::Unpack { d, .. } | Op::Ld { d, .. } => {
+                for r in d {
+                    f(*r);
+                }
+            }
+            Op::Setp { d, d_not, .. } => {
+                f(*d);
+                if let Some(n) = d_not {
+                    f(*n);
+                }
+            }
+            Op::Shfl { d, p, .. } => {
+                f(*d);
+                if let Some(p) = p {
+                    f(*p);
+                }
+            }
+            Op::Mma(m) => {
+                for r in m.d {
+                    f(r);
+                }
+            }
+            Op::St { .. } | Op::Bra { .. } | Op::Ret | Op::BarSync { .. } | Op::WarpSync { .. } => {
+            }
+        }
+    }
+}

@@ -76,7 +76,7 @@ impl Clocks {
         }
         sources(&instr.op, &mut |r| at = at.max(w.ready(r)));
         let done = at + u64::from(latency_of(&lat, instr));
-        dests(&instr.op, &mut |r| {
+        instr.op.each_dest(&mut |r| {
             if let Some(t) = w.slot(r) {
                 *t = done;
             }
@@ -220,51 +220,6 @@ fn sources(op: &Op, f: &mut impl FnMut(Reg)) {
                 src(s, f);
             }
         }
-    }
-}
-
-/// Calls `f` on every register `op` writes.
-fn dests(op: &Op, f: &mut impl FnMut(Reg)) {
-    match op {
-        Op::Mov { d, .. }
-        | Op::Pack { d, .. }
-        | Op::Bin { d, .. }
-        | Op::MulWide { d, .. }
-        | Op::Mad { d, .. }
-        | Op::Fma { d, .. }
-        | Op::Un { d, .. }
-        | Op::CvtPack { d, .. }
-        | Op::Selp { d, .. }
-        | Op::PredLogic { d, .. }
-        | Op::PredNot { d, .. }
-        | Op::Bfi { d, .. }
-        | Op::Bfe { d, .. }
-        | Op::Cvta { d, .. }
-        | Op::Atom { d, .. } => f(*d),
-        Op::Cvt(c) => f(c.d),
-        Op::Unpack { d, .. } | Op::Ld { d, .. } => {
-            for r in d {
-                f(*r);
-            }
-        }
-        Op::Setp { d, d_not, .. } => {
-            f(*d);
-            if let Some(n) = d_not {
-                f(*n);
-            }
-        }
-        Op::Shfl { d, p, .. } => {
-            f(*d);
-            if let Some(p) = p {
-                f(*p);
-            }
-        }
-        Op::Mma(m) => {
-            for r in m.d {
-                f(r);
-            }
-        }
-        Op::St { .. } | Op::Bra { .. } | Op::Ret | Op::BarSync { .. } | Op::WarpSync { .. } => {}
     }
 }
 

@@ -45,29 +45,7 @@ pub(super) fn access(op: &Op) -> Option<Access> {
 
 /// Registers an operation writes.
 pub(super) fn defs(op: &Op) -> Vec<Reg> {
-    match op {
-        Op::Mov { d, .. }
-        | Op::Pack { d, .. }
-        | Op::Bin { d, .. }
-        | Op::MulWide { d, .. }
-        | Op::Mad { d, .. }
-        | Op::Fma { d, .. }
-        | Op::Un { d, .. }
-        | Op::CvtPack { d, .. }
-        | Op::Selp { d, .. }
-        | Op::PredLogic { d, .. }
-        | Op::PredNot { d, .. }
-        | Op::Bfi { d, .. }
-        | Op::Bfe { d, .. }
-        | Op::Cvta { d, .. }
-        | Op::Atom { d, .. } => vec![*d],
-        Op::Cvt(c) => vec![c.d],
-        Op::Unpack { d, .. } | Op::Ld { d, .. } => d.clone(),
-        Op::Setp { d, d_not, .. } => std::iter::once(*d).chain(*d_not).collect(),
-        Op::Shfl { d, p, .. } => std::iter::once(*d).chain(*p).collect(),
-        Op::Mma(m) => m.d.to_vec(),
-        Op::St { .. } | Op::Bra { .. } | Op::Ret | Op::BarSync { .. } | Op::WarpSync { .. } => {
-            Vec::new()
-        }
-    }
+    let mut regs = Vec::new();
+    op.each_dest(&mut |r| regs.push(r));
+    regs
 }
