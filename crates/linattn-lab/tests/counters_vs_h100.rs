@@ -12,21 +12,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use linattn_core::{Causality, FeatureMap, Problem, Shape};
-use linattn_cuda::runtime::Arch;
-use linattn_lab::profile::{against, ncu, simulate};
+use linattn_lab::profile::against;
 use linattn_testkit::Platform;
 
-fn csv() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench-results/h100/ncu-n4096.csv")
-}
-
-/// The launches of the export: (sim backend, causality).
-const RUNS: [(&str, Causality); 3] = [
-    ("sim/causal_recurrent/f16", Causality::Causal),
-    ("sim/causal_chunked/f16", Causality::Causal),
-    ("sim/noncausal/f16", Causality::NonCausal),
-];
+mod h100_reference;
+use h100_reference::{csv, hardware_and_simulated};
 
 fn main() {
     let mut trials = Vec::new();
@@ -64,17 +54,7 @@ fn main() {
 }
 
 fn every_held_counter_is_within_5_percent_of_the_h100() -> Result<(), String> {
-    linattn_cuda::executor::sim::set_arch(Arch::SM90).map_err(|e| e.to_string())?;
-    let hw = ncu::read(&csv()).map_err(|e| e.to_string())?;
-    let mut sim = Vec::new();
-    for (backend, causality) in RUNS {
-        let problem = Problem::new(
-            Shape::new(1, 1, 4096, 64, 64),
-            causality,
-            FeatureMap::EluPlusOne,
-        );
-        sim.extend(simulate(backend, &problem, true).map_err(|e| e.to_string())?);
-    }
+    let (hw, sim) = hardware_and_simulated()?;
     let pairs = against::pair(&hw, &sim);
     println!("{}", against::render(&pairs));
     let problems: Vec<&String> = pairs.iter().filter_map(|p| p.problem.as_ref()).collect();

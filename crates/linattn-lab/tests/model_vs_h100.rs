@@ -9,22 +9,11 @@
 //!
 //! Stamped for the simulator: without NVRTC the trial shows as ignored with the reason.
 
-use std::path::{Path, PathBuf};
-
-use linattn_core::{Causality, FeatureMap, Problem, Shape};
-use linattn_cuda::runtime::Arch;
-use linattn_lab::profile::{against, ncu, simulate, times};
+use linattn_lab::profile::{against, times};
 use linattn_testkit::Platform;
 
-fn csv() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench-results/h100/ncu-n4096.csv")
-}
-
-const RUNS: [(&str, Causality); 3] = [
-    ("sim/causal_recurrent/f16", Causality::Causal),
-    ("sim/causal_chunked/f16", Causality::Causal),
-    ("sim/noncausal/f16", Causality::NonCausal),
-];
+mod h100_reference;
+use h100_reference::hardware_and_simulated;
 
 /// Each launch's model/measured within this range.
 const LAUNCH_RATIO: (f64, f64) = (0.25, 1.40);
@@ -43,17 +32,7 @@ fn main() {
 }
 
 fn the_model_time_is_no_worse_than_recorded() -> Result<(), String> {
-    linattn_cuda::executor::sim::set_arch(Arch::SM90).map_err(|e| e.to_string())?;
-    let hw = ncu::read(&csv()).map_err(|e| e.to_string())?;
-    let mut sim = Vec::new();
-    for (backend, causality) in RUNS {
-        let problem = Problem::new(
-            Shape::new(1, 1, 4096, 64, 64),
-            causality,
-            FeatureMap::EluPlusOne,
-        );
-        sim.extend(simulate(backend, &problem, true).map_err(|e| e.to_string())?);
-    }
+    let (hw, sim) = hardware_and_simulated()?;
     let pairs = against::pair(&hw, &sim);
     let rows = times::rows(&pairs);
     println!("{}", times::render(&rows));
