@@ -69,17 +69,23 @@ pub struct CheckArgs {
     json: Option<PathBuf>,
     /// Leave out, for the simulated backends (`sim/*`) only, the cases longer than N: the
     /// simulator is thousands of times slower than a GPU, and the default grid's N = 1100
-    /// cases are most of its time (`linattn all` passes 130). Default: no limit.
+    /// cases are most of its time (`linattn all` passes 130). Default (or 0, as for
+    /// `linattn all`): no limit.
     #[arg(long, value_name = "N")]
     sim_max_n: Option<usize>,
 }
 
 impl CheckArgs {
+    /// `--sim-max-n`, where it limits anything (0 means no limit, as in `linattn all`).
+    fn sim_limit(&self) -> Option<usize> {
+        self.sim_max_n.filter(|&n| n > 0)
+    }
+
     /// Whether `case` is checked on `info`'s backend: in its grid, and within the simulated
     /// backends' length limit.
     fn checks(&self, info: &linattn_core::BackendInfo, case: &grid::Case) -> bool {
         let too_long_to_simulate = info.device == linattn_core::DeviceKind::Sim
-            && self.sim_max_n.is_some_and(|n| case.problem.shape.seq > n);
+            && self.sim_limit().is_some_and(|n| case.problem.shape.seq > n);
         case_applies(info, case) && !too_long_to_simulate
     }
 }
@@ -118,7 +124,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
         .sum();
     let progress = progress_bar(total as u64, false);
     let sim_limit = args
-        .sim_max_n
+        .sim_limit()
         .map_or(String::new(), |n| format!("; sim/* only up to N = {n}"));
     eprintln!(
         "checking {} backend(s) on {} case(s) (seed {}{sim_limit})",
@@ -214,7 +220,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
             seed: args.seed,
             grid: if args.full { "full" } else { "default" },
             long: args.long,
-            sim_max_n: args.sim_max_n,
+            sim_max_n: args.sim_limit(),
             backends: &summaries,
             cases: &records,
         };
@@ -292,6 +298,8 @@ mod tests {
             .iter()
             .filter(|c| limited.checks(&sim, c))
             .all(|c| c.problem.shape.seq <= 130));
+        let zero = args(&["--sim-max-n", "0"]);
+        assert_eq!(count(&zero, &sim), count(&unlimited, &sim));
         assert_eq!(count(&limited, &cpu), count(&unlimited, &cpu));
         assert_eq!(count(&limited, &gpu), count(&unlimited, &gpu));
     }
