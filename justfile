@@ -57,6 +57,11 @@ regress-sim-update: build
 profile BACKEND="sim/causal_chunked/f16" *ARGS: build
     {{bin}} profile --backend {{BACKEND}} {{ARGS}}
 
+# The latency microbenchmarks (cycles per instruction class vs the model's constants): a
+# measurement on a GPU, the model read back on the simulator.
+latency PLATFORM="sim" *ARGS: build
+    {{bin}} latency --platform {{PLATFORM}} {{ARGS}}
+
 # Compile every kernel variant for sm_80 and sm_90 and print registers/spills per kernel.
 kernels: build
     {{bin}} kernels --arch sm_80,sm_90

@@ -9,6 +9,8 @@
 # its own deadline: the smaller of its cap and what is left of the budget. A step whose
 # minimum no longer fits is recorded as skipped, and time a step leaves unused passes on.
 #   check       linattn check --long of every cuda/* backend            -> check.json
+#   latency     linattn latency: %clock64 chains per instruction class,  (table in summary.txt,
+#               beside the model's timing of the same PTX                  JSON in rest.tgz)
 #   lin-*       linattn bench at fla's benchmark shapes, one per shape   -> side-by-side.tgz
 #   peers       fla chunk / fused-recurrent and SDPA flash, one process   (with ratios.txt:
 #   ratios      linattn chunked bf16 / fla chunk per shape and mode        the table)
@@ -20,7 +22,7 @@
 # $OUT gets at most 7 files, rewritten as each step ends (a kill keeps what finished):
 # summary.txt (the step log, the ratio table, the check verdict), check.json,
 # side-by-side.tgz, ncu.csv, sanitize.txt, sweep.json, rest.tgz (every step's full log,
-# decode results, the environment). Exit status: 0 when no step failed or timed out (budget
+# latency.json, decode results, the environment). Exit status: 0 when no step failed or timed out (budget
 # skips are not failures), 1 otherwise, 2 for a budget too small for the first step or a bad
 # pack (named before anything runs).
 set -uo pipefail
@@ -135,7 +137,14 @@ summary_head() {
     printf '%-13s %-36s %4s %5s %8s %6s  %s\n' step status rc secs deadline left command
 }
 write_summary() { # atomic, so a kill never leaves half a summary
-    { summary_head; printf '%s\n' "${rows[@]}"; } >"$OUT/.summary.tmp" && mv "$OUT/.summary.tmp" "$OUT/summary.txt"
+    {
+        summary_head
+        printf '%s\n' "${rows[@]}"
+        if [ -s "$WORK/latency.json" ]; then # the probe table: the model's constants, measured
+            echo
+            grep -h -A20 '^latency probes' "$WORK"/logs/*-latency.log 2>/dev/null
+        fi
+    } >"$OUT/.summary.tmp" && mv "$OUT/.summary.tmp" "$OUT/summary.txt"
 }
 collect() { # everything finished so far into $OUT
     [ "$DRY_RUN" = 1 ] && return
@@ -148,7 +157,7 @@ collect() { # everything finished so far into $OUT
         [ -f "$f" ] && { echo "==== ${f##*/} (last 300 lines)"; tail -n 300 "$f"; }
     done >"$WORK/sanitize.txt"
     [ -s "$WORK/sanitize.txt" ] && cp "$WORK/sanitize.txt" "$OUT/sanitize.txt"
-    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs ncu/bench.json racecheck-bench.json decode --ignore-failed-read 2>/dev/null
+    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json ncu/bench.json racecheck-bench.json decode --ignore-failed-read 2>/dev/null
     mv "$OUT/.rest.tmp" "$OUT/rest.tgz"
 }
 add_row() { # NAME STATUS RC SECS DEADLINE LEFT COMMAND...: one line of the step log
@@ -232,6 +241,9 @@ if [ "$DRY_RUN" = 1 ]; then
 fi
 
 step check 40 120 45 -- "$B" check --long --backends 'cuda/*' --json "$OUT/check.json"
+# Seconds: a few thousand %clock64 cycles per probe, 5 launches each, plus the simulator's
+# timing of the same PTX. Early because the model's constants are what it measures.
+step latency 5 30 8 -- "$B" latency --platform cuda --repeats 5 --out "$WORK/latency.json"
 
 # Side by side at fla's benchmark shapes (B, T, H, D), bf16: linattn, then the peers in
 # one process (fla's Triton compile and autotune, ~90 s, paid once), then the ratio table.

@@ -26,6 +26,7 @@ pub mod device_backend;
 pub mod executor;
 pub mod feature_map;
 pub mod form;
+pub mod latency_probe;
 pub mod memory;
 pub mod noncausal;
 pub mod params;

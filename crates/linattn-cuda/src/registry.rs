@@ -8,7 +8,9 @@ use linattn_core::{Backend, Decoder};
 use crate::executor::Platform;
 use crate::params::ParamSpec;
 use crate::runtime::KernelVariant;
-use crate::{causal_chunked, causal_cumsum, causal_recurrent, decode, feature_map, noncausal};
+use crate::{
+    causal_chunked, causal_cumsum, causal_recurrent, decode, feature_map, latency_probe, noncausal,
+};
 
 /// One kernel file and what is built from it.
 #[derive(Clone, Copy)]
@@ -44,7 +46,7 @@ fn no_decoders(_: Platform) -> Vec<Box<dyn Decoder>> {
 }
 
 /// Every form of this crate, in the order backends are listed.
-pub const FORMS: [FormEntry; 6] = [
+pub const FORMS: [FormEntry; 7] = [
     FormEntry {
         name: "noncausal",
         source: noncausal::SOURCE,
@@ -92,6 +94,15 @@ pub const FORMS: [FormEntry; 6] = [
         decoders: decode::decoders,
         variants: decode::kernel_variants,
         kernel_params: &decode::KERNEL_PARAMS,
+    },
+    // Not a form: the microbenchmarks of the performance model's latencies.
+    FormEntry {
+        name: "latency_probe",
+        source: latency_probe::SOURCE,
+        backends: no_backends,
+        decoders: no_decoders,
+        variants: latency_probe::kernel_variants,
+        kernel_params: &latency_probe::KERNEL_PARAMS,
     },
 ];
 

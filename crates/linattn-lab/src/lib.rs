@@ -15,6 +15,7 @@ mod display;
 mod exit;
 mod kernels;
 mod kv_cache;
+mod latency;
 mod npy;
 mod plot;
 pub mod profile;
@@ -85,6 +86,10 @@ enum Command {
     Decode(decode::DecodeArgs),
     /// Compile every kernel variant with NVRTC and print ptxas registers/spills per kernel.
     Kernels(kernels::KernelsArgs),
+    /// Time dependent-instruction chains with %clock64 (kernels/latency_probe.cu): cycles per
+    /// instruction class beside the performance model's constant. On a GPU a measurement; on
+    /// the simulator a read-back of the model.
+    Latency(latency::LatencyArgs),
     /// How concentrated attention rows are (SPEC §7): S(a) by streamed Monte Carlo against
     /// the closed forms, over n and γ; table, JSON, SVG.
     Sparsity(Box<sparsity::SparsityArgs>),
@@ -103,7 +108,8 @@ impl Command {
             | Command::Check(_)
             | Command::Bench(_)
             | Command::Profile(_)
-            | Command::Kernels(_) => true,
+            | Command::Kernels(_)
+            | Command::Latency(_) => true,
             Command::Attend(args) => kernel_family(args.backend()),
             Command::Decode(args) => kernel_family(args.backend()),
             Command::Compare(_) | Command::Report(_) | Command::Sparsity(_) => false,
@@ -135,6 +141,7 @@ pub fn run_cli() -> ExitCode {
         Command::Attend(args) => attend::run(args),
         Command::Decode(args) => decode::run(args),
         Command::Kernels(args) => kernels::run(args),
+        Command::Latency(args) => latency::run(args),
         Command::Profile(args) => profile::run(*args),
         Command::Sparsity(args) => sparsity::run(*args),
     };

@@ -67,7 +67,9 @@ pub struct SimArch {
 /// - `conversion`, `sfu`, `mma`, `shfl`, `barrier`: no measured figure was found within this
 ///   step's time box; these are stated assumptions (conversion = the ALU's; MUFU ~ the high
 ///   teens of the Volta/Turing dissections; mma.m16n8k16 and shfl ~ the order of a shared
-///   load; bar.sync = one shared-memory round trip). Replace them with measurements.
+///   load; bar.sync = one shared-memory round trip). Replace them with measurements:
+///   `linattn latency --platform cuda` (kernels/latency_probe.cu) measures every class of
+///   this struct on a GPU, beside the simulator's timing of the same PTX.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Latencies {
     pub alu: u32,

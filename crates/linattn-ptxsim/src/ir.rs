@@ -112,6 +112,10 @@ pub enum Special {
     LaneId,
     WarpId,
     NWarpId,
+    /// `%clock` / `%clock64`: the warp's issue cycle under the latency model (else the
+    /// number of instructions it has issued); probes time chains with them.
+    Clock,
+    Clock64,
 }
 
 /// A source operand.

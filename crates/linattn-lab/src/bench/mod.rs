@@ -17,6 +17,11 @@ mod grid;
 mod log;
 mod parse;
 mod probes;
+
+/// Name, driver, CUDA/NVRTC versions and memory of device 0; `None` without a GPU.
+pub(crate) fn gpu_environment() -> Option<crate::results::GpuEnvironment> {
+    probes::gpu::environment()
+}
 mod rates;
 mod render;
 

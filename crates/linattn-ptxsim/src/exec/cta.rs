@@ -183,9 +183,11 @@ impl CtaRunner {
                 }
             };
             self.counters.instruction(instr.class, active);
-            if ctx.latency.is_some() {
-                self.clocks.issue(warp.index as usize, instr);
-            }
+            warp.clock = if ctx.latency.is_some() {
+                self.clocks.issue(warp.index as usize, instr)
+            } else {
+                warp.clock + 1
+            };
             if instr.fp32_flops > 0 {
                 self.counters.fp32_flops +=
                     u64::from(instr.fp32_flops) * u64::from(active.count_ones());

@@ -48,6 +48,9 @@ pub struct Warp {
     pub wsync: u32,
     /// %tid.{x,y,z} per lane.
     pub tid: [Lanes32; 3],
+    /// What `%clock64` reads: the issue cycle of the instruction being run (set by the CTA
+    /// loop: the latency model's clock, or a count of issued instructions without it).
+    pub clock: u64,
 }
 
 impl Warp {
@@ -64,6 +67,7 @@ impl Warp {
             barrier: 0,
             wsync: 0,
             tid: [[0; LANES]; 3],
+            clock: 0,
         }
     }
 
@@ -91,6 +95,7 @@ impl Warp {
         self.collective = 0;
         self.barrier = 0;
         self.wsync = 0;
+        self.clock = 0;
     }
 
     /// Lanes that can run now.
@@ -114,6 +119,7 @@ impl Warp {
             Special::LaneId => each(|l| l as u32),
             Special::WarpId => [self.index; LANES],
             Special::NWarpId => [u.nwarps; LANES],
+            Special::Clock | Special::Clock64 => [self.clock as u32; LANES],
         }
     }
 
@@ -153,6 +159,7 @@ impl Warp {
                 index,
             }) => self.r64[index as usize],
             Src::Imm(v) => [v; LANES],
+            Src::Special(Special::Clock64) => [self.clock; LANES],
             _ => {
                 let v = self.read32(s, u);
                 each(|l| u64::from(v[l]))

@@ -199,6 +199,8 @@ fn special(name: &str) -> Option<Special> {
         "%laneid" => Some(Special::LaneId),
         "%warpid" => Some(Special::WarpId),
         "%nwarpid" => Some(Special::NWarpId),
+        "%clock" => Some(Special::Clock),
+        "%clock64" => Some(Special::Clock64),
         _ => None,
     }
 }
