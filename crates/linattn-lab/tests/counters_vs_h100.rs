@@ -1,11 +1,11 @@
 //! The simulator's counters against the H100's (bench-results/h100/ncu-n4096.csv, Nsight
 //! Compute on the first hardware run): the same 27 launches (causal_recurrent,
 //! causal_chunked and noncausal, f16, B = H = 1, N = 4096, D = M = 64, forward + backward)
-//! profiled on the simulator (sm_90), paired per kernel name in order, every held counter
-//! (global load/store sectors and requests, shared load/store wavefronts, registers,
-//! theoretical occupancy) within 5% launch by launch. And `linattn profile --against` on the
-//! same file, and on broken copies of it: another grid, a missing metric, an unknown kernel,
-//! a malformed value.
+//! replayed on the simulator (sm_90) from bench-results/h100/trace-n4096, paired per kernel
+//! name in order, every held counter (global load/store sectors and requests, shared
+//! load/store wavefronts, registers, theoretical occupancy) within 5% launch by launch. And
+//! `linattn profile --replay --against` on the same file, and on broken copies of it: another
+//! grid, a missing metric, an unknown kernel, a malformed value.
 //!
 //! Stamped for the simulator: without NVRTC the trials show as ignored with the reason.
 
@@ -16,7 +16,7 @@ use linattn_lab::profile::against;
 use linattn_testkit::Platform;
 
 mod h100_reference;
-use h100_reference::{csv, hardware_and_simulated};
+use h100_reference::{csv, hardware_and_simulated, trace};
 
 fn main() {
     let mut trials = Vec::new();
@@ -85,19 +85,17 @@ fn text(out: &Output) -> (String, String) {
     )
 }
 
-/// `profile --against FILE` for the chunked backend alone (the fastest to simulate), `extra`
+/// `profile --replay TRACE --against FILE` for the chunked backend's launches alone, `extra`
 /// arguments after.
 fn against_chunked(file: &Path, extra: &[&str]) -> Output {
     let file = file.to_str().expect("a UTF-8 path");
+    let trace = trace();
     let mut args = vec![
         "profile",
+        "--replay",
+        trace.to_str().expect("a UTF-8 path"),
         "--backend",
         "sim/causal_chunked/f16",
-        "--n",
-        "4096",
-        "--d",
-        "64",
-        "--quiet",
         "--against",
         file,
     ];
@@ -130,15 +128,11 @@ fn chunked_copy(dir: &Path, edit: impl Fn(&str) -> Option<String>) -> PathBuf {
 
 fn profile_against_the_committed_csv_passes() -> Result<(), String> {
     let file = csv();
+    let trace = trace();
     let out = linattn(&[
         "profile",
-        "--backend",
-        "sim/causal_recurrent/f16,sim/causal_chunked/f16,sim/noncausal/f16",
-        "--n",
-        "4096",
-        "--d",
-        "64",
-        "--quiet",
+        "--replay",
+        trace.to_str().unwrap(),
         "--against",
         file.to_str().unwrap(),
         "--tolerance",

@@ -17,6 +17,8 @@ pub mod cuda;
 pub mod gemm;
 mod seam;
 pub mod sim;
+mod sim_launch;
+pub mod trace;
 
 use std::sync::Arc;
 

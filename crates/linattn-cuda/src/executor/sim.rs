@@ -18,13 +18,15 @@ pub use linattn_ptxsim::Checks;
 /// The simulator's counters, instruction classes, arch numbers and performance model, for
 /// profiles of simulated runs.
 pub use linattn_ptxsim::{model, Counters, InstrClass, Sampled, SimArch};
-use linattn_ptxsim::{Arg, Device, LaunchConfig, Module, SimError};
+use linattn_ptxsim::{Arg, Device, LaunchConfig, Module};
 
 use super::gemm::GemmCall;
 use super::seam::{
     check_launch, check_shared_opt_in, load_module, report_for, DeviceInfo, Executor, Kernel,
     KernelArg, Launch, Platform,
 };
+pub use super::sim_launch::{sim_error, LaunchRecord};
+use super::trace::Recorder;
 use crate::runtime::nvrtc::CompileKey;
 use crate::runtime::{lock, nvrtc_available, nvrtc_version, Arch, KernelVariant};
 
@@ -122,27 +124,11 @@ fn memory_bytes() -> u64 {
     half_available.min(80 << 30)
 }
 
-/// One launch as the profiler records it.
-#[derive(Debug, Clone)]
-pub struct LaunchRecord {
-    pub entry: String,
-    /// The variant's label (`causal_chunked.cu[LA_STORAGE=1,...]`).
-    pub label: String,
-    pub grid: (u32, u32, u32),
-    pub block: (u32, u32, u32),
-    pub dynamic_shared: u32,
-    /// From ptxas' report for the simulated arch.
-    pub static_shared: u64,
-    pub registers: u32,
-    pub counters: Counters,
-    /// Which CTAs ran when the launch was sampled (`SimExecutor::set_sample`).
-    pub sampled: Option<Sampled>,
-}
-
-/// A loaded kernel: its module and entry point.
+/// A loaded kernel: its module and entry point (and the module's PTX, for traces).
 struct SimKernel {
     module: Module,
     key: (CompileKey, String),
+    ptx: Arc<str>,
 }
 
 pub struct SimExecutor {
@@ -159,6 +145,9 @@ pub struct SimExecutor {
     /// Rows of grid y that profiled launches simulate (0: all); see `linattn_ptxsim::sample`.
     sample: std::sync::atomic::AtomicU32,
     sim_arch: SimArch,
+    /// Everything asked of the executor since [`SimExecutor::start_trace`] (any thread:
+    /// trace single-threaded runs).
+    trace: Mutex<Option<Recorder>>,
 }
 
 impl SimExecutor {
@@ -189,7 +178,37 @@ impl SimExecutor {
             profile: Mutex::new(HashMap::new()),
             sample: std::sync::atomic::AtomicU32::new(0),
             sim_arch,
+            trace: Mutex::new(None),
         })
+    }
+
+    /// From now on every allocation, upload, fill, copy and launch is also recorded in a
+    /// trace (`executor::trace`), until [`SimExecutor::finish_trace`].
+    pub fn start_trace(&self) {
+        if let Ok(mut t) = self.trace.lock() {
+            *t = Some(Recorder::default());
+        }
+    }
+
+    /// Marks the launches that follow as `phase` of `backend` in the trace being recorded.
+    pub fn trace_phase(&self, backend: &str, phase: &str) {
+        self.traced(|t| t.phase(backend, phase));
+    }
+
+    /// Stops tracing and writes the trace to `dir` (see `executor::trace`).
+    pub fn finish_trace(&self, dir: &std::path::Path, source: &str) -> Result<(), AttnError> {
+        let recorder = lock(&self.trace)?
+            .take()
+            .ok_or_else(|| AttnError::State("finish_trace without start_trace".into()))?;
+        recorder.write(dir, self.sim_arch.name, source)
+    }
+
+    fn traced(&self, f: impl FnOnce(&mut Recorder)) {
+        if let Ok(mut t) = self.trace.lock() {
+            if let Some(recorder) = t.as_mut() {
+                f(recorder);
+            }
+        }
     }
 
     /// The simulated architecture's limits and per-part numbers (for the model).
@@ -244,27 +263,6 @@ impl SimExecutor {
     }
 }
 
-/// Simulator errors as the harness's errors.
-pub fn sim_error(error: SimError) -> AttnError {
-    match error {
-        SimError::Fault(fault) => AttnError::KernelFault(fault.to_string()),
-        SimError::OutOfMemory {
-            requested,
-            free,
-            total,
-        } => AttnError::OutOfMemory {
-            device: "ptxsim".into(),
-            requested_bytes: requested,
-            detail: format!("{free} bytes free of {total}"),
-        },
-        SimError::Launch { .. } => AttnError::InvalidArgument(error.to_string()),
-        SimError::Parse { .. } | SimError::NoKernel { .. } => {
-            AttnError::Compile(format!("ptxsim: {error}"))
-        }
-        SimError::Memory(_) => AttnError::State(format!("ptxsim: {error}")),
-    }
-}
-
 impl Executor for SimExecutor {
     fn platform(&self) -> Platform {
         Platform::Sim
@@ -284,15 +282,20 @@ impl Executor for SimExecutor {
         } else {
             self.device.alloc(bytes)
         };
-        result.map_err(sim_error)
+        let address = result.map_err(sim_error)?;
+        self.traced(|t| t.alloc(address, bytes, zeroed));
+        Ok(address)
     }
 
     fn free(&self, address: u64) {
+        self.traced(|t| t.free(address));
         let _ = self.device.free(address);
     }
 
     fn upload(&self, address: u64, data: &[u8]) -> Result<(), AttnError> {
-        self.device.write(address, data).map_err(sim_error)
+        self.device.write(address, data).map_err(sim_error)?;
+        self.traced(|t| t.upload(address, data));
+        Ok(())
     }
 
     fn download(&self, address: u64, out: &mut [u8]) -> Result<(), AttnError> {
@@ -300,11 +303,15 @@ impl Executor for SimExecutor {
     }
 
     fn memset_zero(&self, address: u64, bytes: u64) -> Result<(), AttnError> {
-        self.device.fill(address, bytes, 0).map_err(sim_error)
+        self.device.fill(address, bytes, 0).map_err(sim_error)?;
+        self.traced(|t| t.fill(address, bytes));
+        Ok(())
     }
 
     fn copy(&self, dst: u64, src: u64, bytes: u64) -> Result<(), AttnError> {
-        self.device.copy(dst, src, bytes).map_err(sim_error)
+        self.device.copy(dst, src, bytes).map_err(sim_error)?;
+        self.traced(|t| t.copy(dst, src, bytes));
+        Ok(())
     }
 
     fn memory_info(&self) -> Result<(u64, u64), AttnError> {
@@ -326,6 +333,7 @@ impl Executor for SimExecutor {
             inner: Arc::new(SimKernel {
                 module,
                 key: (key, entry.to_string()),
+                ptx: Arc::from(compiled.ptx.as_str()),
             }),
         })
     }
@@ -357,6 +365,7 @@ impl Executor for SimExecutor {
                 )));
             }
         }
+        let raw_args = args;
         let args: Vec<Arg> = args
             .iter()
             .map(|a| match *a {
@@ -388,19 +397,21 @@ impl Executor for SimExecutor {
         if let Ok(mut counters) = self.counters.lock() {
             counters.add(&stats.counters);
         }
+        let record = LaunchRecord {
+            entry: kernel.entry.clone(),
+            label: kernel.label.clone(),
+            grid: launch.grid,
+            block: launch.block,
+            dynamic_shared: launch.shared_bytes,
+            static_shared,
+            registers: kernel.ptxas.as_ref().map_or(0, |r| r.registers),
+            counters: stats.counters,
+            sampled: stats.sampled.clone(),
+        };
+        self.traced(|t| t.launch(&sim.ptx, &record, raw_args));
         if let Ok(mut profile) = self.profile.lock() {
             if let Some(log) = profile.get_mut(&std::thread::current().id()) {
-                log.push(LaunchRecord {
-                    entry: kernel.entry.clone(),
-                    label: kernel.label.clone(),
-                    grid: launch.grid,
-                    block: launch.block,
-                    dynamic_shared: launch.shared_bytes,
-                    static_shared,
-                    registers: kernel.ptxas.as_ref().map_or(0, |r| r.registers),
-                    counters: stats.counters,
-                    sampled: stats.sampled.clone(),
-                });
+                log.push(record);
             }
         }
         Ok(())

@@ -47,9 +47,15 @@ fused, repeated shared loads dropped; linattn-ptxsim's ptxas.rs); instruction co
 (bench-results/h100/ncu-n4096.csv: cuda/causal_recurrent/f16, cuda/causal_chunked/f16, \
 cuda/noncausal/f16 at --n 4096 --d 64).")]
 pub struct ProfileArgs {
-    /// Backends to profile: `sim/*` names or globs (comma-separated).
-    #[arg(long = "backend", visible_alias = "backends", value_name = "PATTERNS")]
-    backends: String,
+    /// Backends to profile: `sim/*` names or globs (comma-separated). With --replay: which
+    /// of the trace's backends to replay (default: all).
+    #[arg(
+        long = "backend",
+        visible_alias = "backends",
+        value_name = "PATTERNS",
+        required_unless_present = "replay"
+    )]
+    backends: Option<String>,
     /// Sequence lengths N, comma-separated (numbers or 2^k).
     #[arg(long, default_value = "4096")]
     n: String,
@@ -101,10 +107,29 @@ pub struct ProfileArgs {
     /// fraction (0.05 = 5%).
     #[arg(long, value_name = "FRACTION", requires = "against")]
     tolerance: Option<f64>,
+    /// Also write a launch trace of the run to this folder: every allocation, upload and
+    /// launch with its PTX and arguments, replayable on the simulator after the kernels
+    /// change (how bench-results/h100/trace-n4096 keeps the calibration's kernels). The
+    /// jobs then run one at a time.
+    #[arg(long, value_name = "DIR", conflicts_with = "sample")]
+    record_trace: Option<PathBuf>,
+    /// Instead of running backends, replay a launch trace (--record-trace) and put its
+    /// launches beside --against's export: the simulator on the kernels the trace holds, as
+    /// they were when the export was taken (bench-results/h100/trace-n4096).
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "against",
+        conflicts_with_all = ["record_trace", "sample", "json"]
+    )]
+    replay: Option<PathBuf>,
 }
 
 pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
-    let backends = registry::selected_backends(Some(&args.backends))?;
+    if let Some(dir) = &args.replay {
+        return run_replay(dir, &args);
+    }
+    let backends = registry::selected_backends(args.backends.as_deref())?;
     if let Some(b) = backends
         .iter()
         .find(|b| registry::family(b.name()) != "sim")
@@ -162,7 +187,15 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
             }
         }
     }
-    let results = run_longest_first(&jobs, |(name, problem)| {
+    let workers = if args.record_trace.is_some() {
+        1 // a trace is one ordered stream of operations
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    };
+    if args.record_trace.is_some() {
+        executor.start_trace();
+    }
+    let results = run_longest_first(&jobs, workers, |(name, problem)| {
         let mut backend = registry::selected_backends(Some(name))
             .map_err(|e| e.to_string())?
             .pop()
@@ -177,6 +210,15 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
             Err(e) => Err(format!("{name} {problem}: {e}")),
         }
     });
+    if let Some(dir) = &args.record_trace {
+        let source = format!(
+            "linattn {} ({})",
+            std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+            crate::results::host::BUILD_COMMIT
+        );
+        executor.finish_trace(dir, &source)?;
+        eprintln!("launch trace written to {}", dir.display());
+    }
     let mut profiles = Vec::new();
     let mut launches = Vec::new();
     let mut failed = 0;
@@ -231,6 +273,37 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         return Ok(print_against(hw, &launches, args.tolerance));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--replay DIR --against FILE.csv`: the trace's launches (of the backends `--backend`
+/// selects) beside the export.
+fn run_replay(dir: &std::path::Path, args: &ProfileArgs) -> Result<ExitCode, AttnError> {
+    let Some(file) = &args.against else {
+        return Err(AttnError::InvalidArgument(
+            "--replay needs --against".into(),
+        ));
+    };
+    let hardware = ncu::read(file)?;
+    let patterns: Vec<&str> = args
+        .backends
+        .as_deref()
+        .map_or(vec!["*"], |b| b.split(',').map(str::trim).collect());
+    let launches: Vec<SimLaunch> = replay(dir)?
+        .into_iter()
+        .filter(|l| {
+            patterns
+                .iter()
+                .any(|p| registry::pattern_matches(p, &l.backend))
+        })
+        .collect();
+    if launches.is_empty() {
+        return Err(AttnError::InvalidArgument(format!(
+            "the trace in {} has no launch of {}",
+            dir.display(),
+            patterns.join(",")
+        )));
+    }
+    Ok(print_against(&hardware, &launches, args.tolerance))
 }
 
 /// Per kernel whose launches were sampled: which rows ran and the scale (identical launches
@@ -300,13 +373,15 @@ fn print_against(hw: &[ncu::NcuLaunch], sim: &[SimLaunch], tolerance: Option<f64
 /// minutes: started last, it would leave every other core idle at the end.
 fn run_longest_first<R: Send>(
     jobs: &[(String, Problem)],
+    workers: usize,
     work: impl Fn(&(String, Problem)) -> R + Sync,
 ) -> Vec<R> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by(|&a, &b| job_cost(&jobs[b]).total_cmp(&job_cost(&jobs[a])));
+    if workers > 1 {
+        order.sort_by(|&a, &b| job_cost(&jobs[b]).total_cmp(&job_cost(&jobs[a])));
+    }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let done = std::sync::Mutex::new(Vec::with_capacity(jobs.len()));
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::thread::scope(|scope| {
         for _ in 0..workers.min(jobs.len()) {
             scope.spawn(|| loop {
@@ -395,6 +470,22 @@ pub fn simulate(
         .collect())
 }
 
+/// Every launch of the trace in `dir` (`--record-trace`), replayed on a fresh simulated
+/// device of the trace's architecture, as [`simulate`] reports launches.
+pub fn replay(dir: &std::path::Path) -> Result<Vec<SimLaunch>, AttnError> {
+    let phases = linattn_cuda::executor::trace::replay(dir)?;
+    let arch = linattn_cuda::executor::trace::arch(dir)?;
+    Ok(phases
+        .iter()
+        .flat_map(|p| {
+            p.launches
+                .iter()
+                .map(|l| SimLaunch::new(&p.backend, &p.phase, l, &arch))
+                .collect::<Vec<_>>()
+        })
+        .collect())
+}
+
 /// Stages `problem`, runs the forward (and the backward) with the simulator recording: the
 /// launches of each phase.
 fn record_launches(
@@ -406,12 +497,14 @@ fn record_launches(
     let inputs = Inputs::random(problem.shape, 1, backward)?;
     backend.stage(problem, &inputs)?;
     let executor = sim::shared().map_err(AttnError::Unsupported)?;
+    executor.trace_phase(backend.name(), "forward");
     executor.start_profile();
     let forward = backend.run_forward();
     let forward_log = executor.finish_profile();
     forward?;
     let mut phases = vec![("forward", forward_log)];
     if backward {
+        executor.trace_phase(backend.name(), "backward");
         executor.start_profile();
         let backward = backend.run_backward();
         let backward_log = executor.finish_profile();

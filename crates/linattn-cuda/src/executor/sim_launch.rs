@@ -1,0 +1,43 @@
+//! What the simulator executor reports of a launch, and its errors as the harness's: shared
+//! by the executor (`sim`) and the trace replay (`trace`).
+
+use linattn_core::AttnError;
+use linattn_ptxsim::{Counters, Sampled, SimError};
+
+/// One launch as the profiler records it.
+#[derive(Debug, Clone)]
+pub struct LaunchRecord {
+    pub entry: String,
+    /// The variant's label (`causal_chunked.cu[LA_STORAGE=1,...]`).
+    pub label: String,
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub dynamic_shared: u32,
+    /// From ptxas' report for the simulated arch.
+    pub static_shared: u64,
+    pub registers: u32,
+    pub counters: Counters,
+    /// Which CTAs ran when the launch was sampled (`SimExecutor::set_sample`).
+    pub sampled: Option<Sampled>,
+}
+
+/// Simulator errors as the harness's errors.
+pub fn sim_error(error: SimError) -> AttnError {
+    match error {
+        SimError::Fault(fault) => AttnError::KernelFault(fault.to_string()),
+        SimError::OutOfMemory {
+            requested,
+            free,
+            total,
+        } => AttnError::OutOfMemory {
+            device: "ptxsim".into(),
+            requested_bytes: requested,
+            detail: format!("{free} bytes free of {total}"),
+        },
+        SimError::Launch { .. } => AttnError::InvalidArgument(error.to_string()),
+        SimError::Parse { .. } | SimError::NoKernel { .. } => {
+            AttnError::Compile(format!("ptxsim: {error}"))
+        }
+        SimError::Memory(_) => AttnError::State(format!("ptxsim: {error}")),
+    }
+}
