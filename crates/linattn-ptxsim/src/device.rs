@@ -93,6 +93,9 @@ pub struct Device {
     checks: Checks,
     /// Whether launches keep the memory counters (sectors, wavefronts, unique sectors).
     count_memory: std::sync::atomic::AtomicBool,
+    /// Whether modules are loaded as compiled: each `mul.f32` ptxas folds into an
+    /// `add.f32` / `sub.f32` runs fused, rounded once (`ptxas::contract`).
+    contract: bool,
 }
 
 impl Device {
@@ -103,7 +106,21 @@ impl Device {
             memory: RwLock::new(GlobalMemory::new(memory_bytes)),
             checks: Checks::default(),
             count_memory: std::sync::atomic::AtomicBool::new(false),
+            contract: false,
         }
+    }
+
+    /// Modules loaded from now on run each multiply-add ptxas contracts as one FFMA (one
+    /// rounding) instead of PTX's mul then add (two): the numerics of the SASS. Counters
+    /// and the model use the PTX as written either way.
+    pub fn with_contraction(mut self, on: bool) -> Device {
+        self.contract = on;
+        self
+    }
+
+    /// Whether modules are loaded as compiled (see [`Device::with_contraction`]).
+    pub fn contraction(&self) -> bool {
+        self.contract
     }
 
     /// Whether later launches keep the memory counters of [`Counters`] (global sectors,
@@ -138,11 +155,16 @@ impl Device {
     /// Parses PTX and places its `.global` variables in device memory.
     pub fn load(&self, ptx: &str) -> Result<Module, SimError> {
         let mut memory = self.memory_mut();
-        let program = parse_program(ptx, &mut |var| {
+        let mut program = parse_program(ptx, &mut |var| {
             let address = memory.alloc(var.init.len() as u64, true)?;
             memory.write(address, &var.init)?;
             Ok(address)
         })?;
+        if self.contract {
+            for kernel in program.kernels.values_mut() {
+                crate::ptxas::contract::apply(&mut kernel.instrs);
+            }
+        }
         Ok(Module {
             program: Arc::new(program),
         })

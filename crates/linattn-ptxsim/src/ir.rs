@@ -211,6 +211,10 @@ pub struct FloatMode {
     pub rounding: Rounding,
     pub ftz: bool,
     pub sat: bool,
+    /// No rounding modifier was written: ptxas may contract a `mul` into the `add` or `sub`
+    /// that uses it (PTX ISA, `mul`/`add`: "mul/add sequences with no rounding modifiers may
+    /// be optimized to use fused-multiply-add instructions"; `ptxas/contract.rs`).
+    pub contractible: bool,
 }
 
 /// Comparison operators of `setp`.
@@ -333,6 +337,17 @@ pub enum Op {
         a: Src,
         b: Src,
         c: Src,
+    },
+    /// A `mul.f32` folded into the `add.f32` / `sub.f32` that uses it, as ptxas compiles
+    /// them (`ptxas/contract.rs`; only in modules a device loads as compiled):
+    /// (±a·b) + (±c) with one rounding, round to nearest even.
+    FusedMulAdd {
+        d: Reg,
+        a: Src,
+        b: Src,
+        c: Src,
+        negate_product: bool,
+        negate_addend: bool,
     },
     /// `fma` / `mad` on floats: a·b + c with one rounding.
     Fma {
@@ -471,6 +486,7 @@ impl Op {
             {
                 InstrClass::Fp32
             }
+            Op::FusedMulAdd { .. } => InstrClass::Fp32,
             Op::Un { op, ty, .. } if float(ty) => match op {
                 UnOp::Neg | UnOp::Abs => InstrClass::Fp32,
                 _ => InstrClass::SpecialFunction,
@@ -499,7 +515,7 @@ impl Op {
     /// 0 for everything that is not fp32 arithmetic.
     pub fn fp32_flops(&self) -> u32 {
         match self {
-            Op::Fma { ty: Ty::F32, .. } => 2,
+            Op::Fma { ty: Ty::F32, .. } | Op::FusedMulAdd { .. } => 2,
             Op::Bin {
                 ty: Ty::F32,
                 op: BinOp::Add | BinOp::Sub | BinOp::MulLo | BinOp::Div,
@@ -606,6 +622,85 @@ pub enum Counting {
 }
 
 impl Op {
+    /// Calls `f` on every register the operation reads (guard predicates are the
+    /// instruction's, not the operation's): the issue clocks and ptxas' rewrites read it.
+    pub fn each_source(&self, f: &mut impl FnMut(Reg)) {
+        let op = self;
+        match op {
+            Op::Mov { a, .. }
+            | Op::Unpack { a, .. }
+            | Op::Un { a, .. }
+            | Op::PredNot { a, .. }
+            | Op::Cvta { a, .. } => src_reg(a, f),
+            Op::Cvt(c) => src_reg(&c.a, f),
+            Op::Pack { a, .. } | Op::St { a, .. } => {
+                for s in a {
+                    src_reg(s, f);
+                }
+                if let Op::St { addr: ad, .. } = op {
+                    addr_reg(ad, f);
+                }
+            }
+            Op::Bin { a, b, .. }
+            | Op::MulWide { a, b, .. }
+            | Op::CvtPack { a, b, .. }
+            | Op::PredLogic { a, b, .. } => {
+                src_reg(a, f);
+                src_reg(b, f);
+            }
+            Op::Mad { a, b, c, .. } | Op::Fma { a, b, c, .. } | Op::FusedMulAdd { a, b, c, .. } => {
+                src_reg(a, f);
+                src_reg(b, f);
+                src_reg(c, f);
+            }
+            Op::Setp { a, b, combine, .. } => {
+                src_reg(a, f);
+                src_reg(b, f);
+                if let Some((_, p)) = combine {
+                    src_reg(p, f);
+                }
+            }
+            Op::Selp { a, b, p, .. } => {
+                src_reg(a, f);
+                src_reg(b, f);
+                src_reg(p, f);
+            }
+            Op::Bfi { a, b, pos, len, .. } => {
+                src_reg(a, f);
+                src_reg(b, f);
+                src_reg(pos, f);
+                src_reg(len, f);
+            }
+            Op::Bfe { a, pos, len, .. } => {
+                src_reg(a, f);
+                src_reg(pos, f);
+                src_reg(len, f);
+            }
+            Op::Ld { addr: ad, .. } => addr_reg(ad, f),
+            Op::Atom { addr: ad, b, c, .. } => {
+                addr_reg(ad, f);
+                src_reg(b, f);
+                if let Some(c) = c {
+                    src_reg(c, f);
+                }
+            }
+            Op::Bra { .. } | Op::Ret => {}
+            Op::BarSync { id } => src_reg(id, f),
+            Op::WarpSync { mask } => src_reg(mask, f),
+            Op::Shfl { a, b, c, mask, .. } => {
+                src_reg(a, f);
+                src_reg(b, f);
+                src_reg(c, f);
+                src_reg(mask, f);
+            }
+            Op::Mma(m) => {
+                for s in m.a.iter().chain(&m.b).chain(&m.c) {
+                    src_reg(s, f);
+                }
+            }
+        }
+    }
+
     /// Calls `f` on every register the operation writes (the issue clocks and ptxas'
     /// rewrites both read it).
     pub fn each_dest(&self, f: &mut impl FnMut(Reg)) {
@@ -616,6 +711,7 @@ impl Op {
             | Op::MulWide { d, .. }
             | Op::Mad { d, .. }
             | Op::Fma { d, .. }
+            | Op::FusedMulAdd { d, .. }
             | Op::Un { d, .. }
             | Op::CvtPack { d, .. }
             | Op::Selp { d, .. }
@@ -651,5 +747,17 @@ impl Op {
             Op::St { .. } | Op::Bra { .. } | Op::Ret | Op::BarSync { .. } | Op::WarpSync { .. } => {
             }
         }
+    }
+}
+
+fn src_reg(s: &Src, f: &mut impl FnMut(Reg)) {
+    if let Src::Reg(r) = s {
+        f(*r);
+    }
+}
+
+fn addr_reg(a: &Address, f: &mut impl FnMut(Reg)) {
+    if let Some(r) = a.base {
+        f(r);
     }
 }

@@ -69,6 +69,26 @@ fn checks() -> Checks {
     *CHECKS.get_or_init(Checks::default)
 }
 
+static CONTRACTION: OnceLock<bool> = OnceLock::new();
+
+/// Whether the executor loads kernels as compiled (each multiply-add ptxas contracts runs as
+/// one FFMA, rounded once: `linattn_ptxsim::ptxas::contract`), chosen before it is first
+/// used; off (PTX as written) unless chosen.
+pub fn set_contraction(on: bool) -> Result<(), AttnError> {
+    let chosen = *CONTRACTION.get_or_init(|| on);
+    if chosen != on {
+        return Err(AttnError::InvalidArgument(format!(
+            "the simulator already runs with contraction {}; cannot switch in this process",
+            if chosen { "on" } else { "off" }
+        )));
+    }
+    Ok(())
+}
+
+fn contraction() -> bool {
+    *CONTRACTION.get_or_init(|| false)
+}
+
 /// The simulated architecture (sm_90 unless chosen otherwise).
 pub fn arch() -> Arch {
     *ARCH.get_or_init(|| {
@@ -154,7 +174,9 @@ impl SimExecutor {
     pub fn new(arch: Arch) -> Result<SimExecutor, AttnError> {
         let sim_arch = sim_arch_of(arch)?;
         let memory = memory_bytes();
-        let device = Device::new(sim_arch, memory).with_checks(checks());
+        let device = Device::new(sim_arch, memory)
+            .with_checks(checks())
+            .with_contraction(contraction());
         let info = DeviceInfo {
             name: format!("ptxsim {} ({} limits)", sim_arch.name, sim_arch.part),
             compute_capability: sim_arch.compute_capability,

@@ -73,6 +73,18 @@ pub struct CheckArgs {
     /// `linattn all`): no limit.
     #[arg(long, value_name = "N")]
     sim_max_n: Option<usize>,
+    /// How the simulator rounds (sim/* only): `exact` runs the PTX as written (each `mul` and
+    /// `add` rounded); `as-compiled` runs each multiply-add that ptxas contracts as one fused
+    /// FFMA, rounded once, as the GPU does.
+    #[arg(long, value_enum, default_value = "exact")]
+    numerics: SimNumerics,
+}
+
+/// The simulator's numerics (`check --numerics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SimNumerics {
+    Exact,
+    AsCompiled,
 }
 
 impl CheckArgs {
@@ -91,6 +103,7 @@ impl CheckArgs {
 }
 
 pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
+    linattn_cuda::executor::sim::set_contraction(args.numerics == SimNumerics::AsCompiled)?;
     let backends = registry::selected_backends(args.backends.as_deref())?;
     if let Some(path) = &args.json {
         crate::results::check_writable(path)

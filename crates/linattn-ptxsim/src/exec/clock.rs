@@ -11,7 +11,7 @@
 
 use crate::arch::Latencies;
 use crate::instr_class::InstrClass;
-use crate::ir::{Address, Bank, Instr, Op, Reg, Space, Src};
+use crate::ir::{Bank, Instr, Op, Reg, Space};
 
 /// One warp's clock: the earliest cycle of its next issue, and the cycle each register's
 /// value is ready, per bank.
@@ -74,7 +74,7 @@ impl Clocks {
         if let Some((p, _)) = instr.guard {
             at = at.max(w.ready(p));
         }
-        sources(&instr.op, &mut |r| at = at.max(w.ready(r)));
+        instr.op.each_source(&mut |r| at = at.max(w.ready(r)));
         let done = at + u64::from(latency_of(&lat, instr));
         instr.op.each_dest(&mut |r| {
             if let Some(t) = w.slot(r) {
@@ -134,99 +134,10 @@ fn latency_of(lat: &Latencies, instr: &Instr) -> u32 {
     }
 }
 
-fn src(s: &Src, f: &mut impl FnMut(Reg)) {
-    if let Src::Reg(r) = s {
-        f(*r);
-    }
-}
-
-fn addr(a: &Address, f: &mut impl FnMut(Reg)) {
-    if let Some(r) = a.base {
-        f(r);
-    }
-}
-
-/// Calls `f` on every register `op` reads.
-fn sources(op: &Op, f: &mut impl FnMut(Reg)) {
-    match op {
-        Op::Mov { a, .. }
-        | Op::Unpack { a, .. }
-        | Op::Un { a, .. }
-        | Op::PredNot { a, .. }
-        | Op::Cvta { a, .. } => src(a, f),
-        Op::Cvt(c) => src(&c.a, f),
-        Op::Pack { a, .. } | Op::St { a, .. } => {
-            for s in a {
-                src(s, f);
-            }
-            if let Op::St { addr: ad, .. } = op {
-                addr(ad, f);
-            }
-        }
-        Op::Bin { a, b, .. }
-        | Op::MulWide { a, b, .. }
-        | Op::CvtPack { a, b, .. }
-        | Op::PredLogic { a, b, .. } => {
-            src(a, f);
-            src(b, f);
-        }
-        Op::Mad { a, b, c, .. } | Op::Fma { a, b, c, .. } => {
-            src(a, f);
-            src(b, f);
-            src(c, f);
-        }
-        Op::Setp { a, b, combine, .. } => {
-            src(a, f);
-            src(b, f);
-            if let Some((_, p)) = combine {
-                src(p, f);
-            }
-        }
-        Op::Selp { a, b, p, .. } => {
-            src(a, f);
-            src(b, f);
-            src(p, f);
-        }
-        Op::Bfi { a, b, pos, len, .. } => {
-            src(a, f);
-            src(b, f);
-            src(pos, f);
-            src(len, f);
-        }
-        Op::Bfe { a, pos, len, .. } => {
-            src(a, f);
-            src(pos, f);
-            src(len, f);
-        }
-        Op::Ld { addr: ad, .. } => addr(ad, f),
-        Op::Atom { addr: ad, b, c, .. } => {
-            addr(ad, f);
-            src(b, f);
-            if let Some(c) = c {
-                src(c, f);
-            }
-        }
-        Op::Bra { .. } | Op::Ret => {}
-        Op::BarSync { id } => src(id, f),
-        Op::WarpSync { mask } => src(mask, f),
-        Op::Shfl { a, b, c, mask, .. } => {
-            src(a, f);
-            src(b, f);
-            src(c, f);
-            src(mask, f);
-        }
-        Op::Mma(m) => {
-            for s in m.a.iter().chain(&m.b).chain(&m.c) {
-                src(s, f);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{FloatMode, Rounding, Ty};
+    use crate::ir::{Address, FloatMode, Rounding, Src, Ty};
 
     const LAT: Latencies = Latencies::AMPERE_HOPPER;
 
@@ -244,6 +155,7 @@ mod tests {
                 rounding: Rounding::Nearest,
                 ftz: false,
                 sat: false,
+                contractible: false,
             },
             d: r32(d),
             a: Src::Reg(r32(a)),

@@ -268,6 +268,7 @@ pub fn unary(op: crate::ir::UnOp, x: f32, mode: FloatMode) -> f32 {
                     rounding: r,
                     ftz: false,
                     sat: false,
+                    contractible: false,
                 },
             ),
         },
@@ -302,6 +303,7 @@ mod tests {
         rounding: Rounding::Nearest,
         ftz: false,
         sat: false,
+        contractible: false,
     };
 
     fn mode(rounding: Rounding) -> FloatMode {

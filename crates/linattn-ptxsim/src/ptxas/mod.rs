@@ -29,6 +29,7 @@
 
 mod align;
 mod cfg;
+pub mod contract;
 mod operands;
 
 pub use crate::ir::Counting;

@@ -45,6 +45,7 @@ pub fn convert(w: &mut Warp, c: &Cvt, mask: u32, u: &Uniforms) -> Result<(), Str
         rounding: c.rounding.unwrap_or(Rounding::Nearest),
         ftz,
         sat,
+        contractible: false,
     };
     // Source as f64 (exact for every source type here).
     let as_f64 = |bits: u64| -> f64 {

@@ -7,6 +7,7 @@
 //! arithmetic has direct 32-bit paths (the bulk of what the kernels execute).
 
 mod bits;
+mod contracted;
 mod convert;
 mod float_arith;
 mod integer;
@@ -51,6 +52,14 @@ pub fn execute(w: &mut Warp, op: &Op, mask: u32, u: &Uniforms) -> Result<(), Str
             b,
             c,
         } => float_arith::fma(w, *ty, *mode, *d, a, b, c, mask, u)?,
+        Op::FusedMulAdd {
+            d,
+            a,
+            b,
+            c,
+            negate_product,
+            negate_addend,
+        } => contracted::fused_mul_add(w, *d, (a, b, c), *negate_product, *negate_addend, mask, u),
         Op::Un {
             op,
             ty: Ty::F32,

@@ -113,6 +113,7 @@ impl Parts<'_> {
 
     pub(super) fn float_mode(&self) -> Result<FloatMode, SimError> {
         let mut rounding = Rounding::Nearest;
+        let mut explicit = false;
         for m in &self.mods {
             rounding = match *m {
                 "rn" => Rounding::Nearest,
@@ -123,11 +124,13 @@ impl Parts<'_> {
                 "full" => Rounding::Full,
                 _ => continue,
             };
+            explicit = true;
         }
         Ok(FloatMode {
             rounding,
             ftz: self.has("ftz"),
             sat: self.has("sat"),
+            contractible: !explicit,
         })
     }
 
