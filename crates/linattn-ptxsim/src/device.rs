@@ -8,6 +8,7 @@ use crate::counters::Counters;
 use crate::error::{Checks, SimError};
 use crate::exec::cta::LaunchCtx;
 use crate::exec::memory::GlobalMemory;
+use crate::exec::numerics::Numerics;
 use crate::ir::{Kernel, Program, Ty};
 use crate::parse::parse_program;
 use crate::sample::{run_rows, sampled_run, sum_rows, Sampled};
@@ -91,6 +92,7 @@ pub struct Device {
     arch: SimArch,
     memory: RwLock<GlobalMemory>,
     checks: Checks,
+    numerics: Numerics,
     /// Whether launches keep the memory counters (sectors, wavefronts, unique sectors).
     count_memory: std::sync::atomic::AtomicBool,
 }
@@ -102,6 +104,7 @@ impl Device {
             arch,
             memory: RwLock::new(GlobalMemory::new(memory_bytes)),
             checks: Checks::default(),
+            numerics: Numerics::default(),
             count_memory: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -117,6 +120,17 @@ impl Device {
     pub fn with_checks(mut self, checks: Checks) -> Device {
         self.checks = checks;
         self
+    }
+
+    /// How later launches compute `.approx` functions and `mma` accumulation (default
+    /// [`Numerics::Exact`]).
+    pub fn with_numerics(mut self, numerics: Numerics) -> Device {
+        self.numerics = numerics;
+        self
+    }
+
+    pub fn numerics(&self) -> Numerics {
+        self.numerics
     }
 
     pub fn arch(&self) -> SimArch {
@@ -238,6 +252,7 @@ impl Device {
             count_memory,
             // The issue clocks cost what the memory counters do: kept with them only.
             latency: count_memory.then_some(self.arch.latency),
+            numerics: self.numerics,
         };
         let [gx, gy, gz] = config.grid.map(u64::from);
         let total = gx * gy * gz;
