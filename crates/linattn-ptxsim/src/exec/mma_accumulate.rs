@@ -58,23 +58,46 @@ pub fn dot_truncating(c: f32, products: &[f64], model: TensorCoreModel) -> f32 {
 
 /// One block step: `acc + Σ block` with every term truncated (toward zero) to the bits at or
 /// above `2^(e_max − kept_bits + 1)`, the truncated terms summed exactly, the sum rounded
-/// toward zero to f32.
+/// toward zero to f32. (One pass for the exponent, one for the sum: this runs for every
+/// element of every mma in the pessimistic mode.)
 fn block_fma(acc: f32, block: &[f64], kept_bits: u32) -> f32 {
-    let terms = || std::iter::once(f64::from(acc)).chain(block.iter().copied());
-    if terms().any(|t| !t.is_finite()) {
-        // Infinities and NaN follow IEEE addition.
-        return terms().sum::<f64>() as f32;
+    let acc = f64::from(acc);
+    // The largest magnitude has the largest exponent; the plain f64 sum says whether an
+    // infinity or NaN is in the block (finite terms under 2^256 cannot overflow it).
+    let (mut top, mut plain) = (acc.abs(), acc);
+    for &t in block {
+        top = top.max(t.abs());
+        plain += t;
     }
-    let Some(e_max) = terms().filter(|&t| t != 0.0).map(exponent).max() else {
-        // All zero: IEEE's sign of a sum of zeros.
-        return terms().fold(-0.0, |s, t| s + t) as f32;
-    };
+    if !plain.is_finite() || top == 0.0 {
+        // Infinities and NaN follow IEEE addition, and so does the sign of a sum of zeros.
+        return plain as f32;
+    }
     // Weight of the last kept bit. Terms are f32 or products of two 16-bit floats: every
-    // scaled term below is exact in f64, every truncated one an integer under 2^kept_bits.
-    let lsb = e_max - kept_bits as i32 + 1;
+    // scaled term below is exact in f64, and `as i64` truncates it toward zero to an integer
+    // under 2^kept_bits.
+    let lsb = exponent(top) - kept_bits as i32 + 1;
     let scale = pow2(-lsb);
-    let sum: i64 = terms().map(|t| (t * scale).trunc() as i64).sum();
-    // |sum| < 2^(kept_bits + 4): exact in f64, and so is the scaling back.
+    let mut sum = (acc * scale) as i64;
+    for &t in block {
+        sum += (t * scale) as i64;
+    }
+    round_toward_zero(sum, lsb)
+}
+
+/// `sum · 2^lsb` rounded toward zero to f32 (`sum` under 2^53 in magnitude).
+fn round_toward_zero(sum: i64, lsb: i32) -> f32 {
+    let magnitude = sum.unsigned_abs();
+    // Drop the bits below f32's 24 (toward zero: on the magnitude).
+    let extra = (64 - magnitude.leading_zeros() as i32 - 24).max(0);
+    let kept = magnitude >> extra;
+    let e = lsb + extra;
+    // kept · 2^e is exact in f32 when it is normal there; else the general rounding.
+    let top = e + 63 - kept.leading_zeros() as i32;
+    if kept != 0 && (-126..=127).contains(&top) {
+        let value = (kept as f64 * pow2(e)) as f32;
+        return if sum < 0 { -value } else { value };
+    }
     let exact = sum as f64 * pow2(lsb);
     crate::exec::float::round_f32(exact, 0.0, crate::ir::Rounding::Zero)
 }
@@ -89,9 +112,10 @@ fn exponent(x: f64) -> i32 {
     }
 }
 
-/// 2^e, for the exponents a block needs: f32 and 16-bit products keep |e| under 300.
+/// 2^e as an f64 (normal range; the sums need |e| under 400).
 fn pow2(e: i32) -> f64 {
-    2f64.powi(e)
+    debug_assert!((-1022..=1023).contains(&e), "2^{e}");
+    f64::from_bits(((e + 1023) as u64) << 52)
 }
 
 #[cfg(test)]
@@ -175,6 +199,31 @@ mod tests {
         assert!(trunc(1.0, &[f64::INFINITY, f64::NEG_INFINITY]).is_nan());
         // An exact cancellation is +0, as in IEEE round-toward-zero addition.
         assert_eq!(trunc(1.0, &[-1.0]).to_bits(), 0.0f32.to_bits());
+    }
+
+    #[test]
+    fn the_fast_rounding_matches_the_general_one() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..100_000 {
+            let r = next();
+            let sum = (r >> 11) as i64 >> (r % 40) as u32;
+            let sum = if r & 1 == 1 { -sum } else { sum };
+            // From deep subnormal to overflow.
+            let lsb = (next() % 360) as i32 - 230;
+            let want = crate::exec::float::round_f32(
+                sum as f64 * pow2(lsb),
+                0.0,
+                crate::ir::Rounding::Zero,
+            );
+            let got = round_toward_zero(sum, lsb);
+            assert_eq!(got.to_bits(), want.to_bits(), "{sum} · 2^{lsb}");
+        }
     }
 
     #[test]
