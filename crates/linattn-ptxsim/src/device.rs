@@ -8,6 +8,7 @@ use crate::counters::Counters;
 use crate::error::{Checks, SimError};
 use crate::exec::cta::LaunchCtx;
 use crate::exec::memory::GlobalMemory;
+use crate::exec::numerics::Numerics;
 use crate::ir::{Kernel, Program, Ty};
 use crate::parse::parse_program;
 use crate::sample::{run_rows, sampled_run, sum_rows, Sampled};
@@ -91,11 +92,9 @@ pub struct Device {
     arch: SimArch,
     memory: RwLock<GlobalMemory>,
     checks: Checks,
+    numerics: Numerics,
     /// Whether launches keep the memory counters (sectors, wavefronts, unique sectors).
     count_memory: std::sync::atomic::AtomicBool,
-    /// Whether modules are loaded as compiled: each `mul.f32` ptxas folds into an
-    /// `add.f32` / `sub.f32` runs fused, rounded once (`ptxas::contract`).
-    contract: bool,
 }
 
 impl Device {
@@ -105,22 +104,9 @@ impl Device {
             arch,
             memory: RwLock::new(GlobalMemory::new(memory_bytes)),
             checks: Checks::default(),
+            numerics: Numerics::default(),
             count_memory: std::sync::atomic::AtomicBool::new(false),
-            contract: false,
         }
-    }
-
-    /// Modules loaded from now on run each multiply-add ptxas contracts as one FFMA (one
-    /// rounding) instead of PTX's mul then add (two): the numerics of the SASS. Counters
-    /// and the model use the PTX as written either way.
-    pub fn with_contraction(mut self, on: bool) -> Device {
-        self.contract = on;
-        self
-    }
-
-    /// Whether modules are loaded as compiled (see [`Device::with_contraction`]).
-    pub fn contraction(&self) -> bool {
-        self.contract
     }
 
     /// Whether later launches keep the memory counters of [`Counters`] (global sectors,
@@ -134,6 +120,18 @@ impl Device {
     pub fn with_checks(mut self, checks: Checks) -> Device {
         self.checks = checks;
         self
+    }
+
+    /// How later launches compute `.approx` functions and `mma` accumulation, and (in
+    /// [`Numerics::AsCompiled`]) whether modules loaded from now on run the multiply-adds
+    /// ptxas fuses as one FFMA (default [`Numerics::Exact`]).
+    pub fn with_numerics(mut self, numerics: Numerics) -> Device {
+        self.numerics = numerics;
+        self
+    }
+
+    pub fn numerics(&self) -> Numerics {
+        self.numerics
     }
 
     pub fn arch(&self) -> SimArch {
@@ -160,7 +158,8 @@ impl Device {
             memory.write(address, &var.init)?;
             Ok(address)
         })?;
-        if self.contract {
+        // As compiled: the multiply-adds ptxas fuses run fused (ptxas::contract).
+        if self.numerics == Numerics::AsCompiled {
             for kernel in program.kernels.values_mut() {
                 crate::ptxas::contract::apply(&mut kernel.instrs);
             }
@@ -260,6 +259,7 @@ impl Device {
             count_memory,
             // The issue clocks cost what the memory counters do: kept with them only.
             latency: count_memory.then_some(self.arch.latency),
+            numerics: self.numerics,
         };
         let [gx, gy, gz] = config.grid.map(u64::from);
         let total = gx * gy * gz;

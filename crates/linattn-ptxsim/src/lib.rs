@@ -19,7 +19,8 @@
 //! What it proves: the kernel's PTX, as NVRTC emitted it for the target, computes the right
 //! values under the PTX execution and memory model for the launches simulated. What it
 //! cannot: anything ptxas does after PTX (register allocation, scheduling, SASS bugs),
-//! timing, bit-exact `.approx` results (see `exec::float`), tensor-core accumulation order,
+//! timing, bit-exact `.approx` results (see `exec::float`; [`Numerics::Pessimistic`] bounds
+//! them by the ISA's error bounds), tensor-core accumulation order (see `exec::mma_accumulate`),
 //! driver behaviour, and inter-CTA ordering beyond one interleaving.
 
 pub mod arch;
@@ -38,5 +39,6 @@ pub use arch::SimArch;
 pub use counters::Counters;
 pub use device::{Arg, Device, LaunchConfig, LaunchStats, Module};
 pub use error::{Checker, Checks, Fault, SimError, Site};
+pub use exec::numerics::Numerics;
 pub use instr_class::InstrClass;
 pub use sample::Sampled;

@@ -14,11 +14,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use linattn_core::{AttnError, HostMemory, Unsupported};
-pub use linattn_ptxsim::Checks;
 /// The simulator's counters, instruction classes, arch numbers and performance model, for
 /// profiles of simulated runs.
 pub use linattn_ptxsim::{model, Counters, InstrClass, Sampled, SimArch};
 use linattn_ptxsim::{Arg, Device, LaunchConfig, Module};
+pub use linattn_ptxsim::{Checks, Numerics};
 
 use super::gemm::GemmCall;
 use super::seam::{
@@ -69,24 +69,19 @@ fn checks() -> Checks {
     *CHECKS.get_or_init(Checks::default)
 }
 
-static CONTRACTION: OnceLock<bool> = OnceLock::new();
+static NUMERICS: OnceLock<Numerics> = OnceLock::new();
 
-/// Whether the executor loads kernels as compiled (each multiply-add ptxas contracts runs as
-/// one FFMA, rounded once: `linattn_ptxsim::ptxas::contract`), chosen before it is first
-/// used; off (PTX as written) unless chosen.
-pub fn set_contraction(on: bool) -> Result<(), AttnError> {
-    let chosen = *CONTRACTION.get_or_init(|| on);
-    if chosen != on {
+/// Chooses how the executor computes `.approx` functions and `mma` accumulation (see
+/// [`Numerics`]), before it is first used; [`Numerics::Exact`] unless chosen otherwise.
+pub fn set_numerics(numerics: Numerics) -> Result<(), AttnError> {
+    let chosen = *NUMERICS.get_or_init(|| numerics);
+    if chosen != numerics {
         return Err(AttnError::InvalidArgument(format!(
-            "the simulator already runs with contraction {}; cannot switch in this process",
-            if chosen { "on" } else { "off" }
+            "the simulator already runs with {chosen} numerics; cannot switch to {numerics} in \
+             this process"
         )));
     }
     Ok(())
-}
-
-fn contraction() -> bool {
-    *CONTRACTION.get_or_init(|| false)
 }
 
 /// The simulated architecture (sm_90 unless chosen otherwise).
@@ -174,9 +169,10 @@ impl SimExecutor {
     pub fn new(arch: Arch) -> Result<SimExecutor, AttnError> {
         let sim_arch = sim_arch_of(arch)?;
         let memory = memory_bytes();
+        let numerics = *NUMERICS.get_or_init(Numerics::default);
         let device = Device::new(sim_arch, memory)
             .with_checks(checks())
-            .with_contraction(contraction());
+            .with_numerics(numerics);
         let info = DeviceInfo {
             name: format!("ptxsim {} ({} limits)", sim_arch.name, sim_arch.part),
             compute_capability: sim_arch.compute_capability,

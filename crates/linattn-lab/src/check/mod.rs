@@ -23,6 +23,7 @@ use crate::term::progress_bar;
 use case::check_case;
 use grid::{case_applies, default_grid, full_grid, long_cases};
 use linattn_core::{AttnError, Inputs};
+use linattn_cuda::executor::sim::Numerics;
 use oracle::{oracle_seconds, OracleKey, Reference};
 use record::{CaseRecord, Outcome};
 use std::collections::HashMap;
@@ -73,18 +74,17 @@ pub struct CheckArgs {
     /// `linattn all`): no limit.
     #[arg(long, value_name = "N")]
     sim_max_n: Option<usize>,
-    /// How the simulator rounds (sim/* only): `exact` runs the PTX as written (each `mul` and
-    /// `add` rounded); `as-compiled` runs each multiply-add that ptxas contracts as one fused
-    /// FFMA, rounded once, as the GPU does.
-    #[arg(long, value_enum, default_value = "exact")]
-    numerics: SimNumerics,
+    /// How the simulated backends round: `exact` (the PTX as written; `.approx` functions
+    /// correctly rounded, `mma` sums exact), `as-compiled` (as exact, but each multiply-add
+    /// that ptxas fuses into an FFMA rounded once, as the GPU runs it) or `pessimistic` (each
+    /// `.approx` result at the edge of the PTX ISA's error bound, `mma` truncating as tensor
+    /// cores do). Tolerances are the same in all three.
+    #[arg(long, value_name = "MODE", default_value = "exact", value_parser = parse_numerics)]
+    numerics: Numerics,
 }
 
-/// The simulator's numerics (`check --numerics`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SimNumerics {
-    Exact,
-    AsCompiled,
+fn parse_numerics(s: &str) -> Result<Numerics, String> {
+    s.parse()
 }
 
 impl CheckArgs {
@@ -103,7 +103,7 @@ impl CheckArgs {
 }
 
 pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
-    linattn_cuda::executor::sim::set_contraction(args.numerics == SimNumerics::AsCompiled)?;
+    linattn_cuda::executor::sim::set_numerics(args.numerics)?;
     let backends = registry::selected_backends(args.backends.as_deref())?;
     if let Some(path) = &args.json {
         crate::results::check_writable(path)
@@ -140,10 +140,11 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
         .sim_limit()
         .map_or(String::new(), |n| format!("; sim/* only up to N = {n}"));
     eprintln!(
-        "checking {} backend(s) on {} case(s) (seed {}{sim_limit})",
+        "checking {} backend(s) on {} case(s) (seed {}{sim_limit}; {} numerics)",
         entries.len(),
         cases.len(),
-        args.seed
+        args.seed,
+        args.numerics
     );
 
     let mut records: Vec<CaseRecord> = Vec::new();
@@ -234,6 +235,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
             grid: if args.full { "full" } else { "default" },
             long: args.long,
             sim_max_n: args.sim_limit(),
+            numerics: args.numerics.name(),
             backends: &summaries,
             cases: &records,
         };
@@ -315,5 +317,21 @@ mod tests {
         assert_eq!(count(&zero, &sim), count(&unlimited, &sim));
         assert_eq!(count(&limited, &cpu), count(&unlimited, &cpu));
         assert_eq!(count(&limited, &gpu), count(&unlimited, &gpu));
+    }
+
+    #[test]
+    fn numerics_defaults_to_exact_and_rejects_unknown_modes() {
+        assert_eq!(args(&[]).numerics, Numerics::Exact);
+        let pessimistic = args(&["--numerics", "pessimistic"]);
+        assert_eq!(pessimistic.numerics, Numerics::Pessimistic);
+        let as_compiled = args(&["--numerics", "as-compiled"]);
+        assert_eq!(as_compiled.numerics, Numerics::AsCompiled);
+        let err = Wrap::try_parse_from(["check", "--numerics", "fast"])
+            .err()
+            .expect("an unknown mode is refused");
+        assert!(
+            err.to_string().contains("exact, as-compiled, pessimistic"),
+            "{err}"
+        );
     }
 }

@@ -93,6 +93,8 @@ pub(super) struct CheckReport<'a> {
     pub(super) long: bool,
     /// `--sim-max-n`: the simulated backends left out the cases longer than this.
     pub(super) sim_max_n: Option<usize>,
+    /// `--numerics`: how the simulated backends computed `.approx` and `mma` results.
+    pub(super) numerics: &'static str,
     pub(super) backends: &'a [BackendSummary],
     pub(super) cases: &'a [CaseRecord],
 }

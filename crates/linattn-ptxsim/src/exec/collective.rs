@@ -3,6 +3,8 @@
 //! mma.m16n8k16 with floating point type").
 
 use super::float;
+use super::mma_accumulate::{dot_exact, dot_truncating, PESSIMISTIC};
+use super::numerics::Numerics;
 use super::warp::{each, Lanes32, Uniforms, Warp, LANES};
 use crate::ir::{MmaInput, Reg, ShflMode, Src};
 
@@ -81,10 +83,9 @@ pub fn shfl(
 
 /// D = A·B + C for the 16×8×16 tile spread over the warp's 32 lanes.
 ///
-/// The product of two 16-bit floats is exact in f32 (at most 22 significant bits); the 16
-/// products of a row·column and C are summed in f64, exact for the values kernels see, and D
-/// is rounded to f32 once. Tensor cores accumulate with truncation between partial sums, so
-/// on hardware D may differ in the last bits.
+/// The product of two 16-bit floats is exact in f64; the 16 products of a row·column and C
+/// are summed as the numerics mode says (`exec::mma_accumulate`): in f64 and rounded once, or
+/// by the truncating tensor-core model.
 pub fn mma(
     w: &mut Warp,
     input: MmaInput,
@@ -129,11 +130,13 @@ pub fn mma(
             let row = if i < 2 { g } else { g + 8 };
             let col = 2 * t + (i & 1);
             let (a_row, b_col) = (&ma[row], &mbt[col]);
-            let mut sum = f64::from(f32::from_bits(rc[i][lane]));
-            for k in 0..16 {
-                sum += f64::from(a_row[k] * b_col[k]);
-            }
-            reg[lane] = (sum as f32).to_bits();
+            let products: [f64; 16] = each(|k| f64::from(a_row[k]) * f64::from(b_col[k]));
+            let c = f32::from_bits(rc[i][lane]);
+            let d = match u.numerics {
+                Numerics::Pessimistic => dot_truncating(c, &products, PESSIMISTIC),
+                _ => dot_exact(c, &products),
+            };
+            reg[lane] = d.to_bits();
         }
     }
     for (k, reg) in d.iter().enumerate() {

@@ -38,6 +38,8 @@ pub struct LaunchCtx<'a> {
     /// The latency model's constants when warp issue clocks are kept (only while counting:
     /// they cost a pass over every instruction's registers).
     pub latency: Option<Latencies>,
+    /// How `.approx` functions and `mma` accumulation are computed.
+    pub numerics: super::numerics::Numerics,
 }
 
 /// One CTA as its warps see it: the launch (a copy, so reading it costs what reading
@@ -95,6 +97,7 @@ impl CtaRunner {
                 ctaid: cta,
                 nctaid: ctx.grid,
                 nwarps: nwarps as u32,
+                numerics: ctx.numerics,
             },
         };
         if let Some(latency) = ctx.latency {

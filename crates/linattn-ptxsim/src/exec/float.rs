@@ -5,9 +5,16 @@
 //! are correctly rounded (directed modes through an exact f64 error term). The `.approx`
 //! functions (ex2, lg2, rsqrt, rcp.approx, sin, cos, tanh) are computed in f64 and rounded
 //! once: within a few ulp of what hardware returns (the PTX ISA bounds ex2.approx at 2 ulp,
-//! rsqrt.approx at ~2^-22.9 relative) but not bit-identical to it.
+//! rsqrt.approx at ~2^-22.9 relative) but not bit-identical to it; `exec::numerics` moves
+//! them to the edge of those bounds in its pessimistic mode.
+//!
+//! Subnormals of the `.approx` functions, as the PTX ISA (9.7.3) gives them: `.ftz` flushes
+//! inputs and results to sign-preserving zero; without it subnormals are supported, except
+//! that rsqrt.approx.f32 flushes subnormal inputs (±inf on an H100, issue #23, though the ISA
+//! says they are supported), tanh.approx passes subnormal inputs through, and div.approx
+//! returns a signed zero (NaN for an infinite dividend) when 2^126 < |divisor| < 2^128.
 
-use crate::ir::{FloatMode, IntRounding, Rounding};
+use crate::ir::{FloatMode, IntRounding, Rounding, UnOp};
 
 /// Sign-preserving flush of an f32 subnormal to zero.
 #[inline]
@@ -153,6 +160,14 @@ pub fn fma(a: f32, b: f32, c: f32, mode: FloatMode) -> f32 {
 pub fn div(a: f32, b: f32, mode: FloatMode) -> f32 {
     let (a, b) = ftz_in(a, b, mode.ftz);
     let r = match mode.rounding {
+        // d = a · (1/b), and 1/b of such a b is subnormal, flushed (ISA, div.approx.f32).
+        Rounding::Approx if b.is_finite() && b.abs() > 2f32.powi(126) => {
+            if a.is_infinite() {
+                f32::NAN
+            } else {
+                f32::from_bits((a.to_bits() ^ b.to_bits()) & 0x8000_0000)
+            }
+        }
         Rounding::Zero | Rounding::Down | Rounding::Up => {
             let (x, y) = (f64::from(a), f64::from(b));
             let q = x / y;
@@ -251,10 +266,36 @@ pub fn bf16_bits_to_f32(bits: u16) -> f32 {
     f32::from_bits(u32::from(bits) << 16)
 }
 
+/// The input an f32 unary function sees: flushed under `.ftz`, and, for rsqrt.approx, always
+/// (measured on an H100: every subnormal input gives ±inf, issue #23).
+#[inline]
+pub fn approx_input(op: UnOp, x: f32, mode: FloatMode) -> f32 {
+    if mode.ftz || op == UnOp::Rsqrt {
+        flush(x)
+    } else {
+        x
+    }
+}
+
+/// The exact value (to f64 precision) of an approximate function at `x`.
+pub fn approx_exact(op: UnOp, x: f32) -> f64 {
+    let wide = f64::from(x);
+    match op {
+        UnOp::Rcp => 1.0 / wide,
+        UnOp::Sqrt => wide.sqrt(),
+        UnOp::Rsqrt => 1.0 / wide.sqrt(),
+        UnOp::Ex2 => wide.exp2(),
+        UnOp::Lg2 => wide.log2(),
+        UnOp::Sin => wide.sin(),
+        UnOp::Cos => wide.cos(),
+        UnOp::Tanh => wide.tanh(),
+        UnOp::Neg | UnOp::Abs | UnOp::Not | UnOp::Popc | UnOp::Clz | UnOp::Brev => wide,
+    }
+}
+
 /// The `.approx` and IEEE unary functions on f32.
-pub fn unary(op: crate::ir::UnOp, x: f32, mode: FloatMode) -> f32 {
-    use crate::ir::UnOp;
-    let x = if mode.ftz { flush(x) } else { x };
+pub fn unary(op: UnOp, x: f32, mode: FloatMode) -> f32 {
+    let x = approx_input(op, x, mode);
     let wide = f64::from(x);
     let r = match op {
         UnOp::Neg => -x,
@@ -280,12 +321,11 @@ pub fn unary(op: crate::ir::UnOp, x: f32, mode: FloatMode) -> f32 {
                 round_f32(s, lo, r)
             }
         },
-        UnOp::Rsqrt => (1.0 / wide.sqrt()) as f32,
-        UnOp::Ex2 => wide.exp2() as f32,
-        UnOp::Lg2 => wide.log2() as f32,
-        UnOp::Sin => wide.sin() as f32,
-        UnOp::Cos => wide.cos() as f32,
-        UnOp::Tanh => wide.tanh() as f32,
+        // tanh.approx has no .ftz: a subnormal input is its own result (ISA, tanh).
+        UnOp::Tanh if x.is_subnormal() => x,
+        UnOp::Rsqrt | UnOp::Ex2 | UnOp::Lg2 | UnOp::Sin | UnOp::Cos | UnOp::Tanh => {
+            approx_exact(op, x) as f32
+        }
         UnOp::Not | UnOp::Popc | UnOp::Clz | UnOp::Brev => x,
     };
     // Neg and abs are bit operations: no flush of the result, no saturation.

@@ -7,5 +7,7 @@ pub(crate) mod collective;
 pub mod cta;
 pub(crate) mod float;
 pub(crate) mod memory;
+pub mod mma_accumulate;
+pub mod numerics;
 pub(crate) mod shared;
 pub(crate) mod warp;

@@ -26,6 +26,8 @@ pub struct Uniforms {
     pub ctaid: [u32; 3],
     pub nctaid: [u32; 3],
     pub nwarps: u32,
+    /// How `.approx` functions and `mma` accumulation are computed.
+    pub numerics: crate::exec::numerics::Numerics,
 }
 
 pub struct Warp {

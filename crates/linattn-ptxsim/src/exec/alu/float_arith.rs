@@ -1,9 +1,11 @@
 //! f32 arithmetic: binary and unary ops and fused multiply-add, on 32-bit lanes (the bulk of
-//! what the kernels execute). The rounding, flush and saturation rules are `exec::float`'s.
+//! what the kernels execute). The rounding, flush and saturation rules are `exec::float`'s;
+//! in the pessimistic numerics mode the approximate ones go through `exec::numerics`.
 
 use std::sync::OnceLock;
 
 use crate::exec::float;
+use crate::exec::numerics::{self, Numerics};
 use crate::exec::warp::{each, Lanes32, Uniforms, Warp};
 use crate::ir::{BinOp, FloatMode, Reg, Rounding, Src, Ty, UnOp};
 
@@ -29,6 +31,9 @@ pub fn binary(
         BinOp::Add => each(|l| float::add(f(l).0, f(l).1, mode).to_bits()),
         BinOp::Sub => each(|l| float::add(f(l).0, -f(l).1, mode).to_bits()),
         BinOp::MulLo => each(|l| float::mul(f(l).0, f(l).1, mode).to_bits()),
+        BinOp::Div if u.numerics == Numerics::Pessimistic && numerics::is_approx_div(mode) => {
+            each(|l| numerics::pessimistic_div(f(l).0, f(l).1, mode).to_bits())
+        }
         BinOp::Div => each(|l| float::div(f(l).0, f(l).1, mode).to_bits()),
         BinOp::Min => each(|l| float::finish(float::min(f(l).0, f(l).1), mode).to_bits()),
         BinOp::Max => each(|l| float::finish(float::max(f(l).0, f(l).1), mode).to_bits()),
@@ -41,7 +46,12 @@ pub fn binary(
 /// A unary op on f32.
 pub fn unary(w: &mut Warp, op: UnOp, mode: FloatMode, d: Reg, a: &Src, mask: u32, u: &Uniforms) {
     let x = w.read32(a, u);
-    let out: Lanes32 = each(|l| float::unary(op, f32::from_bits(x[l]), mode).to_bits());
+    let out: Lanes32 = if u.numerics == Numerics::Pessimistic && numerics::is_approx_unary(op, mode)
+    {
+        each(|l| numerics::pessimistic_unary(op, f32::from_bits(x[l]), mode).to_bits())
+    } else {
+        each(|l| float::unary(op, f32::from_bits(x[l]), mode).to_bits())
+    };
     w.write32(d, &out, mask);
 }
 

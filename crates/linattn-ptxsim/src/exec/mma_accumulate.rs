@@ -1,0 +1,236 @@
+//! How an `mma` with f32 accumulation sums one element: `d = c + Σ_k a_k·b_k` over k = 16.
+//!
+//! * [`dot_exact`]: the products (exact in f64: at most 11 + 11 significant bits) and c summed
+//!   in f64 and rounded once to f32 — the simulator's default.
+//! * [`dot_truncating`]: the published model of tensor-core accumulation, used by the
+//!   pessimistic numerics mode. Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of
+//!   NVIDIA tensor cores", PeerJ Computer Science 7:e330 (2021), measured on V100, T4 and
+//!   A100: products are exact; each step adds a block of products and the accumulator at once
+//!   (a block FMA; on the A100, 8 fp16/bf16 products, so k = 16 takes two steps); the terms
+//!   are aligned to the largest exponent among them and the bits of the smaller ones beyond
+//!   the accumulator's precision are dropped (truncation, not rounding); the sum is normalised
+//!   once per block and rounded toward zero. Valpey, Li, Pai and Gopalakrishnan, "An SMT
+//!   formalization of mixed-precision matrix multiplication" (arXiv:2502.15999, 2025) report
+//!   that the adders keep 3 extra carry-out bits: carries are not lost (the sum below is
+//!   exact). For Hopper, the tensor-core probes of github.com/huweim/emulation_sys report an
+//!   H100 fp16 → fp32 accumulation of 25 significant bits, round toward zero, one bit more
+//!   than the A100's 24; Khattak and Mikaitis, "Accurate models of NVIDIA tensor cores"
+//!   (arXiv:2512.07004, 2025) model the H100 bit-accurately.
+//!
+//! [`PESSIMISTIC`] takes the A100's parameters (8-product blocks, 24 bits): the less accurate
+//! of the two targets, so a kernel passing with it has the H100's wider accumulation to
+//! spare. Which model the H100 follows exactly is for a GPU probe to settle (issue #23 part
+//! 6); [`TensorCoreModel`] takes its parameters.
+
+/// Parameters of a truncating block-FMA accumulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorCoreModel {
+    /// Products added per step (with the running accumulator).
+    pub block: usize,
+    /// Significant bits kept below and including the leading bit of the largest term.
+    pub kept_bits: u32,
+}
+
+/// The A100 model of Fasi et al. (see the module documentation).
+pub const PESSIMISTIC: TensorCoreModel = TensorCoreModel {
+    block: 8,
+    kept_bits: 24,
+};
+
+/// `c + Σ products`, summed in f64 and rounded once (products exact in f64).
+pub fn dot_exact(c: f32, products: &[f64]) -> f32 {
+    let mut sum = f64::from(c);
+    for &p in products {
+        sum += p;
+    }
+    sum as f32
+}
+
+/// `c + Σ products` by `model`: blocks of `model.block` products in order, each added to the
+/// accumulator in one aligned, truncated, exact sum and rounded toward zero to f32.
+pub fn dot_truncating(c: f32, products: &[f64], model: TensorCoreModel) -> f32 {
+    let mut acc = c;
+    for block in products.chunks(model.block.max(1)) {
+        acc = block_fma(acc, block, model.kept_bits);
+    }
+    acc
+}
+
+/// One block step: `acc + Σ block` with every term truncated (toward zero) to the bits at or
+/// above `2^(e_max − kept_bits + 1)`, the truncated terms summed exactly, the sum rounded
+/// toward zero to f32. (One pass for the exponent, one for the sum: this runs for every
+/// element of every mma in the pessimistic mode.)
+fn block_fma(acc: f32, block: &[f64], kept_bits: u32) -> f32 {
+    let acc = f64::from(acc);
+    // The largest magnitude has the largest exponent; the plain f64 sum says whether an
+    // infinity or NaN is in the block (finite terms under 2^256 cannot overflow it).
+    let (mut top, mut plain) = (acc.abs(), acc);
+    for &t in block {
+        top = top.max(t.abs());
+        plain += t;
+    }
+    if !plain.is_finite() || top == 0.0 {
+        // Infinities and NaN follow IEEE addition, and so does the sign of a sum of zeros.
+        return plain as f32;
+    }
+    // Weight of the last kept bit. Terms are f32 or products of two 16-bit floats: every
+    // scaled term below is exact in f64, and `as i64` truncates it toward zero to an integer
+    // under 2^kept_bits.
+    let lsb = exponent(top) - kept_bits as i32 + 1;
+    let scale = pow2(-lsb);
+    let mut sum = (acc * scale) as i64;
+    for &t in block {
+        sum += (t * scale) as i64;
+    }
+    round_toward_zero(sum, lsb)
+}
+
+/// `sum · 2^lsb` rounded toward zero to f32 (`sum` under 2^53 in magnitude).
+fn round_toward_zero(sum: i64, lsb: i32) -> f32 {
+    let magnitude = sum.unsigned_abs();
+    // Drop the bits below f32's 24 (toward zero: on the magnitude).
+    let extra = (64 - magnitude.leading_zeros() as i32 - 24).max(0);
+    let kept = magnitude >> extra;
+    let e = lsb + extra;
+    // kept · 2^e is exact in f32 when it is normal there; else the general rounding.
+    let top = e + 63 - kept.leading_zeros() as i32;
+    if kept != 0 && (-126..=127).contains(&top) {
+        let value = (kept as f64 * pow2(e)) as f32;
+        return if sum < 0 { -value } else { value };
+    }
+    let exact = sum as f64 * pow2(lsb);
+    crate::exec::float::round_f32(exact, 0.0, crate::ir::Rounding::Zero)
+}
+
+/// ⌊log2 |x|⌋ of a nonzero finite f64.
+fn exponent(x: f64) -> i32 {
+    let bits = x.to_bits() & !(1 << 63);
+    match (bits >> 52) as i32 {
+        // Subnormal: never an f32 or a product of two 16-bit floats, handled all the same.
+        0 => -1074 + 63 - bits.leading_zeros() as i32,
+        biased => biased - 1023,
+    }
+}
+
+/// 2^e as an f64 (normal range; the sums need |e| under 400).
+fn pow2(e: i32) -> f64 {
+    debug_assert!((-1022..=1023).contains(&e), "2^{e}");
+    f64::from_bits(((e + 1023) as u64) << 52)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(e: i32) -> f64 {
+        2f64.powi(e)
+    }
+
+    fn trunc(c: f32, products: &[f64]) -> f32 {
+        dot_truncating(c, products, PESSIMISTIC)
+    }
+
+    #[test]
+    fn small_terms_below_the_accumulator_precision_are_dropped() {
+        // 1 + 8 · 2^-25 = 1 + 2^-22 exactly; aligned to 1's exponent each 2^-25 is below the
+        // 24th bit (2^-23) and truncates to 0.
+        let products = [p(-25); 8];
+        assert_eq!(dot_exact(1.0, &products), 1.0 + p(-22) as f32);
+        assert_eq!(trunc(1.0, &products), 1.0);
+        // In the exact model the same products summed in one block keep every bit.
+        let twice: Vec<f64> = [p(-25); 16].to_vec();
+        assert_eq!(dot_exact(1.0, &twice), 1.0 + p(-21) as f32);
+        assert_eq!(trunc(1.0, &twice), 1.0);
+    }
+
+    #[test]
+    fn truncation_is_toward_zero_for_negative_terms() {
+        // -1 - 3·2^-24: the product 3·2^-24 = 2^-23 + 2^-24 keeps 2^-23 only.
+        let products = [-3.0 * p(-24)];
+        assert_eq!(trunc(-1.0, &products), -(1.0 + p(-23)) as f32);
+        // Exactly: -(1 + 2^-23 + 2^-24) is a tie, to even: -(1 + 2^-22).
+        assert_eq!(dot_exact(-1.0, &products), -(1.0 + p(-22)) as f32);
+    }
+
+    #[test]
+    fn the_final_rounding_is_toward_zero() {
+        // (1 + 3·2^-23) + (1 + 2^-10) = 2 + 2^-10 + 3·2^-23: in [2, 4) the f32 ulp is 2^-22,
+        // so 3·2^-23 is 1.5 ulp: nearest rounds up to 2 ulp, toward zero keeps 1.
+        let c = (1.0 + 3.0 * p(-23)) as f32;
+        let products = [1.0 + p(-10)];
+        assert_eq!(dot_exact(c, &products), (2.0 + p(-10) + p(-21)) as f32);
+        assert_eq!(trunc(c, &products), (2.0 + p(-10) + p(-22)) as f32);
+    }
+
+    #[test]
+    fn cancellation_exposes_the_alignment_loss() {
+        // 1 - 1 + 2^-30: exactly 2^-30; aligned to exponent 0 the 2^-30 is gone before the
+        // ones cancel.
+        let products = [-1.0, p(-30)];
+        assert_eq!(dot_exact(1.0, &products), p(-30) as f32);
+        assert_eq!(trunc(1.0, &products), 0.0);
+        // With the large terms in another block the small one survives: blocks matter.
+        let mut split = vec![0.0; 16];
+        split[0] = -1.0;
+        split[8] = p(-30);
+        assert_eq!(trunc(1.0, &split), p(-30) as f32);
+    }
+
+    #[test]
+    fn carries_are_kept() {
+        // Nine terms of 1 - 2^-24 (the largest f32 below 1): the exact sum 9 - 9·2^-24 carries
+        // out of the 24 bits; truncated to f32 toward zero it is 9 - 2^-20.
+        let big = f64::from(1.0f32 - f32::EPSILON / 2.0);
+        let products = [big; 8];
+        let got = trunc(big as f32, &products);
+        let exact = 9.0 * big;
+        assert_eq!(
+            got,
+            crate::exec::float::round_f32(exact, 0.0, crate::ir::Rounding::Zero)
+        );
+        assert_eq!(got, (9.0 - p(-20)) as f32);
+    }
+
+    #[test]
+    fn zeros_and_specials_follow_ieee() {
+        assert_eq!(trunc(-0.0, &[-0.0; 16]).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(trunc(0.0, &[-0.0; 16]).to_bits(), 0.0f32.to_bits());
+        assert_eq!(trunc(1.0, &[f64::INFINITY]), f32::INFINITY);
+        assert!(trunc(1.0, &[f64::INFINITY, f64::NEG_INFINITY]).is_nan());
+        // An exact cancellation is +0, as in IEEE round-toward-zero addition.
+        assert_eq!(trunc(1.0, &[-1.0]).to_bits(), 0.0f32.to_bits());
+    }
+
+    #[test]
+    fn the_fast_rounding_matches_the_general_one() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..100_000 {
+            let r = next();
+            let sum = (r >> 11) as i64 >> (r % 40) as u32;
+            let sum = if r & 1 == 1 { -sum } else { sum };
+            // From deep subnormal to overflow.
+            let lsb = (next() % 360) as i32 - 230;
+            let want = crate::exec::float::round_f32(
+                sum as f64 * pow2(lsb),
+                0.0,
+                crate::ir::Rounding::Zero,
+            );
+            let got = round_toward_zero(sum, lsb);
+            assert_eq!(got.to_bits(), want.to_bits(), "{sum} · 2^{lsb}");
+        }
+    }
+
+    #[test]
+    fn exact_sums_agree_when_nothing_is_lost() {
+        // Small multiples of 1/8: every model gives the exact result.
+        let products: Vec<f64> = (0..16).map(|k| (k as f64 - 7.5) * 0.125).collect();
+        assert_eq!(trunc(3.0, &products), dot_exact(3.0, &products));
+        assert_eq!(dot_exact(3.0, &products), 3.0);
+    }
+}
