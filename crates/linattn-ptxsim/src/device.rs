@@ -1,5 +1,6 @@
 //! The simulated device: memory, modules, launches.
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -63,6 +64,8 @@ pub struct LaunchStats {
 #[derive(Debug, Clone)]
 pub struct Module {
     program: Arc<Program>,
+    /// Registers per thread ptxas allocated, per kernel ([`Module::set_registers`]).
+    registers: HashMap<String, u32>,
 }
 
 impl Module {
@@ -83,6 +86,21 @@ impl Module {
 
     pub fn target(&self) -> &str {
         &self.program.target
+    }
+
+    /// Records that ptxas allocated `registers` per thread to `kernel` (its resource report:
+    /// PTX's virtual registers say nothing of it). Launches of the kernel then check its
+    /// CTA against the register file as the hardware allocates it ([`SimArch::check_registers`]);
+    /// without it they do not.
+    pub fn set_registers(&mut self, kernel: &str, registers: u32) -> Result<(), SimError> {
+        self.kernel(kernel)?;
+        self.registers.insert(kernel.to_string(), registers);
+        Ok(())
+    }
+
+    /// The registers per thread recorded for `kernel`, if any.
+    pub fn registers(&self, kernel: &str) -> Option<u32> {
+        self.registers.get(kernel).copied()
     }
 }
 
@@ -145,6 +163,7 @@ impl Device {
         })?;
         Ok(Module {
             program: Arc::new(program),
+            registers: HashMap::new(),
         })
     }
 
@@ -223,7 +242,7 @@ impl Device {
         let start = Instant::now();
         let k = module.kernel(kernel)?;
         let params = pack_params(k, args)?;
-        let shared_bytes = self.check_config(k, config)?;
+        let shared_bytes = self.check_config(k, config, module.registers(kernel))?;
         let memory = self.memory();
         let view = memory.view();
         let count_memory = self.count_memory.load(std::sync::atomic::Ordering::Relaxed);
@@ -263,9 +282,14 @@ impl Device {
         })
     }
 
-    /// Checks grid, block and shared memory against the kernel and the architecture;
-    /// returns the CTA's total shared bytes.
-    fn check_config(&self, k: &Kernel, config: &LaunchConfig) -> Result<u32, SimError> {
+    /// Checks grid, block, registers (when known) and shared memory against the kernel and
+    /// the architecture; returns the CTA's total shared bytes.
+    fn check_config(
+        &self,
+        k: &Kernel,
+        config: &LaunchConfig,
+        registers: Option<u32>,
+    ) -> Result<u32, SimError> {
         let a = &self.arch;
         let fail = |reason: String| SimError::Launch {
             kernel: k.name.clone(),
@@ -308,6 +332,10 @@ impl Device {
                     "{threads} threads per block but the kernel declares .maxntid {max:?}"
                 )));
             }
+        }
+        if let Some(per_thread) = registers {
+            a.check_registers(threads as u32, per_thread)
+                .map_err(|why| fail(format!("too many resources requested: {why}")))?;
         }
         if let Some(req) = k.required_threads {
             if req != config.block {

@@ -313,9 +313,15 @@ impl Executor for SimExecutor {
 
     fn kernel(&self, variant: &KernelVariant, entry: &str) -> Result<Kernel, AttnError> {
         let (compiled, module) = load_module(&self.modules, variant, entry, self.arch, |c| {
-            self.device
-                .load(&c.ptx)
-                .map_err(|e| AttnError::Compile(format!("ptxsim cannot load {}: {e}", c.label)))
+            let fail = |e| AttnError::Compile(format!("ptxsim cannot load {}: {e}", c.label));
+            let mut module = self.device.load(&c.ptx).map_err(fail)?;
+            // ptxas' register counts, so launches check the register file per warp.
+            for report in &c.report {
+                module
+                    .set_registers(&report.kernel, report.registers)
+                    .map_err(fail)?;
+            }
+            Ok(module)
         })?;
         let key = CompileKey::of(variant, self.arch);
         module.kernel(entry).map_err(sim_error)?;
