@@ -10,7 +10,7 @@ use crate::error::{Checks, SimError};
 use crate::exec::cta::LaunchCtx;
 use crate::exec::memory::GlobalMemory;
 use crate::ir::{Kernel, Program, Ty};
-use crate::parse::parse_program;
+use crate::parse::{parse_program, Placement};
 use crate::sample::{run_rows, sampled_run, sum_rows, Sampled};
 
 /// A kernel argument as the host passes it (by value).
@@ -109,6 +109,8 @@ pub struct Device {
     arch: SimArch,
     memory: RwLock<GlobalMemory>,
     checks: Checks,
+    /// Layout of shared variables in modules loaded from now on.
+    placement: Placement,
     /// Whether launches keep the memory counters (sectors, wavefronts, unique sectors).
     count_memory: std::sync::atomic::AtomicBool,
 }
@@ -120,6 +122,7 @@ impl Device {
             arch,
             memory: RwLock::new(GlobalMemory::new(memory_bytes)),
             checks: Checks::default(),
+            placement: Placement::Declared,
             count_memory: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -135,6 +138,18 @@ impl Device {
     pub fn with_checks(mut self, checks: Checks) -> Device {
         self.checks = checks;
         self
+    }
+
+    /// Lays out the shared variables of modules loaded from now on as `placement` says
+    /// ([`Placement::Adversarial`]: at their declared alignment and no more, so an access
+    /// wider than a variable's `.align` faults).
+    pub fn with_shared_placement(mut self, placement: Placement) -> Device {
+        self.placement = placement;
+        self
+    }
+
+    pub fn shared_placement(&self) -> Placement {
+        self.placement
     }
 
     pub fn arch(&self) -> SimArch {
@@ -156,7 +171,7 @@ impl Device {
     /// Parses PTX and places its `.global` variables in device memory.
     pub fn load(&self, ptx: &str) -> Result<Module, SimError> {
         let mut memory = self.memory_mut();
-        let program = parse_program(ptx, &mut |var| {
+        let program = parse_program(ptx, self.placement, &mut |var| {
             let address = memory.alloc(var.init.len() as u64, true)?;
             memory.write(address, &var.init)?;
             Ok(address)
@@ -283,7 +298,8 @@ impl Device {
     }
 
     /// Checks grid, block, registers (when known) and shared memory against the kernel and
-    /// the architecture; returns the CTA's total shared bytes.
+    /// the architecture (the shared limits count the declared layout, as ptxas does);
+    /// returns the CTA's total shared bytes in the placed layout.
     fn check_config(
         &self,
         k: &Kernel,
@@ -351,10 +367,17 @@ impl Device {
                 k.static_shared_bytes, a.max_static_shared
             )));
         }
-        let total = if k.uses_dynamic_shared || config.dynamic_shared_bytes > 0 {
-            u64::from(k.dynamic_shared_offset) + u64::from(config.dynamic_shared_bytes)
+        let dynamic = u64::from(config.dynamic_shared_bytes);
+        let (total, placed) = if k.uses_dynamic_shared || dynamic > 0 {
+            (
+                u64::from(k.dynamic_shared_offset) + dynamic,
+                u64::from(k.placed_dynamic_offset) + dynamic,
+            )
         } else {
-            u64::from(k.static_shared_bytes)
+            (
+                u64::from(k.static_shared_bytes),
+                u64::from(k.placed_shared_bytes),
+            )
         };
         if total > u64::from(a.max_shared_optin) {
             return Err(fail(format!(
@@ -363,7 +386,7 @@ impl Device {
                 k.static_shared_bytes, config.dynamic_shared_bytes, a.max_shared_optin, a.name
             )));
         }
-        Ok(total as u32)
+        u32::try_from(placed).map_err(|_| fail(format!("{placed} bytes of shared memory")))
     }
 }
 

@@ -39,4 +39,5 @@ pub use counters::Counters;
 pub use device::{Arg, Device, LaunchConfig, LaunchStats, Module};
 pub use error::{Checker, Checks, Fault, SimError, Site};
 pub use instr_class::InstrClass;
+pub use parse::Placement;
 pub use sample::Sampled;
