@@ -10,7 +10,7 @@ use crate::error::{Checks, SimError};
 use crate::exec::cta::LaunchCtx;
 use crate::exec::memory::GlobalMemory;
 use crate::ir::{Kernel, Program, Ty};
-use crate::parse::{parse_program, Placement};
+use crate::parse::{parse_program_placed, Placement};
 use crate::sample::{run_rows, sampled_run, sum_rows, Sampled};
 
 /// A kernel argument as the host passes it (by value).
@@ -171,7 +171,7 @@ impl Device {
     /// Parses PTX and places its `.global` variables in device memory.
     pub fn load(&self, ptx: &str) -> Result<Module, SimError> {
         let mut memory = self.memory_mut();
-        let program = parse_program(ptx, self.placement, &mut |var| {
+        let program = parse_program_placed(ptx, self.placement, &mut |var| {
             let address = memory.alloc(var.init.len() as u64, true)?;
             memory.write(address, &var.init)?;
             Ok(address)

@@ -14,11 +14,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use linattn_core::{AttnError, HostMemory, Unsupported};
-pub use linattn_ptxsim::Checks;
 /// The simulator's counters, instruction classes, arch numbers and performance model, for
 /// profiles of simulated runs.
 pub use linattn_ptxsim::{model, Counters, InstrClass, Sampled, SimArch};
 use linattn_ptxsim::{Arg, Device, LaunchConfig, Module, SimError};
+pub use linattn_ptxsim::{Checks, Placement};
 
 use super::gemm::GemmCall;
 use super::seam::{
@@ -65,6 +65,21 @@ pub fn set_checks(checks: Checks) -> Result<(), AttnError> {
 
 fn checks() -> Checks {
     *CHECKS.get_or_init(Checks::default)
+}
+
+static PLACEMENT: OnceLock<Placement> = OnceLock::new();
+
+/// Chooses how the simulator lays out shared variables (`Placement`: declared unless chosen
+/// otherwise), before the executor is first used.
+pub fn set_shared_placement(placement: Placement) -> Result<(), AttnError> {
+    let chosen = *PLACEMENT.get_or_init(|| placement);
+    if chosen != placement {
+        return Err(AttnError::InvalidArgument(format!(
+            "the simulator already places shared memory {chosen:?}; cannot switch to \
+             {placement:?} in this process"
+        )));
+    }
+    Ok(())
 }
 
 /// The simulated architecture (sm_90 unless chosen otherwise).
@@ -165,7 +180,10 @@ impl SimExecutor {
     pub fn new(arch: Arch) -> Result<SimExecutor, AttnError> {
         let sim_arch = sim_arch_of(arch)?;
         let memory = memory_bytes();
-        let device = Device::new(sim_arch, memory).with_checks(checks());
+        let placement = *PLACEMENT.get_or_init(Placement::default);
+        let device = Device::new(sim_arch, memory)
+            .with_checks(checks())
+            .with_shared_placement(placement);
         let info = DeviceInfo {
             name: format!("ptxsim {} ({} limits)", sim_arch.name, sim_arch.part),
             compute_capability: sim_arch.compute_capability,

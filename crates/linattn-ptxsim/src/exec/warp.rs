@@ -48,8 +48,9 @@ pub struct Warp {
     /// which stamps every shared access for racecheck.
     pub wsync: u32,
     /// Racecheck's order among the lanes (see [`Warp::warp_sync`]): an access lane `a` made
-    /// at clock `t` happens before lane `b`'s next access iff `known[b][a] > t`.
-    pub known: [[u32; LANES]; LANES],
+    /// at clock `t` happens before lane `b`'s next access iff `known[b][a] > t`. One row per
+    /// lane once [`Warp::reset`] ran (on the heap: warps are moved in and out of their CTA).
+    pub known: Vec<[u32; LANES]>,
     /// %tid.{x,y,z} per lane.
     pub tid: [Lanes32; 3],
 }
@@ -67,7 +68,7 @@ impl Warp {
             collective: 0,
             barrier: 0,
             wsync: 0,
-            known: [[0; LANES]; LANES],
+            known: Vec::new(),
             tid: [[0; LANES]; 3],
         }
     }
@@ -96,7 +97,8 @@ impl Warp {
         self.collective = 0;
         self.barrier = 0;
         self.wsync = 0;
-        self.known = [[0; LANES]; LANES];
+        self.known.clear();
+        self.known.resize(LANES, [0; LANES]);
     }
 
     /// A `bar.warp.sync` completed by the lanes of `members` (every one of them arrived).

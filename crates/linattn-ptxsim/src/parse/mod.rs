@@ -19,9 +19,17 @@ use lex::{parse_float, parse_int, Statement, StatementKind};
 use scope::{Registers, Scope};
 
 /// Parses a whole module. `place_global` gives each module-scope `.global` variable its
-/// device address (the caller allocates and initialises it); `placement` lays out the
-/// kernels' shared variables.
+/// device address (the caller allocates and initialises it). Shared variables are laid out
+/// as declared.
 pub fn parse_program(
+    text: &str,
+    place_global: &mut dyn FnMut(&GlobalVar) -> Result<u64, SimError>,
+) -> Result<Program, SimError> {
+    parse_program_placed(text, Placement::Declared, place_global)
+}
+
+/// [`parse_program`] with the kernels' shared variables laid out as `placement` says.
+pub fn parse_program_placed(
     text: &str,
     placement: Placement,
     place_global: &mut dyn FnMut(&GlobalVar) -> Result<u64, SimError>,
