@@ -37,9 +37,9 @@ fn kernel(steps: &[(u32, Action)]) -> String {
     );
     for (i, &(lanes, action)) in steps.iter().enumerate() {
         let instr = match action {
-            Action::Write => format!("mov.u32 \t%r2, 42;\n\tst.shared.u32 \t[%rd3], %r2;"),
+            Action::Write => "mov.u32 \t%r2, 42;\n\tst.shared.u32 \t[%rd3], %r2;".to_string(),
             Action::Read => {
-                format!("ld.shared.u32 \t%r3, [%rd3];\n\tst.global.u32 \t[%rd5], %r3;")
+                "ld.shared.u32 \t%r3, [%rd3];\n\tst.global.u32 \t[%rd5], %r3;".to_string()
             }
             Action::Sync(mask) => format!("bar.warp.sync \t{mask:#x};"),
             Action::BarSync => {
