@@ -12,9 +12,11 @@
 //! * Checkers, each a [`SimError::Fault`] naming kernel, PTX line, CTA, thread and address:
 //!   memcheck (bounds and alignment of every global and shared access; always on),
 //!   racecheck (shared-memory accesses of different threads not ordered by `bar.sync`, or
-//!   within a warp by `bar.warp.sync`), initcheck (reads of global or shared memory never
-//!   written), synccheck (barriers and warp collectives reached by part of the threads they
-//!   need; always on).
+//!   within a warp by `bar.warp.sync`s whose member masks link them), initcheck (reads of
+//!   global or shared memory never written), synccheck (barriers and warp collectives
+//!   reached by part of the threads they need; always on). Launches check registers as the
+//!   hardware allocates them (when ptxas' count is given: [`Module::set_registers`]);
+//!   [`Placement::Adversarial`] places shared variables at their declared alignment only.
 //!
 //! What it proves: the kernel's PTX, as NVRTC emitted it for the target, computes the right
 //! values under the PTX execution and memory model for the launches simulated. What it
@@ -41,4 +43,5 @@ pub use device::{Arg, Device, LaunchConfig, LaunchStats, Module};
 pub use error::{Checker, Checks, Fault, SimError, Site};
 pub use exec::numerics::Numerics;
 pub use instr_class::InstrClass;
+pub use parse::Placement;
 pub use sample::Sampled;
