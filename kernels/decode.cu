@@ -21,6 +21,11 @@
 // maps softmax, 1+cos (block max/sum over the row, in fp32, SPEC §9) and FAVOR+ (the R×D
 // projection W, fp32, read from global memory: thread r computes feature r).
 //
+// Layout: q, k [B·H, seq_stride, D], v, out [B·H, seq_stride, M]; the launch reads and writes
+// tokens 0..n of each head's row (n ≤ seq_stride). A prefill passes seq_stride = n; a decoder
+// streaming a staged [B·H, T, ·] buffer passes seq_stride = T and pointers advanced to its
+// token, so one launch per token reads the staged buffers in place.
+//
 // Limits: C ≤ DEC_MAX_DIM, D ≤ DEC_MAX_DIM and M ≤ DEC_MAX_DIM (256: the shared staging
 // arrays); any number of tokens per launch; B·H ≤ 2³¹−1 blocks (grid x). Shared memory:
 // 4·1 KiB + 1.1 KiB, static.
@@ -95,14 +100,14 @@ __device__ __forceinline__ void dec_features(const la_storage_t* __restrict__ x,
 }
 
 // The RNN step over the launch's n tokens (see the header): S ← λS + k̃vᵀ, z ← λz + k̃,
-// o_t = q̃ᵀS / (q̃ᵀz + ε), S and z updated in place. q, k: [B·H, n, D]; v, out: [B·H, n, M];
-// s: [B·H, C, M]; z: [B·H, C]; favor_w: [R, D] or null. Grid (B·H), block DEC_THREADS.
-// Limits: C, D, M ≤ DEC_MAX_DIM.
+// o_t = q̃ᵀS / (q̃ᵀz + ε), S and z updated in place. q, k: [B·H, seq_stride, D]; v, out:
+// [B·H, seq_stride, M], tokens 0..n of each row; s: [B·H, C, M]; z: [B·H, C]; favor_w:
+// [R, D] or null. Grid (B·H), block DEC_THREADS. Limits: C, D, M ≤ DEC_MAX_DIM, n ≤ seq_stride.
 extern "C" __global__ void __launch_bounds__(DEC_THREADS)
 dec_step(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
          const la_storage_t* __restrict__ v, float* __restrict__ s, float* __restrict__ z,
-         la_storage_t* __restrict__ out, const float* __restrict__ favor_w, int n, int d, int c,
-         int m, float decay, float eps) {
+         la_storage_t* __restrict__ out, const float* __restrict__ favor_w, int n,
+         int seq_stride, int d, int c, int m, float decay, float eps) {
     __shared__ float qf[DEC_MAX_DIM];
     __shared__ float xs[DEC_MAX_DIM];  // x' of FAVOR+
     __shared__ float kf[DEC_MAX_DIM];
@@ -118,8 +123,8 @@ dec_step(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
     float* __restrict__ zh = z + head * c;
 
     for (int t = 0; t < n; ++t) {
-        const la_index_t qk_row = (head * n + t) * d;
-        const la_index_t v_row = (head * n + t) * m;
+        const la_index_t qk_row = (head * seq_stride + t) * d;
+        const la_index_t v_row = (head * seq_stride + t) * m;
         for (int j = tid; j < m; j += DEC_THREADS) vs[j] = la_load(v, v_row + j);
         dec_features(q + qk_row, qf, d, c, favor_w, xs, scratch);
         dec_features(k + qk_row, kf, d, c, favor_w, xs, scratch);

@@ -352,8 +352,15 @@ fn bench_mode_decode_writes_its_sweep_and_refuses_mixing() {
     let v = read_json(&out_dir.join("decode.json"));
     assert!(v["environment"]["commit"].is_string(), "{v}");
     let cells = v["cells"].as_array().unwrap();
-    // cpu/decode/f32 and the softmax KV-cache baseline at both context lengths.
-    assert_eq!(cells.len(), 4, "{v}");
+    // cpu/decode/f32 (stream and per-call) and the softmax KV-cache baseline at both
+    // context lengths.
+    assert_eq!(cells.len(), 6, "{v}");
+    let paths: Vec<&str> = cells.iter().map(|c| c["path"].as_str().unwrap()).collect();
+    assert_eq!(
+        paths,
+        ["stream", "per-call", "stream", "per-call", "per-call", "per-call"],
+        "{v}"
+    );
     assert!(cells.iter().all(|c| c["status"] == "ok"), "{v}");
     assert!(cells
         .iter()
