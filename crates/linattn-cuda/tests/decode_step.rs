@@ -27,13 +27,14 @@ const SHAPE: Shape = Shape {
     dv: 40,
 };
 
-/// The streamed trial: 37 tokens (runs of 5, 1 and 31), C = 48, M = 40 as above.
+/// The streamed trial: 37 tokens (runs of 5, 1 and 31); C = 80 gives a warp two groups of
+/// rows (DEC_UNROLL = 8 rows of 8 warps, then the rest), M = 72 three column slices.
 const STREAM: Shape = Shape {
     batch: 2,
     heads: 3,
     seq: 37,
-    dk: 48,
-    dv: 40,
+    dk: 80,
+    dv: 72,
 };
 const RUNS: [(usize, usize); 3] = [(0, 5), (5, 1), (6, 31)];
 

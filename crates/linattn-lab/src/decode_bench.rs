@@ -18,6 +18,7 @@
 //! are host wall time: on the simulator (`sim/...`) that is the simulator's own run time, not
 //! a GPU time. Run by `linattn bench --mode decode`.
 
+use crate::decode_model::{model_token, DecodeModel};
 use crate::display::fmt_bytes;
 use crate::kv_cache::KvCache;
 use crate::plot::{log_log_svg, Point, Quantity, Series};
@@ -53,6 +54,9 @@ pub(crate) struct DecodeCell {
     pub carried_bytes: Option<u64>,
     /// `ok`, or why the cell did not run (`out of memory: ...`).
     pub status: String,
+    /// For the stream of a `sim/*` decoder: the latency model's time of one token on the
+    /// simulated part (modelled, not measured).
+    pub model: Option<DecodeModel>,
 }
 
 #[derive(Debug, Serialize)]
@@ -177,8 +181,8 @@ fn bench_linear(
             decoder.prefill(&tokens(spec, chunk, filled as u64)?)?;
             filled += chunk;
         }
-        // One untimed run: the first launches after a prefill pay for its copies.
-        decoder.run_stream(0, steps)?;
+        // One untimed token: the first launch after a prefill waits for its copies.
+        decoder.run_stream(0, 1)?;
         decoder.finish_stream(false)?;
         let mut stream = Vec::with_capacity(repeats);
         for _ in 0..repeats {
@@ -195,7 +199,8 @@ fn bench_linear(
                 per_call.push(t0.elapsed().as_secs_f64() * 1e6);
             }
         }
-        filled += steps * (2 * repeats + 1);
+        let model = model_token(decoder, spec, 0)?;
+        filled += 2 * steps * repeats + 1 + usize::from(model.is_some());
         let carried = decoder.export_state()?.bytes();
         for (path, samples) in [(PATH_STREAM, stream), (PATH_PER_CALL, per_call)] {
             cells.push(DecodeCell {
@@ -206,6 +211,7 @@ fn bench_linear(
                 samples_us: samples,
                 carried_bytes: Some(carried),
                 status: "ok".into(),
+                model: model.clone().filter(|_| path == PATH_STREAM),
             });
         }
     }
@@ -235,6 +241,7 @@ fn bench_kv_cache(
             samples_us,
             carried_bytes,
             status,
+            model: None,
         };
         if let Some(reason) = &failed {
             cells.push(cell(Vec::new(), None, reason.clone()));
@@ -348,6 +355,35 @@ fn markdown(cells: &[DecodeCell], contexts: &[usize], steps: usize) -> String {
          (per-call): step() per token, the inputs uploaded and o downloaded each time. \
          Host wall time; for sim/* that is the simulator's run time, not a GPU time.\n"
     );
+    let modelled: Vec<(&DecodeCell, &DecodeModel)> = cells
+        .iter()
+        .filter_map(|c| c.model.as_ref().map(|m| (c, m)))
+        .collect();
+    if !modelled.is_empty() {
+        out +=
+            "\nModelled by the simulator's latency model (one streamed token, not measured):\n\n\
+                | backend | context | arch | µs/token | bound | latency µs | DRAM µs | launch µs \
+                | DRAM bytes | state bytes (2×) | state share of HBM | CTAs/SM |\n\
+                |---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n";
+        for (c, m) in modelled {
+            out += &format!(
+                "| {} | {} | {} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {:.0}% | {} ({}) |\n",
+                c.backend,
+                c.context,
+                m.part,
+                m.us_per_token,
+                m.bound,
+                m.latency_us,
+                m.dram_us,
+                m.launch_us,
+                fmt_bytes(m.dram_bytes),
+                fmt_bytes(m.state_bytes),
+                100.0 * m.hbm_share,
+                m.ctas_per_sm,
+                m.occupancy_limiter
+            );
+        }
+    }
     out
 }
 
