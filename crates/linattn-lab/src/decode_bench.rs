@@ -12,6 +12,7 @@
 //!   `steps`. What a caller that keeps its tokens on the device pays.
 //! * `per-call` — [`Decoder::step`] per token, each sample one token: upload, launch,
 //!   download. What a host-driven caller pays.
+//!
 //! A linear decoder's timed steps stay in its state (its size and step cost do not depend on
 //! the context); the KV cache drops each timed token again, so every softmax sample attends
 //! over exactly context + 1 tokens. Only decoding is timed; inputs are drawn before. All times
