@@ -9,7 +9,8 @@
 //! B = 2, H = 3 decoded in three uneven runs, O against the f64 causal forward of the oracle,
 //! the state against the f64 decoder's, and O bit for bit equal to the same decoder's
 //! per-token path (the same launches, read in place). Stamped per executor for the device
-//! decoders; the CPU decoders (the trait's host defaults) on the host.
+//! decoders; the CPU decoders (the trait's host defaults) on the host. On the simulator, a run
+//! of 6 tokens records 6 launches and moves no device memory.
 
 use linattn_core::{
     decode_sequence, Causality, DecodeSpec, DecodeState, Decoder, FeatureMap, Inputs, Precision,
@@ -48,6 +49,11 @@ fn main() {
         for platform in Platform::ALL, decoder in linattn_cuda::decode::decoders(platform) =>
             format!("{}: a staged stream of 37 tokens matches the oracle", decoder.name()),
             stream_matches_oracle(|| decoder_named(platform, decoder.name()))
+    ));
+    trials.extend(stamp_executors!(
+        for platform in [Platform::Sim] =>
+            "sim/decode/f32: run_stream is one launch per token and allocates nothing",
+            one_launch_per_token()
     ));
     for name in ["cpu-ref/decode/f64", "cpu/decode/f32"] {
         trials.push(libtest_mimic::Trial::test(
@@ -136,6 +142,52 @@ fn stream_matches_oracle(
         checks.push(Err("run_stream before reset accepted".into()));
     }
     all(checks)
+}
+
+/// The simulator records the launches of a run of 6 tokens: six dec_step launches of one
+/// token each, B·H blocks, and the decoder's device memory does not move.
+fn one_launch_per_token() -> Result<(), String> {
+    let spec = DecodeSpec::from_problem(&Problem::new(
+        STREAM,
+        Causality::Causal,
+        FeatureMap::EluPlusOne,
+    ))
+    .map_err(|e| e.to_string())?;
+    let mut dec = linattn_cuda::decode::CudaDecoder::<f32>::new(Platform::Sim);
+    dec.reset(&spec).map_err(|e| e.to_string())?;
+    let x = Inputs::random(STREAM, 3, false).map_err(|e| e.to_string())?;
+    dec.stage_stream(&x).map_err(|e| e.to_string())?;
+    let staged = dec.device_bytes();
+    let sim = linattn_cuda::executor::sim::shared().map_err(|e| e.to_string())?;
+    sim.start_profile();
+    let ran = dec.run_stream(2, 6);
+    let log = sim.finish_profile();
+    ran.map_err(|e| e.to_string())?;
+    dec.finish_stream(false).map_err(|e| e.to_string())?;
+    let blocks = (STREAM.batch * STREAM.heads) as u32;
+    all([
+        if log.len() == 6
+            && log
+                .iter()
+                .all(|l| l.entry == "dec_step" && l.grid.0 == blocks)
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "6 tokens made {} launches: {:?}",
+                log.len(),
+                log.iter().map(|l| (&l.entry, l.grid)).collect::<Vec<_>>()
+            ))
+        },
+        if dec.device_bytes() == staged {
+            Ok(())
+        } else {
+            Err(format!(
+                "device bytes went from {staged} to {} during run_stream",
+                dec.device_bytes()
+            ))
+        },
+    ])
 }
 
 /// Prefixes an error with what was being checked.
