@@ -349,7 +349,10 @@ fn check_state_precision(p: Precision) -> Result<(), AttnError> {
 ///
 /// Life cycle: [`Decoder::reset`] (empty state) or [`Decoder::import_state`] (a saved one),
 /// then any mix of [`Decoder::prefill`] (many tokens) and [`Decoder::step`] (one token); the
-/// outputs equal the causal forward over the whole sequence.
+/// outputs equal the causal forward over the whole sequence. A caller that has the tokens
+/// ahead (a benchmark, a replay) stages them once ([`Decoder::stage_stream`]) and decodes
+/// them in runs ([`Decoder::run_stream`], [`Decoder::finish_stream`]): on a device, the
+/// inputs, outputs and state then stay there and a token costs one launch.
 pub trait Decoder: Send {
     fn name(&self) -> &str;
 
@@ -384,12 +387,125 @@ pub trait Decoder: Send {
         self.prefill(x)
     }
 
+    /// Stages a stream of T tokens (`x` is `[B, H, T, ·]`) where the decoder reads them —
+    /// device buffers for a device decoder, allocated once here with one output buffer
+    /// `[B, H, T, M]` — replacing any stream staged before. The state is not touched: the
+    /// tokens are decoded by [`Decoder::run_stream`]. The default keeps them on the host, in
+    /// [`Decoder::host_stream`].
+    fn stage_stream(&mut self, x: &Inputs) -> Result<(), AttnError> {
+        let staged = HostStream::new(x)?;
+        let name = self.name().to_string();
+        let slot = self.host_stream().ok_or_else(|| no_stream_slot(&name))?;
+        *slot = Some(staged);
+        Ok(())
+    }
+
+    /// Decodes tokens `first..first + count` of the staged stream, in order, from the current
+    /// state (which advances by `count`), writing their outputs into the staged output. A
+    /// device decoder enqueues one launch per token: no allocation, no copy, no waiting for
+    /// the device; errors of the work itself surface at [`Decoder::finish_stream`]. The
+    /// default steps on the host, token by token.
+    fn run_stream(&mut self, first: usize, count: usize) -> Result<(), AttnError> {
+        let name = self.name().to_string();
+        let slot = self.host_stream().ok_or_else(|| no_stream_slot(&name))?;
+        let mut stream = slot.take().ok_or_else(no_staged_stream)?;
+        // Put back whatever happens, so a failed token leaves the stream staged.
+        let result = (|| {
+            stream.check_range(first, count)?;
+            for t in first..first + count {
+                let o = self.step(&stream.tokens[t])?;
+                stream.out.set_seq(t, &o)?;
+            }
+            Ok(())
+        })();
+        if let Some(slot) = self.host_stream() {
+            *slot = Some(stream);
+        }
+        result
+    }
+
+    /// Waits for the work [`Decoder::run_stream`] enqueued; with `outputs`, returns the whole
+    /// staged output `[B, H, T, M]` (positions never run hold zeros on the host, undefined
+    /// values on a device). The stream stays staged.
+    fn finish_stream(&mut self, outputs: bool) -> Result<Option<Tensor>, AttnError> {
+        let name = self.name().to_string();
+        let slot = self.host_stream().ok_or_else(|| no_stream_slot(&name))?;
+        let stream = slot.as_ref().ok_or_else(no_staged_stream)?;
+        Ok(outputs.then(|| stream.out.clone()))
+    }
+
+    /// Where the default stream methods keep a host-staged stream: a decoder without a
+    /// device returns its slot; one that overrides the three stream methods needs none.
+    fn host_stream(&mut self) -> Option<&mut Option<HostStream>> {
+        None
+    }
+
     /// The current state, widened to f64.
     fn export_state(&mut self) -> Result<DecodeState, AttnError>;
 
     /// Continues `spec` from `state`: refused unless the state belongs to `spec` (sizes, map,
     /// ε, λ) and to the decoder's precision, and holds only finite values.
     fn import_state(&mut self, spec: &DecodeSpec, state: &DecodeState) -> Result<(), AttnError>;
+}
+
+/// A stream staged on the host by [`Decoder::stage_stream`]'s default: the T tokens one by
+/// one (sliced once, so a step does not slice) and the output `[B, H, T, M]`.
+#[derive(Debug, Clone)]
+pub struct HostStream {
+    tokens: Vec<Inputs>,
+    out: Tensor,
+}
+
+impl HostStream {
+    /// Stages `x` (`[B, H, T, ·]`, T ≥ 1); each step checks its token against the decoder.
+    pub fn new(x: &Inputs) -> Result<Self, AttnError> {
+        let shape = x.shape()?;
+        if shape.seq == 0 {
+            return Err(AttnError::InvalidArgument(
+                "a staged stream needs at least one token".into(),
+            ));
+        }
+        let tokens = (0..shape.seq)
+            .map(|t| x.seq_slice(t..t + 1))
+            .collect::<Result<_, _>>()?;
+        let out = Tensor::zeros([shape.batch, shape.heads, shape.seq, shape.dv])?;
+        Ok(HostStream { tokens, out })
+    }
+
+    /// Tokens staged (T).
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    fn check_range(&self, first: usize, count: usize) -> Result<(), AttnError> {
+        check_stream_range(first, count, self.len())
+    }
+}
+
+/// Refuses tokens `first..first + count` outside a staged stream of `staged` tokens.
+pub fn check_stream_range(first: usize, count: usize, staged: usize) -> Result<(), AttnError> {
+    match first.checked_add(count) {
+        Some(end) if end <= staged => Ok(()),
+        _ => Err(AttnError::InvalidArgument(format!(
+            "tokens {first}..{} of a staged stream of {staged}",
+            first.saturating_add(count)
+        ))),
+    }
+}
+
+/// The error of a stream method called before [`Decoder::stage_stream`].
+pub fn no_staged_stream() -> AttnError {
+    AttnError::State("no staged stream: call stage_stream() first".into())
+}
+
+fn no_stream_slot(name: &str) -> AttnError {
+    AttnError::State(format!(
+        "decoder {name} neither keeps a host stream nor implements the stream methods"
+    ))
 }
 
 /// Wall time of a [`decode_sequence`]: the prefill pass, and all single-token steps together.

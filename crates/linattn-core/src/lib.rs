@@ -28,7 +28,8 @@ pub use alloc::{CountingAllocator, HostMemory};
 pub use atomic::write_bytes_atomic;
 pub use backend::{check_linear_form, Backend, BackendInfo, BackwardKind, DeviceKind, RunStats};
 pub use decode::{
-    decode_sequence, no_decode_state, DecodeSpec, DecodeState, DecodeTiming, Decoder,
+    check_stream_range, decode_sequence, no_decode_state, no_staged_stream, DecodeSpec,
+    DecodeState, DecodeTiming, Decoder, HostStream,
 };
 pub use error::{AttnError, Unsupported};
 pub use metrics::{rms, Basis, ErrorMetrics, Judge, TensorVerdict, Verdict, CANCELLED};

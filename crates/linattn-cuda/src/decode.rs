@@ -8,6 +8,12 @@
 //! (rather than the causal forward backends for O plus a separate weighted-sum kernel for
 //! the state: one kernel cannot disagree with itself about the state).
 //!
+//! Two ways to feed it. `prefill`/`step` (the per-call path, what a host-driven caller pays)
+//! upload the tokens, launch, and download O: a host round trip per call. The staged stream
+//! (`stage_stream`, `run_stream`, `finish_stream`) uploads T tokens once next to one output
+//! buffer; `run_stream` then enqueues one launch per token at its offset in those buffers
+//! (`seq_stride` = T), with no allocation, copy or wait, until `finish_stream` synchronises.
+//!
 //! Maps: all causal ones, fused in the kernel — the elementwise ones (identity, elu+1, relu)
 //! and the row maps softmax, 1+cos and FAVOR+ (its W uploaded once per stream, unshifted like
 //! the f64 oracle: a stream has no max over all keys to subtract).
@@ -16,14 +22,14 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 use linattn_core::{
-    favor_projection, no_decode_state, AttnError, DecodeSpec, DecodeState, Decoder, FeatureMap,
-    Inputs, Precision, Tensor, Unsupported,
+    check_stream_range, favor_projection, no_decode_state, no_staged_stream, AttnError, DecodeSpec,
+    DecodeState, Decoder, FeatureMap, Inputs, Precision, Tensor, Unsupported,
 };
 
-use crate::executor::{Executor, Launch, Platform};
+use crate::executor::{Executor, Kernel, Launch, Platform};
 use crate::form::DeviceInputs;
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
-use crate::params::{launch, ptr};
+use crate::params::{launch_kernel, ptr, KernelParams, Ptr};
 use crate::runtime::{as_i32, storage_define, KernelVariant};
 
 pub const SOURCE_NAME: &str = "decode.cu";
@@ -34,8 +40,8 @@ crate::kernel_params! {
     pub mod params;
     /// `dec_step`: n tokens of the recurrence, S and z updated in place, o_t written.
     pub struct Step => "dec_step" {
-        q: Ptr, k: Ptr, v: Ptr, s: Ptr, z: Ptr, out: Ptr, favor_w: Ptr, n: i32, d: i32,
-        c: i32, m: i32, decay: f32, eps: f32,
+        q: Ptr, k: Ptr, v: Ptr, s: Ptr, z: Ptr, out: Ptr, favor_w: Ptr, n: i32,
+        seq_stride: i32, d: i32, c: i32, m: i32, decay: f32, eps: f32,
     }
 }
 
@@ -102,12 +108,78 @@ pub fn kernel_variants() -> Vec<KernelVariant> {
 struct Live {
     exec: Arc<dyn Executor>,
     spec: DecodeSpec,
-    kernel_variant: KernelVariant,
+    /// `dec_step` of the spec's variant, resolved once: a token's launch looks nothing up.
+    kernel: Kernel,
+    /// One block per (batch, head).
+    launch: Launch,
     tokens: u64,
     s: DeviceBuffer<f32>,
     z: DeviceBuffer<f32>,
     /// FAVOR+'s projection W (R×D fp32), uploaded once per stream.
     favor_w: Option<DeviceBuffer<f32>>,
+}
+
+impl Live {
+    /// Enqueues `dec_step` over tokens 0..n of head rows `seq_stride` tokens apart, q, k, v
+    /// and out starting at the given addresses (see the kernel's layout comment).
+    fn enqueue(&self, rows: Rows, n: usize, seq_stride: usize) -> Result<(), AttnError> {
+        let spec = &self.spec;
+        launch_kernel(
+            self.exec.as_ref(),
+            &self.kernel,
+            &self.launch,
+            &params::Step {
+                q: rows.q,
+                k: rows.k,
+                v: rows.v,
+                s: ptr(&self.s),
+                z: ptr(&self.z),
+                out: rows.out,
+                favor_w: ptr(self.favor_w.as_ref()),
+                n: as_i32("tokens", n)?,
+                seq_stride: as_i32("staged tokens", seq_stride)?,
+                d: as_i32("D", spec.dk)?,
+                c: as_i32("C", spec.feature_dim())?,
+                m: as_i32("M", spec.dv)?,
+                decay: spec.decay as f32,
+                eps: spec.eps as f32,
+            },
+        )
+    }
+}
+
+/// Where a launch's first token of head 0 lies in q, k, v and out.
+#[derive(Clone, Copy)]
+struct Rows {
+    q: Ptr,
+    k: Ptr,
+    v: Ptr,
+    out: Ptr,
+}
+
+/// A stream staged on the device: q, k, v `[B·H, T, ·]` and the output `[B·H, T, M]`,
+/// allocated once by `stage_stream`; `run_stream` launches read and write them in place.
+struct Staged<T> {
+    spec: DecodeSpec,
+    tokens: usize,
+    q: DeviceBuffer<T>,
+    k: DeviceBuffer<T>,
+    v: DeviceBuffer<T>,
+    out: DeviceBuffer<T>,
+}
+
+impl<T: StorageElem> Staged<T> {
+    /// The addresses of token `t` of head 0 (the kernel adds `head · T` tokens).
+    fn rows_at(&self, t: usize) -> Rows {
+        let elem = std::mem::size_of::<T>() as u64;
+        let at = |b: &DeviceBuffer<T>, dim: usize| Ptr(b.address() + (t * dim) as u64 * elem);
+        Rows {
+            q: at(&self.q, self.spec.dk),
+            k: at(&self.k, self.spec.dk),
+            v: at(&self.v, self.spec.dv),
+            out: at(&self.out, self.spec.dv),
+        }
+    }
 }
 
 /// `<platform>/decode/<precision>`: inputs stored as `T`, state in fp32.
@@ -116,7 +188,7 @@ pub struct CudaDecoder<T: StorageElem> {
     platform: Platform,
     meter: MemoryMeter,
     live: Option<Live>,
-    _elem: std::marker::PhantomData<T>,
+    stream: Option<Staged<T>>,
 }
 
 impl<T: StorageElem> CudaDecoder<T> {
@@ -126,11 +198,12 @@ impl<T: StorageElem> CudaDecoder<T> {
             platform,
             meter: MemoryMeter::new(),
             live: None,
-            _elem: std::marker::PhantomData,
+            stream: None,
         }
     }
 
-    /// Device bytes the decoder holds now (the state; inputs and outputs are freed per call).
+    /// Device bytes the decoder holds now: the state and a staged stream (the inputs and
+    /// outputs of `prefill`/`step` are freed per call).
     pub fn device_bytes(&self) -> u64 {
         self.meter.live()
     }
@@ -152,9 +225,20 @@ impl<T: StorageElem> CudaDecoder<T> {
             )?),
             _ => None,
         };
+        let blocks = u32::try_from(spec.bh())
+            .ok()
+            .filter(|&b| b <= i32::MAX as u32)
+            .ok_or_else(|| {
+                AttnError::InvalidArgument(format!(
+                    "B·H = {} blocks: dec_step's grid takes at most 2^31 - 1",
+                    spec.bh()
+                ))
+            })?;
+        let kernel = exec.kernel(&variant(T::PRECISION, &spec.map)?, params::Step::SPEC.entry)?;
         exec.synchronize()?;
         self.live = Some(Live {
-            kernel_variant: variant(T::PRECISION, &spec.map)?,
+            kernel,
+            launch: Launch::new((blocks, 1, 1), THREADS),
             exec,
             spec: *spec,
             tokens: state.tokens,
@@ -165,47 +249,33 @@ impl<T: StorageElem> CudaDecoder<T> {
         Ok(())
     }
 
+    /// The per-call path: uploads `x`, one launch over its n tokens, downloads O.
     fn advance(&mut self, x: &Inputs) -> Result<Tensor, AttnError> {
         let live = self.live.as_mut().ok_or_else(no_decode_state)?;
         let n = live.spec.check_tokens(x)?;
         let spec = live.spec;
         let exec = &live.exec;
         let inputs = DeviceInputs::<T>::upload(exec, &self.meter, x)?;
-        let out_len = spec
-            .bh()
-            .checked_mul(n)
-            .and_then(|r| r.checked_mul(spec.dv))
-            .ok_or_else(|| AttnError::SizeOverflow(format!("decode output of {n} tokens")))?;
-        let out = DeviceBuffer::<T>::uninit(exec, &self.meter, out_len)?;
-        let blocks = u32::try_from(spec.bh())
-            .ok()
-            .filter(|&b| b <= i32::MAX as u32)
-            .ok_or_else(|| AttnError::InvalidArgument(format!("B·H = {} blocks", spec.bh())))?;
-        // q, k hold B·H·n·D elements, v and out B·H·n·M, s B·H·C·M, z B·H·C (fp32).
-        launch(
-            exec.as_ref(),
-            &live.kernel_variant,
-            &Launch::new((blocks, 1, 1), THREADS),
-            &params::Step {
-                q: ptr(&inputs.q),
-                k: ptr(&inputs.k),
-                v: ptr(&inputs.v),
-                s: ptr(&live.s),
-                z: ptr(&live.z),
-                out: ptr(&out),
-                favor_w: ptr(live.favor_w.as_ref()),
-                n: as_i32("tokens", n)?,
-                d: as_i32("D", spec.dk)?,
-                c: as_i32("C", spec.feature_dim())?,
-                m: as_i32("M", spec.dv)?,
-                decay: spec.decay as f32,
-                eps: spec.eps as f32,
-            },
-        )?;
+        let out = DeviceBuffer::<T>::uninit(exec, &self.meter, output_len(&spec, n)?)?;
+        let rows = Rows {
+            q: ptr(&inputs.q),
+            k: ptr(&inputs.k),
+            v: ptr(&inputs.v),
+            out: ptr(&out),
+        };
+        live.enqueue(rows, n, n)?;
         let o = Tensor::from_vec([spec.batch, spec.heads, n, spec.dv], out.download_f64()?)?;
         live.tokens += n as u64;
         Ok(o)
     }
+}
+
+/// Elements of an output of `n` tokens (B·H·n·M), overflow-checked.
+fn output_len(spec: &DecodeSpec, n: usize) -> Result<usize, AttnError> {
+    spec.bh()
+        .checked_mul(n)
+        .and_then(|r| r.checked_mul(spec.dv))
+        .ok_or_else(|| AttnError::SizeOverflow(format!("decode output of {n} tokens")))
 }
 
 impl<T: StorageElem> Decoder for CudaDecoder<T> {
@@ -241,6 +311,66 @@ impl<T: StorageElem> Decoder for CudaDecoder<T> {
 
     fn prefill(&mut self, x: &Inputs) -> Result<Tensor, AttnError> {
         self.advance(x)
+    }
+
+    fn stage_stream(&mut self, x: &Inputs) -> Result<(), AttnError> {
+        // The old stream's buffers go first: staging twice never holds both.
+        self.stream = None;
+        let live = self.live.as_ref().ok_or_else(no_decode_state)?;
+        let tokens = live.spec.check_tokens(x)?;
+        if tokens == 0 {
+            return Err(AttnError::InvalidArgument(
+                "a staged stream needs at least one token".into(),
+            ));
+        }
+        // The kernel's int token indices: refuse a stream they cannot address.
+        as_i32("staged tokens", tokens)?;
+        let inputs = DeviceInputs::<T>::upload(&live.exec, &self.meter, x)?;
+        let out =
+            DeviceBuffer::<T>::zeros(&live.exec, &self.meter, output_len(&live.spec, tokens)?)?;
+        live.exec.synchronize()?;
+        self.stream = Some(Staged {
+            spec: live.spec,
+            tokens,
+            q: inputs.q,
+            k: inputs.k,
+            v: inputs.v,
+            out,
+        });
+        Ok(())
+    }
+
+    fn run_stream(&mut self, first: usize, count: usize) -> Result<(), AttnError> {
+        let live = self.live.as_mut().ok_or_else(no_decode_state)?;
+        let stream = self.stream.as_ref().ok_or_else(no_staged_stream)?;
+        if stream.spec != live.spec {
+            return Err(AttnError::State(format!(
+                "the staged stream belongs to {}, the decoder now runs {}: stage it again",
+                stream.spec.problem(stream.tokens),
+                live.spec.problem(1)
+            )));
+        }
+        check_stream_range(first, count, stream.tokens)?;
+        for t in first..first + count {
+            live.enqueue(stream.rows_at(t), 1, stream.tokens)?;
+        }
+        live.tokens += count as u64;
+        Ok(())
+    }
+
+    fn finish_stream(&mut self, outputs: bool) -> Result<Option<Tensor>, AttnError> {
+        let live = self.live.as_ref().ok_or_else(no_decode_state)?;
+        let stream = self.stream.as_ref().ok_or_else(no_staged_stream)?;
+        live.exec.synchronize()?;
+        if !outputs {
+            return Ok(None);
+        }
+        let s = &stream.spec;
+        let o = Tensor::from_vec(
+            [s.batch, s.heads, stream.tokens, s.dv],
+            stream.out.download_f64()?,
+        )?;
+        Ok(Some(o))
     }
 
     fn export_state(&mut self) -> Result<DecodeState, AttnError> {

@@ -1,16 +1,19 @@
 //! `linattn decode`: streaming decode of q, k, v read from `.npy` files. Prefill P tokens in
 //! one pass, then step the rest one token at a time with the carried (S, z) state (SPEC §2's
 //! RNN view); O equals the causal forward over the whole sequence. The state can be saved
-//! after the last token and loaded before the first, to continue a stream across runs.
+//! after the last token and loaded before the first, to continue a stream across runs. With
+//! `--stream` the tokens after the prefill go through the staged stream instead of `step`:
+//! staged once, decoded in one run (one launch per token on a device), read back once.
 
 use crate::attend::{check_output, read_operands, MathArgs, QkvPaths};
 use crate::npy::{write_npy, NpyDtype};
 use linattn_core::{
-    decode_sequence, AttnError, Causality, DecodeSpec, DecodeState, Decoder, Precision, Problem,
+    decode_sequence, AttnError, Causality, DecodeSpec, DecodeState, DecodeTiming, Decoder, Inputs,
+    Precision, Problem, Tensor,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -32,6 +35,10 @@ pub struct DecodeArgs {
     /// Decoder name, or a family (cpu-ref, cpu, sim, cuda) narrowed by --precision.
     #[arg(long, value_name = "NAME")]
     backend: String,
+    /// Decode the tokens after the prefill as one staged stream (stage_stream, run_stream,
+    /// finish_stream) instead of one step() call each.
+    #[arg(long)]
+    stream: bool,
     /// Input precision, when --backend names a family.
     #[arg(long)]
     precision: Option<String>,
@@ -109,6 +116,43 @@ pub(crate) fn resolve_decoder(
     }
 }
 
+/// [`decode_sequence`] with the tokens after the prefill decoded as one staged stream; the
+/// steps' time covers run_stream and the final synchronise (not staging, not reading O back).
+fn stream_sequence(
+    decoder: &mut dyn Decoder,
+    spec: &DecodeSpec,
+    x: &Inputs,
+    prefill: usize,
+    start: Option<&DecodeState>,
+) -> Result<(Tensor, DecodeTiming), AttnError> {
+    let n = spec.check_tokens(x)?;
+    if prefill >= n {
+        return decode_sequence(decoder, spec, x, prefill, start);
+    }
+    let mut out = Tensor::zeros([spec.batch, spec.heads, n, spec.dv])?;
+    let mut timing = DecodeTiming::default();
+    if prefill > 0 {
+        let (head, t) = decode_sequence(decoder, spec, &x.seq_slice(0..prefill)?, prefill, start)?;
+        out.set_seq(0, &head)?;
+        timing = t;
+    } else {
+        match start {
+            Some(state) => decoder.import_state(spec, state)?,
+            None => decoder.reset(spec)?,
+        }
+    }
+    decoder.stage_stream(&x.seq_slice(prefill..n)?)?;
+    let t0 = Instant::now();
+    decoder.run_stream(0, n - prefill)?;
+    decoder.finish_stream(false)?;
+    timing.steps = t0.elapsed();
+    let rest = decoder
+        .finish_stream(true)?
+        .ok_or_else(|| AttnError::State("finish_stream(true) returned no outputs".into()))?;
+    out.set_seq(prefill, &rest)?;
+    Ok((out, timing))
+}
+
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -150,7 +194,12 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, AttnError> {
     let name = decoder.name().to_string();
     decoder.supports(&spec)?;
 
-    let (out, timing) = decode_sequence(
+    let decode = if args.stream {
+        stream_sequence
+    } else {
+        decode_sequence
+    };
+    let (out, timing) = decode(
         decoder.as_mut(),
         &spec,
         &inputs,
@@ -177,7 +226,8 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, AttnError> {
     let steps = n - args.prefill;
     if steps > 0 {
         println!(
-            "steps    {steps} tokens, {:.2} µs per token",
+            "{}    {steps} tokens, {:.2} µs per token",
+            if args.stream { "stream" } else { "steps " },
             us(timing.steps) / steps as f64
         );
     }

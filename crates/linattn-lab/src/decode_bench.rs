@@ -4,11 +4,22 @@
 //! is that the linear rows stay flat while the softmax rows grow linearly with the context.
 //!
 //! For each decoder the context is built once, incrementally: prefill up to the first length,
-//! time `steps × repeats` single-token steps, prefill on to the next length, and so on. A
-//! linear decoder's timed steps stay in its state (its size and step cost do not depend on the
-//! context); the KV cache drops each timed token again, so every softmax sample attends over
-//! exactly context + 1 tokens. Only the step is timed; inputs are drawn before. Run by `linattn bench --mode decode`.
+//! time the tokens, prefill on to the next length, and so on. Each linear decoder is timed two
+//! ways, two rows of the table ("path" in the JSON):
+//! * `stream` — the tokens staged once where the decoder reads them (device buffers on a
+//!   GPU), then per repeat `steps` tokens of [`Decoder::run_stream`] (one launch each, no
+//!   copy, no wait) and the final [`Decoder::finish_stream`]; a sample is that wall time over
+//!   `steps`. What a caller that keeps its tokens on the device pays.
+//! * `per-call` — [`Decoder::step`] per token, each sample one token: upload, launch,
+//!   download. What a host-driven caller pays.
+//!
+//! A linear decoder's timed steps stay in its state (its size and step cost do not depend on
+//! the context); the KV cache drops each timed token again, so every softmax sample attends
+//! over exactly context + 1 tokens. Only decoding is timed; inputs are drawn before. All times
+//! are host wall time: on the simulator (`sim/...`) that is the simulator's own run time, not
+//! a GPU time. Run by `linattn bench --mode decode`.
 
+use crate::decode_model::{model_token, DecodeModel};
 use crate::display::fmt_bytes;
 use crate::kv_cache::KvCache;
 use crate::plot::{log_log_svg, Point, Quantity, Series};
@@ -24,19 +35,29 @@ pub(crate) const SOFTMAX_KV: &str = "cpu/softmax-kv-cache/f32";
 /// Tokens per prefill call while building a context (bounds the f64 input buffers).
 const PREFILL_CHUNK: usize = 1 << 15;
 
-/// One (backend, context) cell.
+/// How a linear decoder's tokens were fed (see the module comment).
+pub(crate) const PATH_STREAM: &str = "stream";
+pub(crate) const PATH_PER_CALL: &str = "per-call";
+
+/// One (backend, path, context) cell.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct DecodeCell {
     pub backend: String,
+    /// `stream` or `per-call` (the KV cache steps per call on the host).
+    pub path: &'static str,
     pub context: usize,
     /// Per generated token, in microseconds; `None` when the cell did not run.
     pub time_us: Option<SampleStats>,
-    /// Every timed step, microseconds, in the order taken.
+    /// Every sample, microseconds per token, in the order taken (a `stream` sample averages
+    /// one run of `steps` tokens).
     pub samples_us: Vec<f64>,
     /// Bytes carried from one token to the next: the (S, z) state, or the KV cache.
     pub carried_bytes: Option<u64>,
     /// `ok`, or why the cell did not run (`out of memory: ...`).
     pub status: String,
+    /// For the stream of a `sim/*` decoder: the latency model's time of one token on the
+    /// simulated part (modelled, not measured).
+    pub model: Option<DecodeModel>,
 }
 
 #[derive(Debug, Serialize)]
@@ -49,6 +70,8 @@ struct DecodeReport<'a> {
     d: usize,
     m: usize,
     map: String,
+    /// What the times are: host wall time (see `path` of each cell).
+    clock: &'static str,
     steps: usize,
     repeats: usize,
     host_threads: usize,
@@ -57,9 +80,11 @@ struct DecodeReport<'a> {
 
 /// Runs the benchmark and writes `decode.json`, `decode.md` and two SVG plots into `out_dir`
 /// (which the caller has created and checked writable).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     backends: &[String],
     contexts: &[usize],
+    (batch, heads): (usize, usize),
     d: usize,
     m: usize,
     steps: usize,
@@ -72,7 +97,7 @@ pub(crate) fn run(
         ));
     }
     let map = FeatureMap::EluPlusOne;
-    let problem = Problem::new(Shape::new(1, 1, 1, d, m), Causality::Causal, map);
+    let problem = Problem::new(Shape::new(batch, heads, 1, d, m), Causality::Causal, map);
     let spec = DecodeSpec::from_problem(&problem)?;
     spec.validate()?;
     let mut decoders = Vec::new();
@@ -102,13 +127,14 @@ pub(crate) fn run(
         d,
         m,
         map: map.label(),
+        clock: "host wall time per generated token (on sim/* the simulator's, not a GPU's)",
         steps,
         repeats,
         host_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         cells: &cells,
     };
     crate::results::write_json_atomic(&out_dir.join("decode.json"), &report)?;
-    let table = markdown(&cells, contexts);
+    let table = markdown(&cells, contexts, steps);
     crate::results::write_bytes_atomic(&out_dir.join("decode.md"), table.as_bytes())?;
     for (file, quantity) in [
         ("decode-time.svg", Quantity::Time),
@@ -135,6 +161,7 @@ fn stats_us(samples: &[f64]) -> Option<SampleStats> {
     SampleStats::of(samples)
 }
 
+/// Both paths of one decoder at every context: the stream first, then per call.
 fn bench_linear(
     decoder: &mut dyn Decoder,
     spec: &DecodeSpec,
@@ -146,6 +173,7 @@ fn bench_linear(
     let step_tokens: Vec<Inputs> = (0..steps)
         .map(|i| tokens(spec, 1, 0xdec0 + i as u64))
         .collect::<Result<_, _>>()?;
+    decoder.stage_stream(&tokens(spec, steps, 0xdec0)?)?;
     let mut filled = 0usize;
     let mut cells = Vec::new();
     for &context in contexts {
@@ -154,23 +182,39 @@ fn bench_linear(
             decoder.prefill(&tokens(spec, chunk, filled as u64)?)?;
             filled += chunk;
         }
-        let mut samples = Vec::with_capacity(steps * repeats);
+        // One untimed token: the first launch after a prefill waits for its copies.
+        decoder.run_stream(0, 1)?;
+        decoder.finish_stream(false)?;
+        let mut stream = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let t0 = Instant::now();
+            decoder.run_stream(0, steps)?;
+            decoder.finish_stream(false)?;
+            stream.push(t0.elapsed().as_secs_f64() * 1e6 / steps as f64);
+        }
+        let mut per_call = Vec::with_capacity(steps * repeats);
         for _ in 0..repeats {
             for token in &step_tokens {
                 let t0 = Instant::now();
                 decoder.step(token)?;
-                samples.push(t0.elapsed().as_secs_f64() * 1e6);
+                per_call.push(t0.elapsed().as_secs_f64() * 1e6);
             }
         }
-        filled += steps * repeats;
-        cells.push(DecodeCell {
-            backend: decoder.name().to_string(),
-            context,
-            time_us: stats_us(&samples),
-            samples_us: samples,
-            carried_bytes: Some(decoder.export_state()?.bytes()),
-            status: "ok".into(),
-        });
+        let model = model_token(decoder, spec, 0)?;
+        filled += 2 * steps * repeats + 1 + usize::from(model.is_some());
+        let carried = decoder.export_state()?.bytes();
+        for (path, samples) in [(PATH_STREAM, stream), (PATH_PER_CALL, per_call)] {
+            cells.push(DecodeCell {
+                backend: decoder.name().to_string(),
+                path,
+                context,
+                time_us: stats_us(&samples),
+                samples_us: samples,
+                carried_bytes: Some(carried),
+                status: "ok".into(),
+                model: model.clone().filter(|_| path == PATH_STREAM),
+            });
+        }
     }
     Ok(cells)
 }
@@ -192,11 +236,13 @@ fn bench_kv_cache(
     for &context in contexts {
         let cell = |samples_us: Vec<f64>, carried_bytes, status: String| DecodeCell {
             backend: SOFTMAX_KV.into(),
+            path: PATH_PER_CALL,
             context,
             time_us: stats_us(&samples_us),
             samples_us,
             carried_bytes,
             status,
+            model: None,
         };
         if let Some(reason) = &failed {
             cells.push(cell(Vec::new(), None, reason.clone()));
@@ -245,20 +291,33 @@ fn to_f32(x: &[f64]) -> Vec<f32> {
     x.iter().map(|&a| a as f32).collect()
 }
 
-/// Backends in the order they first appear.
-fn backend_names(cells: &[DecodeCell]) -> Vec<&str> {
-    let mut names: Vec<&str> = Vec::new();
+impl DecodeCell {
+    /// The column and plot series of the cell: the backend, and the path of a linear decoder.
+    fn series(&self) -> String {
+        if self.backend == SOFTMAX_KV {
+            self.backend.clone()
+        } else {
+            format!("{} ({})", self.backend, self.path)
+        }
+    }
+}
+
+/// Series in the order they first appear.
+fn series_names(cells: &[DecodeCell]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
     for c in cells {
-        if !names.contains(&c.backend.as_str()) {
-            names.push(&c.backend);
+        let name = c.series();
+        if !names.contains(&name) {
+            names.push(name);
         }
     }
     names
 }
 
-/// Context rows × backend columns: median µs per token (relative stdev), bytes carried.
-fn markdown(cells: &[DecodeCell], contexts: &[usize]) -> String {
-    let names = backend_names(cells);
+/// Context rows × series columns: median µs per token (relative stdev), bytes carried; a
+/// legend of the two paths below.
+fn markdown(cells: &[DecodeCell], contexts: &[usize], steps: usize) -> String {
+    let names = series_names(cells);
     let mut out = String::from("| context |");
     for n in &names {
         out += &format!(" {n}: µs/token (±rel. stdev) | {n}: bytes carried |");
@@ -271,7 +330,7 @@ fn markdown(cells: &[DecodeCell], contexts: &[usize]) -> String {
         for n in &names {
             match cells
                 .iter()
-                .find(|c| c.backend == *n && c.context == context)
+                .find(|c| c.series() == *n && c.context == context)
             {
                 Some(DecodeCell {
                     time_us: Some(t),
@@ -290,6 +349,41 @@ fn markdown(cells: &[DecodeCell], contexts: &[usize]) -> String {
             }
         }
         out.push('\n');
+    }
+    out += &format!(
+        "\n(stream): tokens staged once where the decoder reads them, then {steps} tokens of \
+         run_stream (one launch each on a device) and one finish_stream, over {steps}. \
+         (per-call): step() per token, the inputs uploaded and o downloaded each time. \
+         Host wall time; for sim/* that is the simulator's run time, not a GPU time.\n"
+    );
+    let modelled: Vec<(&DecodeCell, &DecodeModel)> = cells
+        .iter()
+        .filter_map(|c| c.model.as_ref().map(|m| (c, m)))
+        .collect();
+    if !modelled.is_empty() {
+        out +=
+            "\nModelled by the simulator's latency model (one streamed token, not measured):\n\n\
+                | backend | context | arch | µs/token | bound | latency µs | DRAM µs | launch µs \
+                | DRAM bytes | state bytes (2×) | state share of HBM | CTAs/SM |\n\
+                |---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n";
+        for (c, m) in modelled {
+            out += &format!(
+                "| {} | {} | {} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {:.0}% | {} ({}) |\n",
+                c.backend,
+                c.context,
+                m.part,
+                m.us_per_token,
+                m.bound,
+                m.latency_us,
+                m.dram_us,
+                m.launch_us,
+                fmt_bytes(m.dram_bytes),
+                fmt_bytes(m.state_bytes),
+                100.0 * m.hbm_share,
+                m.ctas_per_sm,
+                m.occupancy_limiter
+            );
+        }
     }
     out
 }
@@ -311,12 +405,12 @@ fn plot(cells: &[DecodeCell], quantity: Quantity) -> Result<String, AttnError> {
             }),
         }
     };
-    let series: Vec<Series> = backend_names(cells)
+    let series: Vec<Series> = series_names(cells)
         .into_iter()
         .map(|name| {
-            let mine = || cells.iter().filter(move |c| c.backend == name);
+            let mine = || cells.iter().filter(|c| c.series() == name);
             Series {
-                label: name.to_string(),
+                label: name.clone(),
                 thin: false,
                 points: mine().filter_map(point).collect(),
                 stop: mine()

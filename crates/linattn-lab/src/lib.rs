@@ -11,6 +11,7 @@ mod check;
 mod compare;
 mod decode;
 mod decode_bench;
+mod decode_model;
 mod display;
 mod exit;
 mod kernels;

@@ -344,16 +344,32 @@ fn bench_mode_decode_writes_its_sweep_and_refuses_mixing() {
         "2^6,2^7",
         "--dk",
         "8",
+        "--batch",
+        "2",
+        "--heads",
+        "3",
         "--repeats",
         "1",
         "--out",
         out_dir.to_str().unwrap(),
     ]);
     let v = read_json(&out_dir.join("decode.json"));
+    assert_eq!(
+        (v["batch"].as_u64(), v["heads"].as_u64()),
+        (Some(2), Some(3)),
+        "{v}"
+    );
     assert!(v["environment"]["commit"].is_string(), "{v}");
     let cells = v["cells"].as_array().unwrap();
-    // cpu/decode/f32 and the softmax KV-cache baseline at both context lengths.
-    assert_eq!(cells.len(), 4, "{v}");
+    // cpu/decode/f32 (stream and per-call) and the softmax KV-cache baseline at both
+    // context lengths.
+    assert_eq!(cells.len(), 6, "{v}");
+    let paths: Vec<&str> = cells.iter().map(|c| c["path"].as_str().unwrap()).collect();
+    assert_eq!(
+        paths,
+        ["stream", "per-call", "stream", "per-call", "per-call", "per-call"],
+        "{v}"
+    );
     assert!(cells.iter().all(|c| c["status"] == "ok"), "{v}");
     assert!(cells
         .iter()

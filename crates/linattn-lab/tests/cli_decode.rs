@@ -1,7 +1,9 @@
 //! `linattn decode` end to end: q, k, v written as .npy, the binary run, o.npy compared with the
 //! f64 causal forward of linattn-cpu's oracle over the whole sequence (f64 within 1e-10,
 //! f32 within 1e-5 RMS ratio); a stream split across two runs through --save-state and
-//! --load-state equals one run; bad input exits with status 2 naming the problem.
+//! --load-state equals one run; bad input exits with status 2 naming the problem. `--stream`
+//! (the staged stream: T = 37 tokens at B = 2, H = 3 after a prefill of 4) equals the oracle
+//! on every executor present.
 
 use linattn_core::{Causality, FeatureMap, Inputs, Judge, Precision, Problem, Shape};
 use linattn_testkit::Platform;
@@ -30,6 +32,11 @@ fn main() {
         for platform in [Platform::Sim] =>
             "decode_on_the_simulator_equals_the_causal_forward",
             decode_on_the_simulator_equals_the_causal_forward()
+    ));
+    trials.extend(linattn_testkit::stamp_executors!(
+        for platform in Platform::ALL =>
+            format!("{platform}: decode --stream of 37 tokens at B = 2, H = 3 equals the causal forward"),
+            streamed_decode_equals_the_causal_forward(platform)
     ));
     linattn_testkit::run(trials)
 }
@@ -183,6 +190,44 @@ fn decode_on_the_simulator_equals_the_causal_forward() {
         ),
     ));
     assert_judged("sim O", Precision::F32, reference.data(), &read_npy(&out));
+}
+
+/// `--stream`: after a prefill of 4, the other 37 tokens staged on the executor and decoded
+/// one launch each; needs NVRTC (and a GPU for cuda).
+fn streamed_decode_equals_the_causal_forward(platform: Platform) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let p = Problem::new(
+        Shape::new(2, 3, 41, 16, 8),
+        Causality::Causal,
+        FeatureMap::EluPlusOne,
+    )
+    .with_decay(0.9);
+    let x = Inputs::random(p.shape, 9, false)
+        .unwrap()
+        .rounded(|a| a as f32 as f64);
+    write_inputs(d, &x, true);
+    let reference = linattn_cpu::oracle::forward(&p, &x).unwrap();
+    let out = d.join("o.npy");
+    let run = linattn(
+        d,
+        &format!(
+            "--backend {platform}/decode/f32 --stream --decay 0.9 --prefill 4 --out {}",
+            out.display()
+        ),
+    );
+    ok(&run);
+    assert!(
+        String::from_utf8_lossy(&run.stdout).contains("stream    37 tokens"),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+    assert_judged(
+        "streamed O",
+        Precision::F32,
+        reference.data(),
+        &read_npy(&out),
+    );
 }
 
 fn a_stream_split_across_runs_equals_one_run() {

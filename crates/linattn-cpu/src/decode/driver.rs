@@ -4,8 +4,8 @@
 use crate::maps::{PreparedMap, Real};
 use crate::oracle::head::HeadCore;
 use linattn_core::{
-    no_decode_state, AttnError, DecodeSpec, DecodeState, Decoder, Inputs, Precision, Tensor,
-    Unsupported,
+    no_decode_state, AttnError, DecodeSpec, DecodeState, Decoder, HostStream, Inputs, Precision,
+    Tensor, Unsupported,
 };
 use rayon::prelude::*;
 
@@ -39,6 +39,8 @@ pub struct Token<'a, T> {
 pub struct CpuDecoder<T: StateReal> {
     name: &'static str,
     live: Option<Live<T>>,
+    /// A staged stream: the trait's default stream methods step through it on the host.
+    stream: Option<HostStream>,
 }
 
 /// Head index, its S and z, and its rows of O.
@@ -56,7 +58,11 @@ struct Live<T: StateReal> {
 
 impl<T: StateReal> CpuDecoder<T> {
     pub fn new(name: &'static str) -> Self {
-        CpuDecoder { name, live: None }
+        CpuDecoder {
+            name,
+            live: None,
+            stream: None,
+        }
     }
 
     fn start(&mut self, spec: &DecodeSpec, state: &DecodeState) -> Result<(), AttnError> {
@@ -140,6 +146,10 @@ impl<T: StateReal> Decoder for CpuDecoder<T> {
 
     fn prefill(&mut self, x: &Inputs) -> Result<Tensor, AttnError> {
         self.advance(x)
+    }
+
+    fn host_stream(&mut self) -> Option<&mut Option<HostStream>> {
+        Some(&mut self.stream)
     }
 
     fn export_state(&mut self) -> Result<DecodeState, AttnError> {

@@ -8,6 +8,9 @@
 //! of P tokens costs O(P·C·M) and leaves exactly the state after P tokens, z included
 //! (SPEC §9), and a step costs O(C·M) per head whatever the context length.
 //!
+//! A staged stream (`Decoder::stage_stream`) goes through the trait's host defaults: the
+//! tokens are sliced once and stepped one by one, the same arithmetic as `step`.
+//!
 //! φ is applied per token without FAVOR+'s key max-subtraction: a stream has no "max over
 //! all keys" to subtract, and a shared shift would have to be known before the first token.
 

@@ -13,10 +13,10 @@ pub struct BenchArgs {
     /// Largest N of a power-of-two sweep. Default 2^16.
     #[arg(long, value_name = "N")]
     pub(super) n_max: Option<String>,
-    /// Batch sizes (B), comma-separated. Default 1.
+    /// Batch sizes (B), comma-separated. Default 1 (--mode decode takes one value).
     #[arg(short = 'b', long, value_name = "LIST")]
     pub(super) batch: Option<String>,
-    /// Head counts (H), comma-separated. Default 8.
+    /// Head counts (H), comma-separated. Default 8 (1 with --mode decode, which takes one value).
     #[arg(long, value_name = "LIST")]
     pub(super) heads: Option<String>,
     /// Query/key head dims (D), comma-separated. Default 64.

@@ -115,8 +115,9 @@ fn is_decode_mode(args: &BenchArgs) -> Result<bool, AttnError> {
 
 /// The decode sweep: each decoder (default `cpu/decode/f32`) and softmax with a KV cache,
 /// time per generated token and carried bytes at every context length. `--n` (or
-/// `--n-min`/`--n-max`, default 2^8..2^20) gives the contexts, `--dk`/`--dv` one head
-/// shape, `--repeats` the repeats of 32 timed steps; `--out` names the output directory.
+/// `--n-min`/`--n-max`, default 2^8..2^20) gives the contexts, `--batch`/`--heads`
+/// (default 1 each) and `--dk`/`--dv` one shape, `--repeats` the repeats of 32 timed steps;
+/// `--out` names the output directory.
 fn run_decode(args: &BenchArgs) -> Result<ExitCode, AttnError> {
     let contexts = parse::seq_lengths(
         args.n.as_deref(),
@@ -133,6 +134,8 @@ fn run_decode(args: &BenchArgs) -> Result<ExitCode, AttnError> {
             },
         }
     };
+    let batch = single(args.batch.as_deref(), 1, "--batch")?;
+    let heads = single(args.heads.as_deref(), 1, "--heads")?;
     let d = single(args.dk.as_deref(), 64, "--dk")?;
     let m = single(args.dv.as_deref(), d, "--dv")?;
     let backends: Vec<String> =
@@ -157,6 +160,7 @@ fn run_decode(args: &BenchArgs) -> Result<ExitCode, AttnError> {
     crate::decode_bench::run(
         &backends,
         &contexts,
+        (batch, heads),
         d,
         m,
         32,
