@@ -87,7 +87,8 @@
 //   the first tokens), so their 16-bit rounding, not storage, would dominate bf16 dQ.
 //   gd_i = −G_i·O_i/den_i takes O in fp32 (cc_backward_go), never the stored 16-bit O: z⁰ gd
 //   and r carry it into dQ and dK, where they cancel against the S gn terms.
-//   z, r and the denominators' inter term go through CUDA-core fp32 dot products.
+//   r and the denominators' inter term go through CUDA-core fp32 dot products, z through an
+//   all-ones mma on the k̃ operand of S (fp32 accumulation).
 //   Measured on the simulator against the f64 oracle (B = H = 1, D = M = 64, elu+1, RMS
 //   error / RMS of each tensor): bf16 N = 1000 O 1.58e-3, dQ 1.75e-3, dK 1.67e-3, dV 1.68e-3,
 //   where storing the exact result in bf16 alone costs ~1.65e-3 (before: dQ 3.9e-3, dK
@@ -643,9 +644,15 @@ __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
 // acc[n] += A·B for this warp's 16 rows of A (16-bit [m][k], stride CC_LDT) and the 4
 // n-tiles of B (16-bit [n][k]) at `b`, over the chunk's 4 k-steps: each k-step's fragments
 // are all loaded before its 4 mma's (cc_mma_ss loads B per mma; the walk has no other warps
-// to cover the wait). The same sums in the same order as cc_mma_ss.
-__device__ __forceinline__ void cc_walk_mma(float (&acc)[4][4], const cc_u16* a, const cc_u16* b) {
+// to cover the wait). The same sums in the same order as cc_mma_ss. ONES and `ones_on`
+// (warp-uniform): also ones[n] += 1·B with an all-ones A: every row of it is Σ_k B[n][k],
+// the row sums of B (z of the forward walk) from the fragments already loaded.
+template <bool ONES>
+__device__ __forceinline__ void cc_walk_mma(float (&acc)[4][4], float (&ones)[4][4], bool ones_on,
+                                            const cc_u16* a, const cc_u16* b) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const cc_u32 one = cc_pack(1.0f, 1.0f);
+    const cc_u32 one_a[4] = {one, one, one, one};
 #pragma unroll
     for (int ks = 0; ks < CC_L / 16; ++ks) {
         cc_u32 af[4], bf[4][2];
@@ -658,7 +665,15 @@ __device__ __forceinline__ void cc_walk_mma(float (&acc)[4][4], const cc_u16* a,
         }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) cc_mma(acc[nt], af, bf[nt][0], bf[nt][1]);
+        if (ONES && ones_on) {
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) cc_mma(ones[nt], one_a, bf[nt][0], bf[nt][1]);
+        }
     }
+}
+
+__device__ __forceinline__ void cc_walk_mma(float (&acc)[4][4], const cc_u16* a, const cc_u16* b) {
+    cc_walk_mma<false>(acc, acc, false, a, b);
 }
 
 // Stores a warp's 16 rows × 32 columns of fp32 accumulators at rows row0 + g (+8), columns
@@ -691,6 +706,57 @@ __device__ __forceinline__ void cc_walk_step(float (&run)[4][4], const float (&d
 
 #define CC_WALK_SMEM (3 * CC_TILE * CC_LDT * 2)
 
+// cc_row_grad_terms split for the reverse walk: thread r < 64 fetches token tok0 + r's den
+// and G·O partials a chunk ahead (cc_walk_fetch_terms), then writes −G·O and the weight
+// λ^r/den of its token (cc_walk_put_terms): the same values as cc_row_grad_terms and a
+// weight loop after it, without a DRAM wait per chunk.
+struct cc_walk_terms {
+#if CC_MT == 2
+    float2 go;
+#else
+    float go;
+#endif
+    float den;
+};
+
+__device__ __forceinline__ cc_walk_terms cc_walk_fetch_terms(const float* __restrict__ go_parts,
+                                                            const float* __restrict__ den,
+                                                            la_index_t head_row0, int tok0, int n,
+                                                            int map) {
+    cc_walk_terms x = {};
+    const int i = tok0 + threadIdx.x;
+    if (threadIdx.x < CC_L && i < n && cc_normalised(map)) {
+        const la_index_t tok = head_row0 + i;
+#if CC_MT == 2
+        x.go = *(const float2*)(go_parts + tok * 2);  // both partials, one 8-byte load
+#else
+        x.go = go_parts[tok];
+#endif
+        x.den = den[tok];
+    }
+    return x;
+}
+
+__device__ __forceinline__ void cc_walk_put_terms(float* neg_go, float* w, cc_walk_terms x,
+                                                  int tok0, int n, int map, float log2_decay) {
+    const int r = threadIdx.x;
+    if (r >= CC_L) return;
+    float inv = 0.0f, ngo = 0.0f;
+    if (tok0 + r < n && !cc_normalised(map)) {
+        inv = 1.0f;
+    } else if (tok0 + r < n) {
+#if CC_MT == 2
+        const float dot = x.go.x + x.go.y;
+#else
+        const float dot = x.go;
+#endif
+        inv = 1.0f / x.den;
+        ngo = -dot;
+    }
+    neg_go[r] = ngo;
+    w[r] = cc_pow(log2_decay, (float)r) * inv;
+}
+
 // states[bh][c] ← S⁰_c, z⁰_c for every chunk c: Sᵀ[e][d] = Σ_{c'<c} λ^{L(c−1−c')} ΔSᵀ_{c'},
 // ΔSᵀ_c[e][d] = Σ_j λ^{L−1−j} v_j[e] k̃_j[d], z likewise (SPEC §3; fla's chunk_h without
 // its bf16 state). One CTA per (d-tile, b·h, e-tile) walks the chunks in order, the running
@@ -699,7 +765,9 @@ __device__ __forceinline__ void cc_walk_step(float (&run)[4][4], const float (&d
 // per-chunk pass + exclusive scan wrote it, read it and wrote it again). Chunk c's k, v are
 // fetched into registers during chunk c−1 (cc_walk_fetch); the last chunk is only written.
 // ΔS_c is accumulated from zero and added as run·λ^L + ΔS in fp32 (not accumulated into the
-// running state by the mma): the same bits as the per-chunk pass and the scan gave.
+// running state by the mma): the same S⁰ bits as the per-chunk pass and the scan gave. Δz
+// is the row sums of the same k̃ operand(s), by the tensor cores (an all-ones A) where a
+// CUDA-core dot product summed them before: another summation order, fp32 either way.
 // split ≠ 0 (the backward's S⁰, z⁰): the weighted k̃ operand is split hi + lo, both 16-bit,
 // two mma's per product, so S⁰ and z⁰ carry ~16 (bf16) / ~22 (fp16) bits of k̃ instead of 8 /
 // 11: in dQ, λ^{i+1}(gn S⁰ᵀ + gd z⁰) cancels against the intra term, and the rounding of k̃
@@ -707,9 +775,9 @@ __device__ __forceinline__ void cc_walk_step(float (&run)[4][4], const float (&d
 // N = 1000, against 1.66e-3 for rounding the exact dQ to bf16. split = 0 (the forward): hi
 // only; O's error there is its bf16 storage either way.
 // grid (D/64, B·H, M/64), CC_WALK_THREADS; warp w rows (values e) 16(w mod 4) .. +15 of the
-// e-tile, columns (features d) 32(w / 4) .. +31 of the d-tile; thread d < 64 of e-tile 0
-// also runs z[d0 + d]; dynamic shared CC_WALK_SMEM. Limits: the file's; the walk is
-// sequential in NC = ⌈N/64⌉ (B·H·D·M/4096 CTAs).
+// e-tile, columns (features d) 32(w / 4) .. +31 of the d-tile; warps 0 and 4 of e-tile 0
+// also run z of their columns (an all-ones mma); dynamic shared CC_WALK_SMEM. Limits: the
+// file's; the walk is sequential in NC = ⌈N/64⌉ (B·H·D·M/4096 CTAs).
 extern "C" __global__ void __launch_bounds__(CC_WALK_THREADS)
 cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v,
              float* __restrict__ states, int split, int n, int num_chunks, float log2_decay,
@@ -726,9 +794,16 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
     for (int j = threadIdx.x; j < CC_L; j += CC_WALK_THREADS)
         s_w[j] = cc_pow(log2_decay, (float)(CC_L - 1 - j));  // read after the loop's first barrier
 
-    const bool z_thread = blockIdx.z == 0 && threadIdx.x < CC_TILE;
-    float run[4][4], z_run = 0.0f;
+    // z by the tensor cores: warps 0 and 4 of e-tile 0 (d columns 0..31, 32..63) multiply an
+    // all-ones A into the k̃ fragments they load anyway; lanes t of row g = 0 keep z for
+    // columns 8nt + 2t, +1 (a 64-step dot product per thread cost the walk a fifth of its
+    // time in the model).
+    const int lane_g = (threadIdx.x & 31) >> 2, lane_t = threadIdx.x & 3;
+    const bool z_warp = blockIdx.z == 0 && (warp & 3) == 0;
+    float run[4][4], z_run[4][2];
     cc_zero(run);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) z_run[nt][0] = z_run[nt][1] = 0.0f;
     cc_u32 raw_v[2 * CC_WALK_STEPS], raw_k[2 * CC_WALK_STEPS];
     if (num_chunks > 1) {
         cc_walk_fetch(raw_v, v, head_row0, 0, n, e0, CC_M);
@@ -737,7 +812,14 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
     for (int chunk = 0;; ++chunk) {
         float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
         cc_walk_store(dst, run, e0 + rows, d0 + cols, CC_D);
-        if (z_thread) dst[(la_index_t)CC_D * CC_M + d0 + threadIdx.x] = z_run;
+        if (z_warp && lane_g == 0) {
+            float* zp = dst + (la_index_t)CC_D * CC_M + d0 + cols + 2 * lane_t;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+                asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(zp + nt * 8), "f"(z_run[nt][0]),
+                             "f"(z_run[nt][1])
+                             : "memory");
+        }
         if (chunk + 1 == num_chunks) break;
 
         __syncthreads();  // the previous chunk's reads of the tiles are done
@@ -754,17 +836,17 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
             cc_walk_fetch(raw_v, v, head_row0, (chunk + 1) * CC_L, n, e0, CC_M);
             cc_walk_fetch(raw_k, k, head_row0, (chunk + 1) * CC_L, n, d0, CC_D);
         }
-        float acc[4][4];
+        float acc[4][4], z[4][4];
         cc_zero(acc);
-        float z = 0.0f;
-        cc_walk_mma(acc, s_vt + rows * CC_LDT, s_kt + cols * CC_LDT);
-        if (z_thread) z += cc_row_dot(s_kt, threadIdx.x, nullptr);
-        if (split) {
-            cc_walk_mma(acc, s_vt + rows * CC_LDT, s_kt_lo + cols * CC_LDT);
-            if (z_thread) z += cc_row_dot(s_kt_lo, threadIdx.x, nullptr);
-        }
+        cc_zero(z);
+        cc_walk_mma<true>(acc, z, z_warp, s_vt + rows * CC_LDT, s_kt + cols * CC_LDT);
+        if (split) cc_walk_mma<true>(acc, z, z_warp, s_vt + rows * CC_LDT, s_kt_lo + cols * CC_LDT);
         cc_walk_step(run, acc, chunk_decay);
-        z_run = __fmaf_rn(z_run, chunk_decay, z);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            z_run[nt][0] = __fmaf_rn(z_run[nt][0], chunk_decay, z[nt][0]);
+            z_run[nt][1] = __fmaf_rn(z_run[nt][1], chunk_decay, z[nt][1]);
+        }
     }
 }
 
@@ -791,7 +873,7 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
     cc_u16* s_qt = (cc_u16*)cc_smem;              // [64 d][LDT], weighted λ^i/den_i, row-scaled (hi)
     cc_u16* s_qt_lo = s_qt + CC_TILE * CC_LDT;    // [64 d][LDT], its residue
     cc_u16* s_gt = s_qt_lo + CC_TILE * CC_LDT;    // [64 e][LDT], G
-    __shared__ float s_w[CC_L], s_den_inv[CC_L], s_unscale[CC_TILE], s_col_max[2 * CC_TILE];
+    __shared__ float s_w[CC_L], s_unscale[CC_TILE], s_col_max[2 * CC_TILE];
     __shared__ __align__(8) float s_neg_go[CC_L];  // read as float2 (cc_row_dot)
 
     const int d0 = blockIdx.x * CC_TILE, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
@@ -802,9 +884,11 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
     float run[4][4], r_run = 0.0f;
     cc_zero(run);
     cc_u32 raw_q[2 * CC_WALK_STEPS], raw_g[2 * CC_WALK_STEPS];
+    cc_walk_terms terms = {};
     if (num_chunks > 1) {
         cc_walk_fetch(raw_q, q, head_row0, (num_chunks - 1) * CC_L, n, d0, CC_D);
         cc_walk_fetch(raw_g, grad, head_row0, (num_chunks - 1) * CC_L, n, e0, CC_M);
+        terms = cc_walk_fetch_terms(go_parts, den, head_row0, (num_chunks - 1) * CC_L, n, map);
     }
     for (int chunk = num_chunks - 1;; --chunk) {
         float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
@@ -814,10 +898,7 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
 
         const int tok0 = chunk * CC_L;
         __syncthreads();  // the previous chunk's reads of the tiles and weights are done
-        cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
-        // No barrier: the thread that wrote s_den_inv[i] (i = threadIdx.x) is the one reading it.
-        for (int i = threadIdx.x; i < CC_L; i += CC_WALK_THREADS)
-            s_w[i] = cc_pow(log2_decay, (float)i) * s_den_inv[i];
+        cc_walk_put_terms(s_neg_go, s_w, terms, tok0, n, map, log2_decay);
         __syncthreads();
         cc_walk_put<true, true, true>(s_qt, s_qt_lo, raw_q, tok0, n, map, s_w, s_unscale, s_col_max);
         cc_walk_put<false, false, false>(s_gt, nullptr, raw_g, tok0, n, LA_MAP_IDENTITY, nullptr,
@@ -826,6 +907,7 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
         if (chunk > 1) {  // the previous chunk's q, G, in flight during this one
             cc_walk_fetch(raw_q, q, head_row0, tok0 - CC_L, n, d0, CC_D);
             cc_walk_fetch(raw_g, grad, head_row0, tok0 - CC_L, n, e0, CC_M);
+            terms = cc_walk_fetch_terms(go_parts, den, head_row0, tok0 - CC_L, n, map);
         }
         float acc[4][4];
         cc_zero(acc);
