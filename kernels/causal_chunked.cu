@@ -19,23 +19,27 @@
 //     dV_c  = Pᵀ Gn_c + diag(λ^{L−j}) K̃ R⁰
 //   then dQ = dQ̃ ⊙ φ'(Q), dK = dK̃ ⊙ φ'(K). Identity map: no normaliser (den ≡ 1, gd ≡ 0).
 //
-// ---- parallelisation: three passes, every pass fully parallel over (chunk, b·h, tile) ----
-//   1. cc_forward_state  per chunk: ΔS_c = Σ_j λ^{L−1−j} v_j k̃_jᵀ (stored transposed, Sᵀ[e][d]),
-//                    Δz_c.                                      grid (NC, B·H, M/64)
-//   2. cc_scan       exclusive scan over chunks, in place: buf[c] ← S⁰_c. One thread per
-//                    state element, sequential over NC.         grid (⌈C(M+1)/256⌉, B·H)
-//   3. cc_forward    per chunk and 64-wide slice of M: O, den.  grid (NC, B·H, M/64)
-//   One CTA per (b, h) walking chunks would give only B·H·M/64 CTAs (32 for B·H = 16): an
-//   H100 has 132 SMs. Here every pass has NC·B·H·(M/64) CTAs (N = 262144, B·H = 16: 65536),
-//   at the price of the chunk-state buffer: N/L · C·(M+1) fp32 per (b, h) (O(N/L·C·M)),
-//   e.g. 4096 chunks · 64·65·4 B = 68 MB per head at D = M = 64.
-//   Backward: cc_forward_state (split k̃, see precision) + forward scan again (states
-//   recomputed, never stored per token); for normalised maps cc_backward_go, the forward once
-//   more on those states, writing only G_i·O_i from the fp32 O (M/64 partials per token, one
-//   per slice: N·M/64 fp32 per head); cc_backward_state + reverse scan (R⁰, r⁰: another
-//   N/L·C·(M+1) fp32), then cc_backward_dq, cc_backward_dk (grid (NC, B·H, C/64)) and cc_backward_dv (grid (NC, B·H,
-//   M/64)). Per-token saved data: only den (N fp32 per head, written by the forward) and O
-//   itself, which the backward no longer reads (gd takes the fp32 O of cc_backward_go).
+// ---- parallelisation: two passes (fla's chunk_h, then chunk_o; kernels/CHUNKED-DESIGN.md) ----
+//   1. cc_forward_h  one CTA per (D/64 tile d, b·h, M/64 tile e) walks the chunks in order,
+//                    the running 64×64 fp32 state slice S⁰ᵀ[e][d] in registers, and writes
+//                    each chunk's entering state S⁰_c, z⁰_c once (Sᵀ[e][d], then z[d]).
+//                                                               grid (D/64, B·H, M/64)
+//   2. cc_forward    per chunk and 64-wide slice of M: O, den.  grid (NC, B·H, M/64)
+//   The walk is sequential in NC = N/64 over B·H·D·M/4096 CTAs (128 at B·H = 32, D = M =
+//   128: about one per H100 SM); each chunk's k, v are fetched a chunk ahead, so the walk
+//   runs at the rate it can write states. The outputs pass stays parallel over every chunk.
+//   The chunk-state buffer: N/L · C·(M+1) fp32 per (b, h) (O(N/L·C·M)), e.g. 4096 chunks ·
+//   64·65·4 B = 68 MB per head at D = M = 64, written once and read once by cc_forward (the
+//   three-pass design before it, per-chunk ΔS + an exclusive scan, wrote it twice and read
+//   it twice).
+//   Backward: cc_forward_h (split k̃, see precision) again (states recomputed, never stored
+//   per token); for normalised maps cc_backward_go, the forward once more on those states,
+//   writing only G_i·O_i from the fp32 O (M/64 partials per token, one per slice: N·M/64 fp32
+//   per head); cc_backward_h, the same walk from the last chunk to the first (R⁰, r⁰: another
+//   N/L·C·(M+1) fp32), then cc_backward_dq, cc_backward_dk (grid (NC, B·H, C/64)) and
+//   cc_backward_dv (grid (NC, B·H, M/64)). Per-token saved data: only den (N fp32 per head,
+//   written by the forward) and O itself, which the backward no longer reads (gd takes the
+//   fp32 O of cc_backward_go).
 //
 // ---- warp / fragment mapping ----
 //   Block = 128 threads = 4 warps; warp w owns rows 16w .. 16w+15 of the 64-row chunk (rows =
@@ -64,13 +68,13 @@
 //   16-bit; v and G are exact in storage precision, q̃ = φ(q) and k̃ = φ(k) are not, and
 //   where they feed a term that cancels they are split x = hi + lo (both 16-bit, ~16 bits of
 //   mantissa in bf16, ~22 in fp16, one mma per part): k̃ in the backward's S⁰, z⁰
-//   (cc_forward_state split = 1) and in dQ's intra term, q̃ in R⁰, r⁰ (cc_backward_state) and in dK's
+//   (cc_forward_h split = 1) and in dQ's intra term, q̃ in R⁰, r⁰ (cc_backward_h) and in dK's
 //   intra term. In the forward q̃, k̃ are rounded once after φ (O's error is its storage).
 //   Range: no operand holds an unscaled 1/den or λ^i/den. Products whose per-token weight
 //   runs along a row of the A operand (A, Aᵀ, Pᵀ/den in dQ, dK, dV) get one power-of-two scale
 //   per row before their hi + lo split (cc_row_scale, row max below 2^14), undone on the fp32
-//   result; the weighted q̃ of cc_backward_state, whose weight λ^i/den_i runs along the k dim, gets
-//   one per feature row (cc_tile_cols col_unscale). So den ~ N at long sequences (λ^i/den_i
+//   result; the weighted q̃ of cc_backward_h, whose weight λ^i/den_i runs along the k dim, gets
+//   one per feature row (cc_walk_put col_unscale). So den ~ N at long sequences (λ^i/den_i
 //   was an fp16 subnormal by N ~ 10^4: dK 3.9e-3 at N = 16384) and den = ε (relu with q̃ = 0
 //   or no positive key yet: 1/ε overflowed fp16 to inf, NaN dQ and dK) both keep the full
 //   16-bit mantissa; dK̃ ~ 1/ε there is finite in fp32 and φ'(k) = 0 zeroes it.
@@ -83,7 +87,8 @@
 //   the first tokens), so their 16-bit rounding, not storage, would dominate bf16 dQ.
 //   gd_i = −G_i·O_i/den_i takes O in fp32 (cc_backward_go), never the stored 16-bit O: z⁰ gd
 //   and r carry it into dQ and dK, where they cancel against the S gn terms.
-//   z, r and the denominators' inter term go through CUDA-core fp32 dot products.
+//   r and the denominators' inter term go through CUDA-core fp32 dot products, z through an
+//   all-ones mma on the k̃ operand of S (fp32 accumulation).
 //   Measured on the simulator against the f64 oracle (B = H = 1, D = M = 64, elu+1, RMS
 //   error / RMS of each tensor): bf16 N = 1000 O 1.58e-3, dQ 1.75e-3, dK 1.67e-3, dV 1.68e-3,
 //   where storing the exact result in bf16 alone costs ~1.65e-3 (before: dQ 3.9e-3, dK
@@ -93,10 +98,12 @@
 // ---- limits ----
 //   D = C and M ∈ {64, 128}, compile-time (CC_D, CC_M). Any N ≥ 1: the tail chunk is
 //   zero-padded on load and masked on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
-//   Dynamic shared memory ≤ 88,320 B per CTA (cc_backward_dq at M = 128; ≤ 79,360 B elsewhere) plus
+//   Dynamic shared memory ≤ 88,320 B per CTA (cc_backward_dq at M = 128; ≤ 79,360 B elsewhere;
+//   27,648 B in the state walks cc_forward_h, cc_backward_h) plus
 //   ≤ 1,024 B static: the host opts in above 48 KB (fits every sm_80+ part, 99 KB+ opt-in).
 //   Storage (LA_STORAGE) and CC_D, CC_M are defines; the map (codes of LA_MAP) and decay
-//   (log2 λ; 0 = no decay) are kernel arguments, so one program per (precision, D, M).
+//   (log2 λ, 0 = no decay; the walks also take λ^L) are kernel arguments, so one program per
+//   (precision, D, M).
 
 #ifndef CC_D
 #define CC_D 64
@@ -255,9 +262,6 @@ __device__ __forceinline__ int cc_split_exp(float max_abs) {
 // 2^s for |s| ≤ 126, exact (no division: its slow path is a call, and a call spills).
 __device__ __forceinline__ float cc_pow2(int s) { return __int_as_float((127 + s) << 23); }
 
-// 1/p for p = 2^s, |s| ≤ 126, exact: the exponent field reflected about 127.
-__device__ __forceinline__ float cc_pow2_recip(float p) { return __int_as_float((254 << 23) - __float_as_int(p)); }
-
 __device__ __forceinline__ float cc_split_scale(float max_abs) { return cc_pow2(cc_split_exp(max_abs)); }
 
 // Row r of [rows][cols] 16-bit global data, pair at column c (even): two floats, zero past N.
@@ -286,10 +290,11 @@ __device__ __forceinline__ int cc_quad_col(int t) { return 8 * (t & 1) + 4 * (t 
 // Σ_j tile[row][j] (· w[j] when w is given) over the 64 tokens of a [.][CC_LDT] 16-bit tile,
 // one thread per row. Token pairs are read from pair `row` mod 32 on: the row stride
 // (CC_LDT/2 ≡ 4 mod 32 words) put 4 lanes of a warp on each bank when all read pair 0 first.
+// Unrolled whole: the state walks run one CTA per SM, so the loads, not occupancy, bound it.
 __device__ __forceinline__ float cc_row_dot(const cc_u16* tile, int row, const float* w) {
     const cc_u32* p = (const cc_u32*)(tile + row * CC_LDT);
     float s = 0.0f;
-#pragma unroll 2  // more in flight: spills or registers (occupancy) in the state passes
+#pragma unroll
     for (int m = 0; m < CC_L / 2; ++m) {
         const int j = (m + row) & (CC_L / 2 - 1);
         const cc_u32 x = p[j];
@@ -331,23 +336,16 @@ __device__ __forceinline__ void cc_tile_rows(cc_u16* dst, int ld, const la_stora
 
 // Same data transposed: dst[feature][token] (stride CC_LDT), COLS features from col0. With
 // `dst_lo`, also the rounding residue x − hi(x) (a hi + lo split of the fp32 value, see cc_backward_dq);
-// dst = null stores only that residue (the state passes run the mma twice on one buffer).
-// With `col_unscale`, every feature row is multiplied by its own power of two 2^s (max over
-// the 64 tokens below 2^14, see cc_split_exp) before the rounding, and 2^−s goes to
-// col_unscale[feature]: a row whose values are tiny (λ^i/den_i ~ 1/N in cc_backward_state: fp16
-// subnormals) or huge (1/den at den = ε) keeps the full 16-bit mantissa; the caller rescales
-// the products of that row. `unscale_ready`: col_unscale already holds these factors (a
-// second call on the same data, after a barrier) and is only read.
+// dst = null stores only that residue (cc_backward_dk runs the mma twice on one buffer).
 // Mapping: a warp step moves 8 tokens × 16 features; lane = (fp = lane & 7: features 2fp,
 // 2fp+1, tw = lane >> 3: tokens 2tw, 2tw+1), each lane a 2×2 block (two 32-bit loads, two
 // 32-bit stores of a token pair, φ once per element). Global: 8 lanes read 32 contiguous
 // bytes of a token row, one full sector (a lane per token pair along the token dim touched a
 // sector per lane for 4 bytes). Shared: feature rows 2fp and 2fp+8 share banks (stride
 // CC_LDT/2 ≡ 4 mod 32 words), so lanes fp ≥ 4 store their odd feature first: the 32 lanes of
-// each store hit 32 banks. For the scales a warp walks its 16-feature groups (≡ warp mod 4)
-// through all 64 tokens: a max over 16 values in a lane, then over the 4 lanes tw. A lane
-// holds one 2×2 block at a time: the state passes call this with 32-64 accumulators live,
-// and registers bound their occupancy.
+// each store hit 32 banks. A lane holds one 2×2 block at a time (registers bound the
+// gradient kernels' occupancy); the state walks keep whole tiles in registers instead
+// (cc_walk_fetch, cc_walk_put: same lanes, same stores).
 __device__ __forceinline__ void cc_tile_cols_store(cc_u16* dst, cc_u16* dst_lo, int off, float a, float b) {
     const cc_u32 h = cc_pack(a, b);
     if (dst) *(cc_u32*)(dst + off) = h;
@@ -368,8 +366,7 @@ template <int COLS>
 __device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __restrict__ src,
                                              la_index_t head_row0, int tok0, int n, int col0,
                                              int src_cols, int phi, const float* row_scale,
-                                             cc_u16* dst_lo = nullptr, float* col_unscale = nullptr,
-                                             bool unscale_ready = false) {
+                                             cc_u16* dst_lo = nullptr) {
     static_assert(CC_L == 64 && COLS % 16 == 0, "8 token groups, 16-feature groups");
     const int lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
     const bool odd_first = fp >= 4;
@@ -386,47 +383,10 @@ __device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __
             r1.x *= row_scale[r + 1]; r1.y *= row_scale[r + 1];
         }
     };
-    if (col_unscale && !unscale_ready) {
-        // Two passes over the group (loads and φ twice): keeping its 64 tokens in registers
-        // cost cc_backward_state 8 registers, one CTA per SM of its 7.
-        for (int fg = threadIdx.x >> 5; fg < COLS / 16; fg += CC_THREADS / 32) {  // warp-uniform
-            const int f = fg * 16 + 2 * fp;
-            float mx = 0.0f, my = 0.0f;
-            for (int tg = 0; tg < CC_L / 8; ++tg) {
-                float2 r0, r1;
-                load(tg, fg, r0, r1);
-                mx = fmaxf(mx, fmaxf(fabsf(r0.x), fabsf(r1.x)));
-                my = fmaxf(my, fmaxf(fabsf(r0.y), fabsf(r1.y)));
-            }
-#pragma unroll
-            for (int o = 8; o < 32; o <<= 1) {
-                mx = fmaxf(mx, __shfl_xor_sync(LA_FULL_MASK, mx, o));
-                my = fmaxf(my, __shfl_xor_sync(LA_FULL_MASK, my, o));
-            }
-            const int ex = cc_split_exp(mx), ey = cc_split_exp(my);
-            if (tw == 0) {
-                col_unscale[f] = cc_pow2(-ex);
-                col_unscale[f + 1] = cc_pow2(-ey);
-            }
-            for (int tg = 0; tg < CC_L / 8; ++tg) {
-                float2 r0, r1;
-                load(tg, fg, r0, r1);
-                r0.x *= cc_pow2(ex); r1.x *= cc_pow2(ex);
-                r0.y *= cc_pow2(ey); r1.y *= cc_pow2(ey);
-                cc_tile_cols_block(dst, dst_lo, f, tg * 8 + 2 * tw, r0, r1, odd_first);
-            }
-        }
-        return;
-    }
     for (int step = threadIdx.x >> 5; step < (CC_L / 8) * (COLS / 16); step += CC_THREADS / 32) {
         const int tg = step % (CC_L / 8), fg = step / (CC_L / 8), f = fg * 16 + 2 * fp;
         float2 r0, r1;
         load(tg, fg, r0, r1);
-        if (col_unscale) {
-            const float sx = cc_pow2_recip(col_unscale[f]), sy = cc_pow2_recip(col_unscale[f + 1]);
-            r0.x *= sx; r1.x *= sx;
-            r0.y *= sy; r1.y *= sy;
-        }
         cc_tile_cols_block(dst, dst_lo, f, tg * 8 + 2 * tw, r0, r1, odd_first);
     }
 }
@@ -559,160 +519,415 @@ __device__ __forceinline__ void cc_row_unscale(float (&c)[NT][4], float u_lo, fl
     }
 }
 
-// ---- pass 1: chunk states ------------------------------------------------------------------
+// ---- pass 1: chunk states, one CTA walking the chunks of a head in order -------------------
 
-// states[bh][c] ← (Sᵀ[e][d] = Σ_j λ^{L−1−j} v_j[e] k̃_j[d],  z[d] = Σ_j λ^{L−1−j} k̃_j[d]).
-// split ≠ 0 (the backward): the weighted k̃ operand is split hi + lo, both 16-bit, and the
-// mma runs on each in turn through the same shared tile (two phases, no extra shared
-// memory), so S⁰ and z⁰ carry ~16 (bf16) / ~22 (fp16) bits of k̃ instead of 8 / 11. In dQ,
-// λ^{i+1}(gn S⁰ᵀ + gd z⁰) cancels against the intra term, and the rounding of k̃ in S⁰ was
-// (after gd from the fp32 O) the largest error of bf16 dQ: 2.8e-3 → 1.75e-3 at N = 1000,
-// against 1.66e-3 for rounding the exact dQ to bf16. split = 0 (the forward): hi only; O's
-// error there is its bf16 storage either way.
-// grid (NC, B·H, M/64), warp w rows (values e) 16w .. 16w+15 of the slice, thread d < D also
-// sums z[d] (blockIdx.z = 0); dynamic shared (M-slice 64 × LDT + D × LDT) · 2 B. Limits: the
-// file's.
-extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_forward_state(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v,
-                 float* __restrict__ states, int split, int n, int num_chunks, float log2_decay,
-                 int map) {
+// The walks run 8 warps per CTA: one CTA per (b·h, 64×64 state tile) is about one CTA per
+// SM, and a walk is a chain over every chunk, so its time is one CTA's critical path; 8
+// warps (2 per scheduler) halve each warp's share of a chunk against 4.
+#define CC_WALK_THREADS 256
+#define CC_WALK_WARPS (CC_WALK_THREADS / 32)
+// Tile loads: warp w holds feature group w mod 4 (16 features) of the 64-wide tile and
+// token groups 8·(4·(w / 4) + s), s < CC_WALK_STEPS (half the chunk).
+#define CC_WALK_STEPS (CC_L / 8 / (CC_WALK_WARPS / 4))
+static_assert(CC_TILE == 64 && CC_WALK_WARPS == 8, "4 feature groups × 2 token halves");
+
+// φ without a branch: both sides computed, one selected, so the exp chains of a tile's
+// elements can overlap (a branch per element serialised them). The same values as
+// la_phi_of_map (NaN included: exp(NaN) is selected for x = NaN).
+__device__ __forceinline__ float cc_walk_phi(int map, float x) {
+    if (map == LA_MAP_ELU_PLUS_ONE) {
+        const float e = expf(x > 0.0f ? 0.0f : x);
+        return x > 0.0f ? x + 1.0f : e;
+    }
+    return la_phi_of_map(map, x);
+}
+
+// Raw 16-bit pairs of one 64-token × 64-feature tile, held in registers between the global
+// load and the shared store, so the load of chunk c±1 is issued before the work on chunk c
+// and its DRAM latency hides behind it. Lane = (fp = lane & 7: features 2fp, 2fp+1 of the
+// warp's group, tw = lane >> 3), step s: tokens tg·8 + 2tw and +1 of the warp's token group
+// tg (raw[2s], raw[2s+1]); 8 lanes read one 32-byte sector of a token row.
+__device__ __forceinline__ void cc_walk_fetch(cc_u32 (&raw)[2 * CC_WALK_STEPS],
+                                              const la_storage_t* __restrict__ src,
+                                              la_index_t head_row0, int tok0, int n, int col0,
+                                              int src_cols) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
+    const int tok = (warp >> 2) * CC_WALK_STEPS * 8 + 2 * tw;  // the lane's first token
+    const cc_u32* p = (const cc_u32*)(src + (head_row0 + tok0 + tok) * src_cols + col0 +
+                                      (warp & 3) * 16 + 2 * fp);
+    const la_index_t row = (la_index_t)src_cols / 2;  // one token row, in pairs
+    if (tok0 + CC_L <= n) {  // whole chunk (every one but a ragged tail): no bounds
+#pragma unroll
+        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) raw[s] = p[((s >> 1) * 8 + (s & 1)) * row];
+        return;
+    }
+#pragma unroll
+    for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {  // every load issued before any use
+        const int r = (s >> 1) * 8 + (s & 1);
+        raw[s] = tok0 + tok + r < n ? p[r * row] : 0u;
+    }
+}
+
+// The fetched tile transposed into dst[feature][token] (stride CC_LDT) as cc_tile_cols
+// stores it: φ = map `phi` (tokens ≥ n stay 0, not φ(0)), times w[token] (W); with LO also
+// the rounding residue into dst_lo (hi + lo split). SCALE: each feature row is first scaled
+// by its power of two (max over the 64 tokens below 2^14, cc_split_exp: the lanes tw of a
+// warp and, through col_max, the warp w ^ 4 hold the rest of its tokens) and 2^−s goes to
+// col_unscale[feature]; SCALE has a barrier (every thread calls it). Same values and the
+// same bank pattern per store as cc_tile_cols. Every element is converted, mapped and
+// weighted before any is stored: independent chains, one after the other in the code.
+template <bool LO, bool W, bool SCALE>
+__device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
+                                            const cc_u32 (&raw)[2 * CC_WALK_STEPS], int tok0, int n,
+                                            int phi, const float* w, float* col_unscale,
+                                            float* col_max) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
+    const int f = (warp & 3) * 16 + 2 * fp, tok = (warp >> 2) * CC_WALK_STEPS * 8 + 2 * tw;
+    float2 x[2 * CC_WALK_STEPS];
+#pragma unroll
+    for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) x[s] = make_float2(cc_lo(raw[s]), cc_hi(raw[s]));
+    if (phi != LA_MAP_IDENTITY) {
+        const bool full = tok0 + CC_L <= n;
+#pragma unroll
+        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+            if (full || tok0 + tok + (s >> 1) * 8 + (s & 1) < n) {  // zero past n, not φ(0)
+                x[s].x = cc_walk_phi(phi, x[s].x);
+                x[s].y = cc_walk_phi(phi, x[s].y);
+            }
+        }
+    }
+    if (W) {
+#pragma unroll
+        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+            const float ws = w[tok + (s >> 1) * 8 + (s & 1)];
+            x[s].x *= ws;
+            x[s].y *= ws;
+        }
+    }
+    if (SCALE) {
+        float mx = 0.0f, my = 0.0f;
+#pragma unroll
+        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+            mx = fmaxf(mx, fabsf(x[s].x));
+            my = fmaxf(my, fabsf(x[s].y));
+        }
+#pragma unroll
+        for (int o = 8; o < 32; o <<= 1) {
+            mx = fmaxf(mx, __shfl_xor_sync(LA_FULL_MASK, mx, o));
+            my = fmaxf(my, __shfl_xor_sync(LA_FULL_MASK, my, o));
+        }
+        if (tw == 0) {  // this warp's half of the tokens
+            col_max[(warp >> 2) * CC_TILE + f] = mx;
+            col_max[(warp >> 2) * CC_TILE + f + 1] = my;
+        }
+        __syncthreads();
+        const int other = (1 - (warp >> 2)) * CC_TILE;
+        mx = fmaxf(mx, col_max[other + f]);
+        my = fmaxf(my, col_max[other + f + 1]);
+        const int ex = cc_split_exp(mx), ey = cc_split_exp(my);
+        const float sx = cc_pow2(ex), sy = cc_pow2(ey);
+        if (tw == 0 && warp < 4) {
+            col_unscale[f] = cc_pow2(-ex);
+            col_unscale[f + 1] = cc_pow2(-ey);
+        }
+#pragma unroll
+        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+            x[s].x *= sx;
+            x[s].y *= sy;
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < CC_WALK_STEPS; ++s)
+        cc_tile_cols_block(dst, LO ? dst_lo : nullptr, f, tok + 8 * s, x[2 * s], x[2 * s + 1], fp >= 4);
+}
+
+// acc[n] += A·B for this warp's 16 rows of A (16-bit [m][k], stride CC_LDT) and the 4
+// n-tiles of B (16-bit [n][k]) at `b`, over the chunk's 4 k-steps: each k-step's fragments
+// are all loaded before its 4 mma's (cc_mma_ss loads B per mma; the walk has no other warps
+// to cover the wait). The same sums in the same order as cc_mma_ss. ONES and `ones_on`
+// (warp-uniform): also ones[n] += 1·B with an all-ones A: every row of it is Σ_k B[n][k],
+// the row sums of B (z of the forward walk) from the fragments already loaded.
+template <bool ONES>
+__device__ __forceinline__ void cc_walk_mma(float (&acc)[4][4], float (&ones)[4][4], bool ones_on,
+                                            const cc_u16* a, const cc_u16* b) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const cc_u32 one = cc_pack(1.0f, 1.0f);
+    const cc_u32 one_a[4] = {one, one, one, one};
+#pragma unroll
+    for (int ks = 0; ks < CC_L / 16; ++ks) {
+        cc_u32 af[4], bf[4][2];
+        cc_load_a(af, a, CC_LDT, ks);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            const cc_u16* p = b + (nt * 8 + g) * CC_LDT + ks * 16 + 2 * t;
+            bf[nt][0] = *(const cc_u32*)p;
+            bf[nt][1] = *(const cc_u32*)(p + 8);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) cc_mma(acc[nt], af, bf[nt][0], bf[nt][1]);
+        if (ONES && ones_on) {
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) cc_mma(ones[nt], one_a, bf[nt][0], bf[nt][1]);
+        }
+    }
+}
+
+__device__ __forceinline__ void cc_walk_mma(float (&acc)[4][4], const cc_u16* a, const cc_u16* b) {
+    cc_walk_mma<false>(acc, acc, false, a, b);
+}
+
+// Stores a warp's 16 rows × 32 columns of fp32 accumulators at rows row0 + g (+8), columns
+// col0 + 8nt + 2t of a [.][cols] fp32 matrix: one 8-byte store per fragment pair, the 4 lanes
+// t of a quad filling one 32-byte sector.
+__device__ __forceinline__ void cc_walk_store(float* __restrict__ dst, const float (&x)[4][4], int row0,
+                                              int col0, int cols) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float* p = dst + (la_index_t)(row0 + g) * cols + col0 + 2 * t;
+    // st.global.v2 in the PTX: NVVM split the float2 stores of this loop into scalar pairs
+    // that ptxas cannot prove 8-aligned (half of each sector per request).
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+        asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p + nt * 8), "f"(x[nt][0]), "f"(x[nt][1])
+                     : "memory");
+        asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p + (la_index_t)8 * cols + nt * 8),
+                     "f"(x[nt][2]), "f"(x[nt][3])
+                     : "memory");
+    }
+}
+
+// run ← run · λ^L + Δ, element by element: the recurrence over chunks, fp32, as one fma
+// (the form the separate scan had, so the states are the same bits).
+__device__ __forceinline__ void cc_walk_step(float (&run)[4][4], const float (&delta)[4][4], float chunk_decay) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) run[nt][c] = __fmaf_rn(run[nt][c], chunk_decay, delta[nt][c]);
+}
+
+#define CC_WALK_SMEM (3 * CC_TILE * CC_LDT * 2)
+
+// cc_row_grad_terms split for the reverse walk: thread r < 64 fetches token tok0 + r's den
+// and G·O partials a chunk ahead (cc_walk_fetch_terms), then writes −G·O and the weight
+// λ^r/den of its token (cc_walk_put_terms): the same values as cc_row_grad_terms and a
+// weight loop after it, without a DRAM wait per chunk.
+struct cc_walk_terms {
+#if CC_MT == 2
+    float2 go;
+#else
+    float go;
+#endif
+    float den;
+};
+
+__device__ __forceinline__ cc_walk_terms cc_walk_fetch_terms(const float* __restrict__ go_parts,
+                                                            const float* __restrict__ den,
+                                                            la_index_t head_row0, int tok0, int n,
+                                                            int map) {
+    cc_walk_terms x = {};
+    const int i = tok0 + threadIdx.x;
+    if (threadIdx.x < CC_L && i < n && cc_normalised(map)) {
+        const la_index_t tok = head_row0 + i;
+#if CC_MT == 2
+        x.go = *(const float2*)(go_parts + tok * 2);  // both partials, one 8-byte load
+#else
+        x.go = go_parts[tok];
+#endif
+        x.den = den[tok];
+    }
+    return x;
+}
+
+__device__ __forceinline__ void cc_walk_put_terms(float* neg_go, float* w, cc_walk_terms x,
+                                                  int tok0, int n, int map, float log2_decay) {
+    const int r = threadIdx.x;
+    if (r >= CC_L) return;
+    float inv = 0.0f, ngo = 0.0f;
+    if (tok0 + r < n && !cc_normalised(map)) {
+        inv = 1.0f;
+    } else if (tok0 + r < n) {
+#if CC_MT == 2
+        const float dot = x.go.x + x.go.y;
+#else
+        const float dot = x.go;
+#endif
+        inv = 1.0f / x.den;
+        ngo = -dot;
+    }
+    neg_go[r] = ngo;
+    w[r] = cc_pow(log2_decay, (float)r) * inv;
+}
+
+// states[bh][c] ← S⁰_c, z⁰_c for every chunk c: Sᵀ[e][d] = Σ_{c'<c} λ^{L(c−1−c')} ΔSᵀ_{c'},
+// ΔSᵀ_c[e][d] = Σ_j λ^{L−1−j} v_j[e] k̃_j[d], z likewise (SPEC §3; fla's chunk_h without
+// its bf16 state). One CTA per (d-tile, b·h, e-tile) walks the chunks in order, the running
+// 64×64 fp32 state slice in registers (mma fragment layout, 16 per thread), and writes each
+// chunk's entering state once: the state buffer is written once and never re-read here (the
+// per-chunk pass + exclusive scan wrote it, read it and wrote it again). Chunk c's k, v are
+// fetched into registers during chunk c−1 (cc_walk_fetch); the last chunk is only written.
+// ΔS_c is accumulated from zero and added as run·λ^L + ΔS in fp32 (not accumulated into the
+// running state by the mma): the same S⁰ bits as the per-chunk pass and the scan gave. Δz
+// is the row sums of the same k̃ operand(s), by the tensor cores (an all-ones A) where a
+// CUDA-core dot product summed them before: another summation order, fp32 either way.
+// split ≠ 0 (the backward's S⁰, z⁰): the weighted k̃ operand is split hi + lo, both 16-bit,
+// two mma's per product, so S⁰ and z⁰ carry ~16 (bf16) / ~22 (fp16) bits of k̃ instead of 8 /
+// 11: in dQ, λ^{i+1}(gn S⁰ᵀ + gd z⁰) cancels against the intra term, and the rounding of k̃
+// in S⁰ was (after gd from the fp32 O) the largest error of bf16 dQ: 2.8e-3 → 1.75e-3 at
+// N = 1000, against 1.66e-3 for rounding the exact dQ to bf16. split = 0 (the forward): hi
+// only; O's error there is its bf16 storage either way.
+// grid (D/64, B·H, M/64), CC_WALK_THREADS; warp w rows (values e) 16(w mod 4) .. +15 of the
+// e-tile, columns (features d) 32(w / 4) .. +31 of the d-tile; warps 0 and 4 of e-tile 0
+// also run z of their columns (an all-ones mma); dynamic shared CC_WALK_SMEM. Limits: the
+// file's; the walk is sequential in NC = ⌈N/64⌉ (B·H·D·M/4096 CTAs).
+extern "C" __global__ void __launch_bounds__(CC_WALK_THREADS)
+cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v,
+             float* __restrict__ states, int split, int n, int num_chunks, float log2_decay,
+             float chunk_decay, int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
-    cc_u16* s_vt = (cc_u16*)cc_smem;                 // [64 e][LDT]
-    cc_u16* s_kt = s_vt + CC_TILE * CC_LDT;          // [D][LDT], weighted (phase 2: its residue)
+    cc_u16* s_vt = (cc_u16*)cc_smem;              // [64 e][LDT]
+    cc_u16* s_kt = s_vt + CC_TILE * CC_LDT;       // [64 d][LDT], weighted k̃ (hi)
+    cc_u16* s_kt_lo = s_kt + CC_TILE * CC_LDT;    // [64 d][LDT], its residue (split)
     __shared__ float s_w[CC_L];
 
-    const int chunk = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
-    const int tok0 = chunk * CC_L;
+    const int d0 = blockIdx.x * CC_TILE, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
     const la_index_t head_row0 = (la_index_t)bh * n;
-    for (int j = threadIdx.x; j < CC_L; j += CC_THREADS)
-        s_w[j] = cc_pow(log2_decay, (float)(CC_L - 1 - j));
-    __syncthreads();
-    cc_tile_cols<CC_TILE>(s_vt, v, head_row0, tok0, n, e0, CC_M, LA_MAP_IDENTITY, nullptr);
-    cc_tile_cols<CC_D>(s_kt, k, head_row0, tok0, n, 0, CC_D, map, s_w);
-    __syncthreads();
+    const int warp = threadIdx.x >> 5, rows = (warp & 3) * 16, cols = (warp >> 2) * 32;
+    for (int j = threadIdx.x; j < CC_L; j += CC_WALK_THREADS)
+        s_w[j] = cc_pow(log2_decay, (float)(CC_L - 1 - j));  // read after the loop's first barrier
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    float acc[CC_D / 8][4];
-    cc_zero(acc);
-    // z[d] for d = threadIdx.x (D ≤ 128 = threads), from the same 16-bit operand(s) as S.
-    const bool z_thread = blockIdx.z == 0 && threadIdx.x < CC_D;
-    float z = 0.0f;
-    cc_mma_ss<CC_D / 8, CC_L / 16>(acc, s_vt + warp * 16 * CC_LDT, CC_LDT, s_kt, CC_LDT, 0, CC_D / 8);
-    if (z_thread) z += cc_row_dot(s_kt, threadIdx.x, nullptr);
-    if (split) {
-        __syncthreads();  // every read of the hi tile is done
-        cc_tile_cols<CC_D>(nullptr, k, head_row0, tok0, n, 0, CC_D, map, s_w, s_kt);
-        __syncthreads();
-        cc_mma_ss<CC_D / 8, CC_L / 16>(acc, s_vt + warp * 16 * CC_LDT, CC_LDT, s_kt, CC_LDT, 0, CC_D / 8);
-        if (z_thread) z += cc_row_dot(s_kt, threadIdx.x, nullptr);
-    }
-
-    float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-    const int e = e0 + warp * 16 + g;
+    // z by the tensor cores: warps 0 and 4 of e-tile 0 (d columns 0..31, 32..63) multiply an
+    // all-ones A into the k̃ fragments they load anyway; lanes t of row g = 0 keep z for
+    // columns 8nt + 2t, +1 (a 64-step dot product per thread cost the walk a fifth of its
+    // time in the model).
+    const int lane_g = (threadIdx.x & 31) >> 2, lane_t = threadIdx.x & 3;
+    const bool z_warp = blockIdx.z == 0 && (warp & 3) == 0;
+    float run[4][4], z_run[4][2];
+    cc_zero(run);
 #pragma unroll
-    for (int nt = 0; nt < CC_D / 8; ++nt) {
-        const int d = nt * 8 + 2 * t;
-        *(float2*)(dst + (la_index_t)e * CC_D + d) = make_float2(acc[nt][0], acc[nt][1]);
-        *(float2*)(dst + (la_index_t)(e + 8) * CC_D + d) = make_float2(acc[nt][2], acc[nt][3]);
+    for (int nt = 0; nt < 4; ++nt) z_run[nt][0] = z_run[nt][1] = 0.0f;
+    cc_u32 raw_v[2 * CC_WALK_STEPS], raw_k[2 * CC_WALK_STEPS];
+    if (num_chunks > 1) {
+        cc_walk_fetch(raw_v, v, head_row0, 0, n, e0, CC_M);
+        cc_walk_fetch(raw_k, k, head_row0, 0, n, d0, CC_D);
     }
-    if (z_thread) dst[(la_index_t)CC_D * CC_M + threadIdx.x] = z;
+    for (int chunk = 0;; ++chunk) {
+        float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
+        cc_walk_store(dst, run, e0 + rows, d0 + cols, CC_D);
+        if (z_warp && lane_g == 0) {
+            float* zp = dst + (la_index_t)CC_D * CC_M + d0 + cols + 2 * lane_t;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+                asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(zp + nt * 8), "f"(z_run[nt][0]),
+                             "f"(z_run[nt][1])
+                             : "memory");
+        }
+        if (chunk + 1 == num_chunks) break;
+
+        __syncthreads();  // the previous chunk's reads of the tiles are done
+        cc_walk_put<false, false, false>(s_vt, nullptr, raw_v, chunk * CC_L, n, LA_MAP_IDENTITY,
+                                         nullptr, nullptr, nullptr);
+        if (split)
+            cc_walk_put<true, true, false>(s_kt, s_kt_lo, raw_k, chunk * CC_L, n, map, s_w, nullptr,
+                                           nullptr);
+        else
+            cc_walk_put<false, true, false>(s_kt, nullptr, raw_k, chunk * CC_L, n, map, s_w, nullptr,
+                                            nullptr);
+        __syncthreads();
+        if (chunk + 2 < num_chunks) {  // the next chunk's k, v, in flight during this one
+            cc_walk_fetch(raw_v, v, head_row0, (chunk + 1) * CC_L, n, e0, CC_M);
+            cc_walk_fetch(raw_k, k, head_row0, (chunk + 1) * CC_L, n, d0, CC_D);
+        }
+        float acc[4][4], z[4][4];
+        cc_zero(acc);
+        cc_zero(z);
+        cc_walk_mma<true>(acc, z, z_warp, s_vt + rows * CC_LDT, s_kt + cols * CC_LDT);
+        if (split) cc_walk_mma<true>(acc, z, z_warp, s_vt + rows * CC_LDT, s_kt_lo + cols * CC_LDT);
+        cc_walk_step(run, acc, chunk_decay);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            z_run[nt][0] = __fmaf_rn(z_run[nt][0], chunk_decay, z[nt][0]);
+            z_run[nt][1] = __fmaf_rn(z_run[nt][1], chunk_decay, z[nt][1]);
+        }
+    }
 }
 
-// Backward: states[bh][c] ← (ΔR[d][e] = Σ_i λ^i q̃_i[d] gn_i[e],  Δr[d] = Σ_i λ^i q̃_i[d] gd_i),
-// computed as Σ_i (λ^i/den_i) q̃_i[d] · (G_i[e] | −G_i·O_i). The weight λ^i/den_i runs along
-// the mma's k dim (tokens), so it is folded into the q̃ operand, and every feature row d of
-// that operand is scaled by its own power of two before the 16-bit rounding (cc_tile_cols
-// with col_unscale): den grows ~N, and unscaled the weighted q̃ sank into fp16 subnormals
-// (dK, dV lost precision as N grew). Row d of ΔR and Δr[d] are multiplied back in fp32.
-// grid (NC, B·H, D/64), warp w rows (features d) 16w .. 16w+15 of the slice, thread d < 64
-// also sums Δr[d]; dynamic shared (64 × LDT + M × LDT) · 2 B. Limits: the file's.
-extern "C" __global__ void __launch_bounds__(CC_THREADS)
-cc_backward_state(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ grad,
-                  const float* __restrict__ go_parts, const float* __restrict__ den,
-                  float* __restrict__ states, int n, int num_chunks, float log2_decay, int map) {
+// Backward: states[bh][c] ← R⁰_c, r⁰_c, the state entering chunk c from the right:
+// R⁰_c = Σ_{c'>c} λ^{L(c'−c−1)} ΔR_{c'}, ΔR_c[d][e] = Σ_i λ^i q̃_i[d] gn_i[e] and
+// Δr_c[d] = Σ_i λ^i q̃_i[d] gd_i, computed as Σ_i (λ^i/den_i) q̃_i[d] · (G_i[e] | −G_i·O_i)
+// (fla's chunk_bwd_dh). The weight λ^i/den_i runs along the mma's k dim (tokens), so it is
+// folded into the q̃ operand, and every feature row d of that operand is scaled by its own
+// power of two before the 16-bit rounding (cc_walk_put SCALE): den grows ~N, and unscaled
+// the weighted q̃ sank into fp16 subnormals (dK, dV lost precision as N grew). The operand
+// is split hi + lo (two mma's). Row d of ΔR and Δr[d] are multiplied back in fp32, then
+// added to the running state: run ← run·λ^L + ΔR (the bits of the former pass + scan).
+// One CTA per (d-tile, b·h, e-tile) walks the chunks from the last to the first, the running
+// 64×64 fp32 state slice in registers, and writes each chunk's R⁰ once; chunk c's q, G are
+// fetched during chunk c+1. grid (D/64, B·H, M/64), CC_WALK_THREADS; warp w rows (features
+// d) 16(w mod 4) .. +15, columns (values e) 32(w / 4) .. +31; thread d < 64 of e-tile 0 also
+// runs r[d0 + d]; dynamic shared CC_WALK_SMEM. Limits: the file's.
+extern "C" __global__ void __launch_bounds__(CC_WALK_THREADS)
+cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ grad,
+              const float* __restrict__ go_parts, const float* __restrict__ den,
+              float* __restrict__ states, int n, int num_chunks, float log2_decay,
+              float chunk_decay, int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
-    cc_u16* s_qt = (cc_u16*)cc_smem;                 // [64 d][LDT], weighted λ^i / den_i, row-scaled
-    cc_u16* s_gt = s_qt + CC_TILE * CC_LDT;          // [M][LDT], G
-    __shared__ float s_w[CC_L], s_den_inv[CC_L], s_unscale[CC_TILE];
+    cc_u16* s_qt = (cc_u16*)cc_smem;              // [64 d][LDT], weighted λ^i/den_i, row-scaled (hi)
+    cc_u16* s_qt_lo = s_qt + CC_TILE * CC_LDT;    // [64 d][LDT], its residue
+    cc_u16* s_gt = s_qt_lo + CC_TILE * CC_LDT;    // [64 e][LDT], G
+    __shared__ float s_w[CC_L], s_unscale[CC_TILE], s_col_max[2 * CC_TILE];
     __shared__ __align__(8) float s_neg_go[CC_L];  // read as float2 (cc_row_dot)
 
-    const int chunk = blockIdx.x, bh = blockIdx.y, d0 = blockIdx.z * CC_TILE;
-    const int tok0 = chunk * CC_L;
+    const int d0 = blockIdx.x * CC_TILE, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
     const la_index_t head_row0 = (la_index_t)bh * n;
-    cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
-    // No barrier: the thread that wrote s_den_inv[i] (i = threadIdx.x) is the one reading it.
-    for (int i = threadIdx.x; i < CC_L; i += CC_THREADS)
-        s_w[i] = cc_pow(log2_decay, (float)i) * s_den_inv[i];
-    __syncthreads();
-    cc_tile_cols<CC_TILE>(s_qt, q, head_row0, tok0, n, d0, CC_D, map, s_w, nullptr, s_unscale);
-    cc_tile_cols<CC_M>(s_gt, grad, head_row0, tok0, n, 0, CC_M, LA_MAP_IDENTITY, nullptr);
-    __syncthreads();
-
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    float acc[CC_M / 8][4];
-    cc_zero(acc);
-    // r[d] for d = threadIdx.x (64 ≤ threads), from the same 16-bit operands as R.
-    float r = 0.0f;
-#pragma unroll
-    for (int phase = 0; phase < 2; ++phase) {
-        if (phase == 1) {
-            __syncthreads();  // every read of the hi tile is done
-            cc_tile_cols<CC_TILE>(nullptr, q, head_row0, tok0, n, d0, CC_D, map, s_w, s_qt, s_unscale,
-                                  true);  // same scales as phase 0
-            __syncthreads();
-        }
-        cc_mma_ss<CC_M / 8, CC_L / 16>(acc, s_qt + warp * 16 * CC_LDT, CC_LDT, s_gt, CC_LDT, 0, CC_M / 8);
-        if (threadIdx.x < CC_TILE) r += cc_row_dot(s_qt, threadIdx.x, s_neg_go);
+    const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+    const int rows = (warp & 3) * 16, cols = (warp >> 2) * 32;
+    const bool r_thread = blockIdx.z == 0 && threadIdx.x < CC_TILE;
+    float run[4][4], r_run = 0.0f;
+    cc_zero(run);
+    cc_u32 raw_q[2 * CC_WALK_STEPS], raw_g[2 * CC_WALK_STEPS];
+    cc_walk_terms terms = {};
+    if (num_chunks > 1) {
+        cc_walk_fetch(raw_q, q, head_row0, (num_chunks - 1) * CC_L, n, d0, CC_D);
+        cc_walk_fetch(raw_g, grad, head_row0, (num_chunks - 1) * CC_L, n, e0, CC_M);
+        terms = cc_walk_fetch_terms(go_parts, den, head_row0, (num_chunks - 1) * CC_L, n, map);
     }
+    for (int chunk = num_chunks - 1;; --chunk) {
+        float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
+        cc_walk_store(dst, run, d0 + rows, e0 + cols, CC_M);
+        if (r_thread) dst[(la_index_t)CC_D * CC_M + d0 + threadIdx.x] = r_run;
+        if (chunk == 0) break;
 
-    float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-    const int dl = warp * 16 + g, d = d0 + dl;
-    const float u_lo = s_unscale[dl], u_hi = s_unscale[dl + 8];
-#pragma unroll
-    for (int nt = 0; nt < CC_M / 8; ++nt) {
-        const int e = nt * 8 + 2 * t;
-        *(float2*)(dst + (la_index_t)d * CC_M + e) = make_float2(acc[nt][0] * u_lo, acc[nt][1] * u_lo);
-        *(float2*)(dst + (la_index_t)(d + 8) * CC_M + e) = make_float2(acc[nt][2] * u_hi, acc[nt][3] * u_hi);
-    }
-    if (threadIdx.x < CC_TILE) dst[(la_index_t)CC_D * CC_M + d0 + threadIdx.x] = r * s_unscale[threadIdx.x];
-}
-
-// ---- pass 2: scan over chunks ---------------------------------------------------------------
-
-// In place, per state element: forward (reverse = 0) buf[c] ← Σ_{c'<c} λ^{L(c−1−c')} buf[c'];
-// reverse: buf[c] ← Σ_{c'>c} λ^{L(c'−c−1)} buf[c']. grid (⌈STRIDE/256⌉, B·H), block 256.
-// Four chunks' loads are issued before their dependent updates to hide latency.
-// Limits: the file's (B·H ≤ 65535); the walk is sequential in NC = ⌈N/64⌉.
-extern "C" __global__ void __launch_bounds__(256)
-cc_scan(float* __restrict__ states, int num_chunks, float chunk_decay, int reverse) {
-    const la_index_t elem = (la_index_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (elem >= CC_STATE_STRIDE) return;
-    float* base = states + (la_index_t)blockIdx.y * num_chunks * CC_STATE_STRIDE + elem;
-    float carry = 0.0f;
-    int step = 0;
-    for (; step + 4 <= num_chunks; step += 4) {
-        float x[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const int c = reverse ? num_chunks - 1 - (step + u) : step + u;
-            x[u] = base[(la_index_t)c * CC_STATE_STRIDE];
+        const int tok0 = chunk * CC_L;
+        __syncthreads();  // the previous chunk's reads of the tiles and weights are done
+        cc_walk_put_terms(s_neg_go, s_w, terms, tok0, n, map, log2_decay);
+        __syncthreads();
+        cc_walk_put<true, true, true>(s_qt, s_qt_lo, raw_q, tok0, n, map, s_w, s_unscale, s_col_max);
+        cc_walk_put<false, false, false>(s_gt, nullptr, raw_g, tok0, n, LA_MAP_IDENTITY, nullptr,
+                                         nullptr, nullptr);
+        __syncthreads();
+        if (chunk > 1) {  // the previous chunk's q, G, in flight during this one
+            cc_walk_fetch(raw_q, q, head_row0, tok0 - CC_L, n, d0, CC_D);
+            cc_walk_fetch(raw_g, grad, head_row0, tok0 - CC_L, n, e0, CC_M);
+            terms = cc_walk_fetch_terms(go_parts, den, head_row0, tok0 - CC_L, n, map);
         }
+        float acc[4][4];
+        cc_zero(acc);
+        float r = 0.0f;
+        cc_walk_mma(acc, s_qt + rows * CC_LDT, s_gt + cols * CC_LDT);
+        if (r_thread) r += cc_row_dot(s_qt, threadIdx.x, s_neg_go);
+        cc_walk_mma(acc, s_qt_lo + rows * CC_LDT, s_gt + cols * CC_LDT);
+        if (r_thread) r += cc_row_dot(s_qt_lo, threadIdx.x, s_neg_go);
+        const float u_lo = s_unscale[rows + g], u_hi = s_unscale[rows + g + 8];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const int c = reverse ? num_chunks - 1 - (step + u) : step + u;
-            base[(la_index_t)c * CC_STATE_STRIDE] = carry;
-            carry = carry * chunk_decay + x[u];
+        for (int nt = 0; nt < 4; ++nt) {
+            acc[nt][0] *= u_lo; acc[nt][1] *= u_lo;
+            acc[nt][2] *= u_hi; acc[nt][3] *= u_hi;
         }
-    }
-    for (; step < num_chunks; ++step) {
-        const int c = reverse ? num_chunks - 1 - step : step;
-        const float x = base[(la_index_t)c * CC_STATE_STRIDE];
-        base[(la_index_t)c * CC_STATE_STRIDE] = carry;
-        carry = carry * chunk_decay + x;
+        cc_walk_step(run, acc, chunk_decay);
+        if (r_thread) r_run = __fmaf_rn(r_run, chunk_decay, r * s_unscale[threadIdx.x]);
     }
 }
 
-// ---- pass 3: outputs ------------------------------------------------------------------------
+// ---- pass 2: outputs ------------------------------------------------------------------------
 
 #define CC_FWD_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4 + CC_D * 4)
 
@@ -878,7 +1093,7 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
 
 // O[:, e0:e0+64] = num/den for one chunk and den (slice 0 writes it), num_i = λ^{i+1} q̃_iᵀS⁰
 // + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) v_j, den_i = λ^{i+1} q̃_iᵀz⁰ + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) + ε
-// (identity map: den ≡ 1, not written); `states` holds S⁰ (the forward scan). grid (NC, B·H,
+// (identity map: den ≡ 1, not written); `states` holds S⁰ (cc_forward_h). grid (NC, B·H,
 // M/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_FWD_SMEM. Limits: the file's.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
 cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
@@ -890,7 +1105,7 @@ cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ 
 }
 
 // Backward pre-pass (normalised maps): the forward recomputed on the S⁰ of the backward's
-// forward scan, writing go[token · CC_MT + slice] = G·O over the slice from the fp32 O, for
+// split cc_forward_h, writing go[token · CC_MT + slice] = G·O over the slice from the fp32 O, for
 // gd = −G·O/den (cc_row_grad_terms). Same grid and shared memory as cc_forward. O = num/den
 // uses the den recomputed here (on the split S⁰, z⁰, so it may differ from the saved den in
 // the last bits); the gradient kernels divide by the saved den. Limits: the file's.
@@ -1151,7 +1366,7 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
 // inter term by the same factor, and the sum scaled back, so neither den ~ N nor den = ε
 // leaves the 16-bit range.
 // grid (NC, B·H, D/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_DQ_SMEM.
-// `states` holds S⁰ (the backward's split forward scan). Limits: the file's.
+// `states` holds S⁰ (the backward's split cc_forward_h). Limits: the file's.
 CC_BACKWARD_QK_ENTRY(cc_backward_dq, CC_GRAD_Q)
 
 // dK[:, d0:d0+64] for one chunk: (Aᵀ q̃ + λ^{L−j}(v_j R⁰ᵀ + r⁰)) ⊙ φ'(k), with
@@ -1161,7 +1376,7 @@ CC_BACKWARD_QK_ENTRY(cc_backward_dq, CC_GRAD_Q)
 // dK̃ ~ 1/ε, finite in fp32, zeroed by φ'(k) = 0), and q̃ too: the hi tile first, then its
 // residue reloaded into the same shared tile (3 mma's, no extra shared memory).
 // grid (NC, B·H, D/64), warp w rows (keys) 16w .. 16w+15; dynamic shared CC_DK_SMEM.
-// `states` holds R⁰ (reverse scan), R[d][e]. Limits: the file's.
+// `states` holds R⁰ (cc_backward_h), R[d][e]. Limits: the file's.
 CC_BACKWARD_QK_ENTRY(cc_backward_dk, CC_GRAD_K)
 
 // dV[:, e0:e0+64] for one chunk: Pᵀ gn + λ^{L−j} k̃_j R⁰, as (Pᵀ diag(1/den)) G + ...
@@ -1169,7 +1384,7 @@ CC_BACKWARD_QK_ENTRY(cc_backward_dk, CC_GRAD_K)
 // power-of-two scale before the hi + lo split (cc_row_scale), so they stay out of fp16
 // subnormals.
 // grid (NC, B·H, M/64), warp w rows (keys) 16w .. 16w+15; dynamic shared CC_DV_SMEM.
-// `states` holds R⁰ (reverse scan), R[d][e]. Limits: the file's.
+// `states` holds R⁰ (cc_backward_h), R[d][e]. Limits: the file's.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)
 cc_backward_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
                const la_storage_t* __restrict__ grad, const float* __restrict__ den,

@@ -1,20 +1,24 @@
 //! `{cuda,sim}/causal_chunked/{f16,bf16}`: causal linear attention in chunks of 64 tokens on tensor
 //! cores (SPEC §3 "chunkwise"), with the memory-efficient backward of SPEC §4.
 //!
-//! The math, the three-pass schedule, the fragment layouts and the precision choices are
-//! documented at the top of `kernels/causal_chunked.cu`. In short:
-//! * pass 1 (`cc_forward_state`): per chunk, ΔS = Σ λ^{L−1−j} k̃_j v_jᵀ and Δz (fp32, tensor cores);
-//! * pass 2 (`cc_scan`): exclusive scan over chunks, in place: the state entering each chunk;
-//! * pass 3 (`cc_forward`): per chunk, O = (intra masked q̃k̃ᵀ v + inter q̃ S⁰) / den.
+//! The math, the two-pass schedule, the fragment layouts and the precision choices are
+//! documented at the top of `kernels/causal_chunked.cu` (and set beside fla's kernels in
+//! `kernels/CHUNKED-DESIGN.md`). In short:
+//! * pass 1 (`cc_forward_h`): one CTA per (D/64 tile, b·h, M/64 tile) walks the chunks in
+//!   order with the running fp32 state in registers and writes each chunk's entering state
+//!   S⁰, z⁰ once (fla's chunk_h);
+//! * pass 2 (`cc_forward`): per chunk, O = (intra masked q̃k̃ᵀ v + inter q̃ S⁰) / den.
 //!
-//! The backward: passes 1–2 again (k̃ split hi + lo for accuracy), `cc_backward_go` (the
+//! The backward: pass 1 again (k̃ split hi + lo for accuracy), `cc_backward_go` (the
 //! forward once more on those states, writing only G·O from the fp32 O, for gd: normalised
-//! maps), `cc_backward_state` + reverse scan (R⁰, r⁰), then `cc_backward_dq`, `cc_backward_dk`, `cc_backward_dv`.
+//! maps), `cc_backward_h` (the same walk from the last chunk: R⁰, r⁰), then
+//! `cc_backward_dq`, `cc_backward_dk`, `cc_backward_dv`.
 //!
-//! Every pass runs `N/64 · B·H · (M or D)/64` CTAs, so B·H = 16 fills an H100 at any N ≥ 1k;
-//! the cost is a workspace of one fp32 state per chunk, `N/64 · D·(M+1) · 4` bytes per head
-//! (two of them in the backward: S⁰ and the reverse R⁰), plus, in the backward, `N · M/64`
-//! fp32 per head of G·O partials. The forward keeps `den` (N fp32 per head) next to O for
+//! The walks run `B·H · D/64 · M/64` CTAs, sequential over the chunks; the per-chunk passes
+//! `N/64 · B·H · (M or D)/64`. The workspace is one fp32 state per chunk,
+//! `N/64 · D·(M+1) · 4` bytes per head (two of them in the backward: S⁰ and the reverse R⁰),
+//! written once and read once, plus, in the backward, `N · M/64` fp32 per head of G·O
+//! partials. The forward keeps `den` (N fp32 per head) next to O for
 //! the backward; no per-token state is ever stored.
 //!
 //! D and M must each be 64 or 128 (compile-time specialised); the fused maps are elu+1, relu
@@ -44,8 +48,8 @@ pub const CHUNK: usize = 64;
 pub const TILE: usize = 64;
 /// Threads per CTA of the chunk kernels: 4 warps × 16 rows.
 pub const THREADS: u32 = 128;
-/// Threads per CTA of the scan.
-pub const SCAN_THREADS: u32 = 256;
+/// Threads per CTA of the state walks (`CC_WALK_THREADS`): 8 warps on one 64×64 state tile.
+pub const WALK_THREADS: u32 = 256;
 /// The head dims (D and M alike) the kernels are specialised for.
 pub const HEAD_DIMS: [usize; 2] = [64, 128];
 /// Largest `gridDim.y` (the B·H axis).
@@ -61,21 +65,17 @@ pub const FUSED_MAPS: [FeatureMap; 3] = [
 crate::kernel_params! {
     /// The argument structs of causal_chunked.cu's entry points.
     pub mod params;
-    /// `cc_forward_state`: pass 1, ΔS and Δz of each chunk.
-    pub struct ForwardState => "cc_forward_state" {
+    /// `cc_forward_h`: pass 1, the walk over chunks writing S⁰, z⁰ of each.
+    pub struct ForwardH => "cc_forward_h" {
         k: Ptr, v: Ptr, states: Ptr, split: bool, n: i32, num_chunks: i32, log2_decay: f32,
-        map: i32,
+        chunk_decay: f32, map: i32,
     }
-    /// `cc_backward_state`: the reverse direction's ΔR, Δr of each chunk.
-    pub struct BackwardState => "cc_backward_state" {
+    /// `cc_backward_h`: the reverse walk writing R⁰, r⁰ of each chunk.
+    pub struct BackwardH => "cc_backward_h" {
         q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, map: i32,
+        log2_decay: f32, chunk_decay: f32, map: i32,
     }
-    /// `cc_scan`: pass 2, the exclusive scan over chunks, in place.
-    pub struct Scan => "cc_scan" {
-        states: Ptr, num_chunks: i32, chunk_decay: f32, reverse: bool,
-    }
-    /// `cc_forward`: pass 3, O and den per chunk.
+    /// `cc_forward`: pass 2, O and den per chunk.
     pub struct Forward => "cc_forward" {
         q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, n: i32, num_chunks: i32,
         log2_decay: f32, eps: f32, map: i32,
@@ -185,14 +185,14 @@ pub struct LaunchPlan {
     pub state_stride: usize,
     /// fp32 elements of one state buffer (all heads, all chunks).
     pub state_len: usize,
-    /// (NC, B·H, M/64): cc_forward_state, cc_forward, cc_backward_dv.
+    /// (NC, B·H, M/64): cc_forward, cc_backward_go, cc_backward_dv.
     pub grid_value_tiles: (u32, u32, u32),
-    /// (NC, B·H, D/64): cc_backward_state, cc_backward_dq, cc_backward_dk.
+    /// (NC, B·H, D/64): cc_backward_dq, cc_backward_dk.
     pub grid_key_tiles: (u32, u32, u32),
-    /// (⌈stride/256⌉, B·H): cc_scan.
-    pub grid_scan: (u32, u32, u32),
-    pub smem_state_fwd: u32,
-    pub smem_state_bwd: u32,
+    /// (D/64, B·H, M/64): the state walks cc_forward_h, cc_backward_h.
+    pub grid_walk: (u32, u32, u32),
+    /// cc_forward_h, cc_backward_h: three 64-row transposed 16-bit tiles.
+    pub smem_walk: u32,
     pub smem_forward: u32,
     pub smem_dq: u32,
     pub smem_dk: u32,
@@ -237,13 +237,8 @@ impl LaunchPlan {
             state_len,
             grid_value_tiles: (nc, bh, u(m / TILE, "M/64")?),
             grid_key_tiles: (nc, bh, u(d / TILE, "D/64")?),
-            grid_scan: (
-                u(state_stride.div_ceil(SCAN_THREADS as usize), "scan blocks")?,
-                bh,
-                1,
-            ),
-            smem_state_fwd: u((TILE * ld_t + d * ld_t) * half, "shared bytes")?,
-            smem_state_bwd: u((TILE * ld_t + m * ld_t) * half, "shared bytes")?,
+            grid_walk: (u(d / TILE, "D/64")?, bh, u(m / TILE, "M/64")?),
+            smem_walk: u(3 * TILE * ld_t * half, "shared bytes")?,
             smem_forward: u(
                 2 * CHUNK * ld_d * half + TILE * ld_t * half + TILE * ld_d * 4 + d * 4,
                 "shared bytes",
@@ -299,9 +294,8 @@ pub struct CausalChunked;
 /// The entry points of one program, resolved (compiled and loaded) at staging, so timed runs
 /// never include NVRTC.
 struct Kernels {
-    state_fwd: Kernel,
-    state_bwd: Kernel,
-    scan: Kernel,
+    walk_fwd: Kernel,
+    walk_bwd: Kernel,
     forward: Kernel,
     forward_go: Kernel,
     dq: Kernel,
@@ -325,9 +319,8 @@ impl Kernels {
             Ok(k)
         };
         Ok(Kernels {
-            state_fwd: kernel(params::ForwardState::SPEC, plan.smem_state_fwd)?,
-            state_bwd: kernel(params::BackwardState::SPEC, plan.smem_state_bwd)?,
-            scan: kernel(params::Scan::SPEC, 0)?,
+            walk_fwd: kernel(params::ForwardH::SPEC, plan.smem_walk)?,
+            walk_bwd: kernel(params::BackwardH::SPEC, plan.smem_walk)?,
             forward: kernel(params::Forward::SPEC, plan.smem_forward)?,
             forward_go: kernel(params::BackwardGo::SPEC, plan.smem_forward)?,
             dq: kernel(params::BackwardDq::SPEC, plan.smem_dq)?,
@@ -344,7 +337,7 @@ struct ScalarArgs {
     num_chunks: i32,
     /// log2 λ (0 when there is no decay, so the kernels' weights are exactly 1).
     log2_decay: f32,
-    /// λ^L, the decay across one whole chunk (the scan's factor).
+    /// λ^L, the decay across one whole chunk (the walks' factor).
     chunk_decay: f32,
     eps: f32,
     map: i32,
@@ -390,8 +383,8 @@ impl Plan {
         )
     }
 
-    /// Pass 1 + pass 2 of the forward direction: S⁰, z⁰ of every chunk into `states`.
-    /// `split`: k̃ as hi + lo 16-bit operands (the backward's S⁰, z⁰; see `cc_forward_state`).
+    /// Pass 1 of the forward direction: S⁰, z⁰ of every chunk into `states`.
+    /// `split`: k̃ as hi + lo 16-bit operands (the backward's S⁰, z⁰; see `cc_forward_h`).
     fn forward_states<T>(
         &self,
         exec: &Arc<dyn Executor>,
@@ -399,9 +392,9 @@ impl Plan {
         states: &DeviceBuffer<f32>,
         split: bool,
     ) -> Result<(), AttnError> {
-        let (p, a) = (&self.plan, self.args);
+        let a = self.args;
         // k, v hold B·H·N·(D|M) elements and states B·H·NC·stride.
-        let params = params::ForwardState {
+        let params = params::ForwardH {
             k: ptr(&inputs.k),
             v: ptr(&inputs.v),
             states: ptr(states),
@@ -409,31 +402,22 @@ impl Plan {
             n: a.n,
             num_chunks: a.num_chunks,
             log2_decay: a.log2_decay,
+            chunk_decay: a.chunk_decay,
             map: a.map,
         };
-        let value_tiles = (p.grid_value_tiles, p.smem_state_fwd);
-        self.launch(exec, &self.kernels.state_fwd, value_tiles, &params)?;
-        self.scan(exec, states, false)
+        self.walk(exec, &self.kernels.walk_fwd, &params)
     }
 
-    fn scan(
+    /// A state walk's launch: `grid_walk`, `WALK_THREADS` per CTA.
+    fn walk<P: KernelParams>(
         &self,
         exec: &Arc<dyn Executor>,
-        states: &DeviceBuffer<f32>,
-        reverse: bool,
+        kernel: &Kernel,
+        params: &P,
     ) -> Result<(), AttnError> {
-        // states holds B·H·NC·stride floats.
-        launch_kernel(
-            exec.as_ref(),
-            &self.kernels.scan,
-            &Launch::new(self.plan.grid_scan, SCAN_THREADS),
-            &params::Scan {
-                states: ptr(states),
-                num_chunks: self.args.num_chunks,
-                chunk_decay: self.args.chunk_decay,
-                reverse,
-            },
-        )
+        let launch =
+            Launch::new(self.plan.grid_walk, WALK_THREADS).with_shared(self.plan.smem_walk);
+        launch_kernel(exec.as_ref(), kernel, &launch, params)
     }
 }
 
@@ -575,7 +559,8 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 let value_tiles = (p.grid_value_tiles, p.smem_forward);
                 plan.launch(exec, &ks.forward_go, value_tiles, &params)?;
             }
-            let params = params::BackwardState {
+            // q: B·H·N·D; d_out: B·H·N·M; go_parts, den: as above; states_rev: state_len.
+            let params = params::BackwardH {
                 q,
                 grad,
                 go_parts: go_parts_ptr,
@@ -584,10 +569,10 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 n,
                 num_chunks,
                 log2_decay,
+                chunk_decay: a.chunk_decay,
                 map,
             };
-            plan.launch(exec, &ks.state_bwd, key_tiles(p.smem_state_bwd), &params)?;
-            plan.scan(exec, &states_rev, true)?;
+            plan.walk(exec, &ks.walk_bwd, &params)?;
             // dq, dk hold B·H·N·D elements.
             let params = params::BackwardDq {
                 q,

@@ -30,6 +30,8 @@ fn chunk_count_covers_ragged_tails() {
         assert!(plan.num_chunks * CHUNK >= n && (plan.num_chunks - 1) * CHUNK < n);
         assert_eq!(plan.grid_value_tiles, (chunks as u32, 16, 1));
         assert_eq!(plan.grid_key_tiles, (chunks as u32, 16, 1));
+        // The state walks: one CTA per (b·h, 64×64 tile of the state), whatever N.
+        assert_eq!(plan.grid_walk, (1, 16, 1));
     }
 }
 
@@ -44,11 +46,8 @@ fn grids_tile_value_and_key_dims_by_64() {
     assert_eq!(plan.state_stride, 128 * 64 + 128);
     assert_eq!(plan.state_len, 6 * 3 * (128 * 64 + 128));
     assert_eq!(plan.state_bytes(), 4 * plan.state_len as u64);
-    // scan: one thread per state element, 256 per block
-    assert_eq!(
-        plan.grid_scan,
-        ((128 * 64 + 128usize).div_ceil(256) as u32, 6, 1)
-    );
+    // walks: (D/64, B·H, M/64)
+    assert_eq!(plan.grid_walk, (2, 6, 1));
 }
 
 #[test]
@@ -68,18 +67,12 @@ fn shared_memory_matches_the_kernel_layouts() {
     assert_eq!(large.smem_dk, 79_104);
     assert_eq!(large.smem_dq, 79_104 + 64 * 72 * 2);
     assert_eq!(large.smem_dv, 78_848);
-    assert_eq!(large.smem_state_fwd, (64 * 72 + 128 * 72) * 2);
-    assert_eq!(large.smem_state_bwd, (64 * 72 + 128 * 72) * 2);
+    // Walks: v or G tile, k̃ or q̃ tile and its residue, whatever D and M.
+    assert_eq!(large.smem_walk, 3 * 64 * 72 * 2);
+    assert_eq!(small.smem_walk, large.smem_walk);
     // Every sm_80+ part opts in to ≥ 99 KB per block (sm_86/89); static shared ≤ 1 KB.
     for p in [small, large] {
-        for bytes in [
-            p.smem_forward,
-            p.smem_dq,
-            p.smem_dk,
-            p.smem_dv,
-            p.smem_state_fwd,
-            p.smem_state_bwd,
-        ] {
+        for bytes in [p.smem_forward, p.smem_dq, p.smem_dk, p.smem_dv, p.smem_walk] {
             assert!(bytes + 1024 <= 99 * 1024, "{bytes} B of shared memory");
         }
     }

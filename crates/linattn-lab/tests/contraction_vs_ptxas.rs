@@ -7,6 +7,7 @@
 //! Needs the tools of the pinned wheels `nvidia-cuda-nvcc==13.0.88` (ptxas) and
 //! `nvidia-cuda-nvdisasm==13.2.86`, found through `LINATTN_PTXAS` and `LINATTN_NVDISASM`
 //! (`.ci/run` installs them); without them the trial is reported as skipped, with why.
+//! `LINATTN_CONTRACTION_ONLY=softmax.cu` keeps the variants whose label contains the text.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -108,7 +109,13 @@ fn compare_all(tools: &Tools) -> Result<(), String> {
     let device = Device::new(SimArch::SM90, 1 << 20);
     let mut problems = Vec::new();
     let (mut contracted, mut kernels) = (0usize, 0usize);
-    for (i, variant) in linattn_cuda::kernel_variants().iter().enumerate() {
+    // Every kernel file of the workspace: the linear forms and the softmax baseline's.
+    let mut variants = linattn_cuda::kernel_variants();
+    variants.extend(linattn_softmax::kernel_variants());
+    if let Ok(only) = std::env::var("LINATTN_CONTRACTION_ONLY") {
+        variants.retain(|v| v.label().contains(&only));
+    }
+    for (i, variant) in variants.iter().enumerate() {
         let compiled = compile(variant, Arch::SM90).map_err(|e| e.to_string())?;
         let ptx = compiled.ptx.trim_end_matches('\0');
         let sass = ffma_lines(tools, ptx, dir.path(), &format!("v{i}"))?;
