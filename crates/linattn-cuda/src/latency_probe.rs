@@ -60,7 +60,9 @@ pub fn kernel_variants() -> Vec<KernelVariant> {
     vec![KernelVariant::new("latency_probe.cu", SOURCE).entries(&params::ENTRIES)]
 }
 
-/// cc_scan's state stride at D = M = 64 in floats (C·(M+1) = 64·65): its loads' spacing.
+/// The state stride of cc_scan (the scan the H100 ran on 2026-11-25, the launch the model
+/// missed most; since replaced) at D = M = 64, in floats (C·(M+1) = 64·65): its loads'
+/// spacing.
 pub const SCAN_STRIDE_D64: i64 = 64 * 65;
 
 /// Which model constant a probe measures, and how a link relates to it.
