@@ -7,8 +7,10 @@ use crate::arch::SimArch;
 use crate::counters::Counters;
 use crate::error::{Checks, SimError};
 use crate::exec::cta::LaunchCtx;
+use crate::exec::global_race::LaunchShadow;
 use crate::exec::memory::GlobalMemory;
 use crate::exec::numerics::Numerics;
+use crate::exec::schedule::Schedule;
 use crate::ir::{Kernel, Program, Ty};
 use crate::parse::parse_program;
 use crate::sample::{run_rows, sampled_run, sum_rows, Sampled};
@@ -134,6 +136,12 @@ impl Device {
         self.numerics
     }
 
+    /// The order in which later launches run the warps of a CTA (see [`Schedule`]).
+    pub fn with_schedule(mut self, schedule: Schedule) -> Device {
+        self.checks.schedule = schedule;
+        self
+    }
+
     pub fn arch(&self) -> SimArch {
         self.arch
     }
@@ -248,6 +256,8 @@ impl Device {
         let memory = self.memory();
         let view = memory.view();
         let count_memory = self.count_memory.load(std::sync::atomic::Ordering::Relaxed);
+        // globalcheck's launch level lives (and its memory goes) with the launch.
+        let globals = self.checks.globalcheck.then(LaunchShadow::default);
         let ctx = LaunchCtx {
             kernel: k,
             params: &params,
@@ -256,6 +266,7 @@ impl Device {
             block: config.block,
             shared_bytes,
             checks: self.checks,
+            globals: globals.as_ref(),
             count_memory,
             // The issue clocks cost what the memory counters do: kept with them only.
             latency: count_memory.then_some(self.arch.latency),

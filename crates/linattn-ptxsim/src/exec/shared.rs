@@ -1,86 +1,23 @@
 //! One CTA's shared memory with the racecheck and initcheck shadow.
 //!
 //! The shadow keeps, per 4-byte granule (every shared store the kernels compile to is 32-bit
-//! or wider), the last write and a summary of the reads since
-//! the last CTA barrier. Two accesses of different threads are ordered when a `bar.sync`
-//! separates them (CTA barrier epochs), or when both threads are in one warp and a
-//! `bar.warp.sync` of that warp separates them (warp-sync epochs). Anything else with a
-//! write on either side is a race: between warps, and between lanes of one warp, which the
-//! PTX memory model does not order without `bar.warp.sync` (independent thread scheduling).
+//! or wider), the race tracker's [`Granule`]: the last write and a summary of the reads
+//! since the last CTA barrier (the ordering rules are in [`super::race`]).
 
-/// No thread / many threads, in the shadow's thread and warp fields.
-const NONE: u16 = u16::MAX;
-const MANY: u16 = u16::MAX - 1;
-
-/// Accesses of one kind (plain reads, or atomics) to a granule within one CTA barrier
-/// interval: one thread, or several (`MANY`), of one warp or several.
-#[derive(Clone, Copy)]
-struct Accesses {
-    tid: u16,
-    warp: u16,
-    bar: u32,
-    wsync: u32,
-    instr: u32,
-}
-
-const NO_ACCESSES: Accesses = Accesses {
-    tid: NONE,
-    warp: NONE,
-    bar: 0,
-    wsync: 0,
-    instr: 0,
-};
-
-/// The shadow of one granule: the last plain write, and the reads and the atomics of the
-/// current barrier interval (atomics conflict with plain accesses, not with each other, so
-/// an atomic never hides an earlier plain write from a later check).
-#[derive(Clone, Copy)]
-struct Granule {
-    w_tid: u16,
-    w_bar: u32,
-    w_wsync: u32,
-    w_instr: u32,
-    reads: Accesses,
-    atomics: Accesses,
-}
-
-const FRESH: Granule = Granule {
-    w_tid: NONE,
-    w_bar: 0,
-    w_wsync: 0,
-    w_instr: 0,
-    reads: NO_ACCESSES,
-    atomics: NO_ACCESSES,
-};
-
-/// Who accesses: linear thread id, its warp's sync epoch, the CTA barrier epoch, and the
-/// instruction index.
-#[derive(Clone, Copy)]
-pub struct Accessor {
-    pub tid: u16,
-    pub wsync: u32,
-    pub bar: u32,
-    pub instr: u32,
-}
-
-impl Accessor {
-    fn warp(&self) -> u16 {
-        self.tid / 32
-    }
-}
+use super::race::{Accessor, Granule, Race, FRESH};
 
 /// A conflict found by the shadow.
 pub enum SharedFault {
     /// Read of bytes no thread of this CTA has written.
     Uninitialised,
-    /// `this` conflicts with an earlier access (`other_tid`, `other_instr`; `MANY` threads
-    /// when several read).
-    Race {
-        this_is_write: bool,
-        other_is_write: bool,
-        other_tid: Option<u16>,
-        other_instr: u32,
-    },
+    /// The access conflicts with an earlier one of another thread.
+    Race(Race),
+}
+
+impl From<Race> for SharedFault {
+    fn from(race: Race) -> Self {
+        SharedFault::Race(race)
+    }
 }
 
 pub struct SharedMemory {
@@ -161,16 +98,11 @@ impl SharedMemory {
         let (race, init) = (self.race, self.init);
         for g in granules(offset, size) {
             let s = &mut self.shadow[g];
-            if s.w_tid == NONE && s.atomics.tid == NONE {
-                if init {
-                    return Err(SharedFault::Uninitialised);
-                }
-            } else if race {
-                check_plain_write(s, who, false)?;
-                check_accesses(&s.atomics, who, false, true)?;
+            if init && !s.written() {
+                return Err(SharedFault::Uninitialised);
             }
             if race {
-                record(&mut s.reads, who);
+                s.read(who)?;
             }
         }
         Ok(())
@@ -192,60 +124,13 @@ impl SharedMemory {
         for g in granules(offset, size) {
             let s = &mut self.shadow[g];
             // An atomic reads the old value: it must have been written.
-            if atomic && init && s.w_tid == NONE && s.atomics.tid == NONE {
+            if atomic && init && !s.written() {
                 return Err(SharedFault::Uninitialised);
             }
-            if race {
-                check_plain_write(s, who, true)?;
-                check_accesses(&s.reads, who, true, false)?;
-                if !atomic {
-                    check_accesses(&s.atomics, who, true, true)?;
-                }
-            }
-            if atomic {
-                record(&mut s.atomics, who);
-            } else {
-                s.w_tid = who.tid;
-                s.w_bar = who.bar;
-                s.w_wsync = who.wsync;
-                s.w_instr = who.instr;
-            }
+            s.write(who, atomic, race)?;
         }
         Ok(())
     }
-}
-
-/// `who`'s access against the granule's last plain write.
-#[inline]
-fn check_plain_write(s: &Granule, who: Accessor, this_is_write: bool) -> Result<(), SharedFault> {
-    if s.w_tid != NONE && s.w_bar == who.bar && !ordered(s.w_tid, s.w_wsync, who) {
-        return Err(SharedFault::Race {
-            this_is_write,
-            other_is_write: true,
-            other_tid: Some(s.w_tid),
-            other_instr: s.w_instr,
-        });
-    }
-    Ok(())
-}
-
-/// `who`'s access against the reads (or atomics) of this barrier interval.
-#[inline]
-fn check_accesses(
-    a: &Accesses,
-    who: Accessor,
-    this_is_write: bool,
-    others_write: bool,
-) -> Result<(), SharedFault> {
-    if a.tid != NONE && a.bar == who.bar && conflicts(a, who) {
-        return Err(SharedFault::Race {
-            this_is_write,
-            other_is_write: others_write,
-            other_tid: (a.tid != MANY).then_some(a.tid),
-            other_instr: a.instr,
-        });
-    }
-    Ok(())
 }
 
 /// Bytes tracked by one shadow entry.
@@ -254,50 +139,4 @@ const GRANULE: usize = 4;
 #[inline]
 fn granules(offset: usize, size: u32) -> std::ops::Range<usize> {
     offset / GRANULE..(offset + size as usize).div_ceil(GRANULE)
-}
-
-/// Whether an earlier access by `tid` at warp-sync epoch `wsync` (same CTA barrier epoch)
-/// happens before `who`'s.
-#[inline]
-fn ordered(tid: u16, wsync: u32, who: Accessor) -> bool {
-    tid == who.tid || (tid / 32 == who.warp() && wsync < who.wsync)
-}
-
-/// Adds `who` to the accesses of this barrier interval.
-#[inline]
-fn record(a: &mut Accesses, who: Accessor) {
-    if a.bar != who.bar || a.tid == NONE {
-        *a = Accesses {
-            tid: who.tid,
-            warp: who.warp(),
-            bar: who.bar,
-            wsync: who.wsync,
-            instr: who.instr,
-        };
-        return;
-    }
-    if a.warp == who.warp() {
-        if a.wsync < who.wsync {
-            // Earlier accesses of this warp are ordered before everything it does from now
-            // on; for the other warps any thread of this warp is as good as another.
-            a.tid = who.tid;
-            a.wsync = who.wsync;
-            a.instr = who.instr;
-        } else if a.tid != who.tid {
-            a.tid = MANY;
-        }
-    } else if a.warp != MANY {
-        a.warp = MANY;
-        a.tid = MANY;
-        a.instr = who.instr;
-    }
-}
-
-/// Whether accesses recorded in `a` (same barrier interval) are unordered with `who`'s.
-#[inline]
-fn conflicts(a: &Accesses, who: Accessor) -> bool {
-    if a.warp == MANY || a.warp != who.warp() {
-        return true;
-    }
-    a.tid != who.tid && a.wsync >= who.wsync
 }

@@ -1,0 +1,372 @@
+//! globalcheck: races on global memory within one launch.
+//!
+//! Two levels, both per 2-byte half of a 4-byte word (kernels store f16/bf16 elements, so
+//! two threads may own the two halves of one word), and both sparse: only touched words
+//! are tracked, and everything is dropped when the launch (or the CTA) ends.
+//!
+//! * Within a CTA ([`CtaShadow`], one per host thread, reset per CTA): the same tracker and
+//!   ordering rules as the shared-memory racecheck ([`super::race`]): `bar.sync` orders the
+//!   threads of a CTA (it is a CTA-scope fence too), `bar.warp.sync` the lanes of a warp.
+//! * Across CTAs ([`LaunchShadow`], one per launch, shared by the host threads): which CTAs
+//!   read, wrote, updated atomically or read through `ld.global.nc` each half. Nothing
+//!   orders two CTAs of one launch, so any two accesses of different CTAs conflict unless
+//!   both are reads or both are atomics. Fences (`membar`, `fence`) are refused by the
+//!   parser, so the "write, fence, atomic flag" handshake cannot occur in simulated PTX: an
+//!   atomic of one CTA against a plain access of another is flagged (none of the project's
+//!   kernels communicates between CTAs: their only atomic is a shared-memory `atomicMax`).
+//! * `ld.global.nc` promises the data is read-only for the whole launch: a store or an
+//!   atomic to a half that the launch also reads through `.nc` is flagged, in either order,
+//!   whichever thread did it, the same one included.
+//!
+//! A CTA registers each kind of access to a half in the launch shadow once (the CTA shadow
+//! remembers which it registered), so the shared, locked map is touched once per CTA, half
+//! and kind, not per access.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Mutex, MutexGuard};
+
+use super::race::{Accessor, Granule, Race, FRESH};
+use crate::ir::Kernel;
+
+/// How a lane touches global memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Read,
+    NcRead,
+    Write,
+    Atomic,
+}
+
+impl Kind {
+    fn bit(self) -> u8 {
+        match self {
+            Kind::Read => 1,
+            Kind::NcRead => 2,
+            Kind::Write => 4,
+            Kind::Atomic => 8,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Read => "read",
+            Kind::NcRead => "ld.global.nc read",
+            Kind::Write => "write",
+            Kind::Atomic => "atomic",
+        }
+    }
+
+    fn reads(self) -> bool {
+        matches!(self, Kind::Read | Kind::NcRead)
+    }
+
+    fn modifies(self) -> bool {
+        matches!(self, Kind::Write | Kind::Atomic)
+    }
+}
+
+/// Whether accesses `a` and `b` of different CTAs conflict: not both reads, not both atomics.
+fn across_ctas(a: Kind, b: Kind) -> bool {
+    !(a.reads() && b.reads()) && !(a == Kind::Atomic && b == Kind::Atomic)
+}
+
+/// Whether `a` and `b` break `.nc`'s promise, whoever did them.
+fn breaks_nc(a: Kind, b: Kind) -> bool {
+    (a == Kind::NcRead && b.modifies()) || (b == Kind::NcRead && a.modifies())
+}
+
+/// One access as the report names it: CTA (linear index in the grid), linear thread id in
+/// the CTA, instruction index and kind.
+#[derive(Clone, Copy, Debug)]
+pub struct Witness {
+    pub cta: u32,
+    pub tid: u16,
+    pub instr: u32,
+    pub kind: Kind,
+}
+
+/// What globalcheck found.
+#[derive(Clone, Copy, Debug)]
+pub enum GlobalFault {
+    /// Two threads of this CTA in one barrier interval (the race tracker's rules).
+    InCta { this: Kind, tid: u16, race: Race },
+    /// Against an access of another CTA, or a store against an `.nc` read.
+    Launch { this: Kind, other: Witness },
+}
+
+/// Fibonacci hashing of a word or half index: the std SipHash costs more than the rest of
+/// a tracked access.
+#[derive(Default)]
+pub struct IndexHasher(u64);
+
+impl Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (i ^ (i >> 29))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(26);
+    }
+}
+
+type IndexMap<V> = HashMap<u64, V, BuildHasherDefault<IndexHasher>>;
+
+/// One word as this CTA sees it: its two halves, and the kinds of access this CTA has
+/// registered in the launch shadow for each.
+#[derive(Clone, Copy)]
+struct Word {
+    halves: [Granule; 2],
+    registered: [u8; 2],
+}
+
+/// The CTA level (one per host thread, reset for each CTA).
+#[derive(Default)]
+pub struct CtaShadow {
+    words: IndexMap<Word>,
+}
+
+impl CtaShadow {
+    pub fn reset(&mut self) {
+        self.words.clear();
+    }
+
+    /// Checks and records an access of `size` bytes at device address `address` by `who`
+    /// of CTA `cta` (linear index).
+    #[inline]
+    pub fn access(
+        &mut self,
+        launch: &LaunchShadow,
+        cta: u32,
+        address: u64,
+        size: u32,
+        kind: Kind,
+        who: Accessor,
+    ) -> Result<(), GlobalFault> {
+        let first = address / 2;
+        let end = (address + u64::from(size.max(1))).div_ceil(2);
+        let mut half = first;
+        while half < end {
+            let word = half / 2;
+            let entry = self.words.entry(word).or_insert(Word {
+                halves: [FRESH; 2],
+                registered: [0; 2],
+            });
+            // The halves of this word the access covers.
+            let last = end.min(2 * word + 2);
+            let mut fresh = [false; 2];
+            for h in half..last {
+                let slot = (h % 2) as usize;
+                let g = &mut entry.halves[slot];
+                let result = match kind {
+                    Kind::Read | Kind::NcRead => g.read(who),
+                    Kind::Write => g.write(who, false, true),
+                    Kind::Atomic => g.write(who, true, true),
+                };
+                result.map_err(|race| GlobalFault::InCta {
+                    this: kind,
+                    tid: who.tid,
+                    race,
+                })?;
+                fresh[slot] = entry.registered[slot] & kind.bit() == 0;
+                entry.registered[slot] |= kind.bit();
+            }
+            if fresh.contains(&true) {
+                let witness = Witness {
+                    cta,
+                    tid: who.tid,
+                    instr: who.instr,
+                    kind,
+                };
+                launch.register(word, fresh, witness)?;
+            }
+            half = last;
+        }
+        Ok(())
+    }
+}
+
+/// The accesses of a half that the launch level keeps: for the first CTA that touched it
+/// and for any other, one read (an `.nc` one preferred) and one modifying access (a write
+/// preferred). That is enough to find every conflict: until one is reported, a half that
+/// several CTAs touch is only read, or only updated atomically, by all of them.
+#[derive(Clone, Copy, Default)]
+struct Half {
+    first: [Option<Witness>; 2],
+    other: [Option<Witness>; 2],
+}
+
+impl Half {
+    fn check(&self, w: Witness) -> Result<(), Witness> {
+        let kept = self.first.iter().chain(&self.other).flatten();
+        for &k in kept {
+            if (k.cta != w.cta && across_ctas(w.kind, k.kind)) || breaks_nc(w.kind, k.kind) {
+                return Err(k);
+            }
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, w: Witness) {
+        let first_cta = self.first.iter().flatten().next().map(|k| k.cta);
+        let slots = if first_cta.is_none_or(|c| c == w.cta) {
+            &mut self.first
+        } else {
+            &mut self.other
+        };
+        let slot = &mut slots[usize::from(w.kind.modifies())];
+        let better = |old: Witness| match w.kind {
+            Kind::NcRead => old.kind == Kind::Read,
+            Kind::Write => old.kind == Kind::Atomic,
+            _ => false,
+        };
+        if slot.is_none_or(better) {
+            *slot = Some(w);
+        }
+    }
+}
+
+/// Shards of the launch level, so host threads running different CTAs rarely wait.
+const SHARDS: usize = 64;
+
+/// The launch level, shared by every CTA of one launch.
+pub struct LaunchShadow {
+    shards: Box<[Mutex<IndexMap<[Half; 2]>>]>,
+}
+
+impl Default for LaunchShadow {
+    fn default() -> Self {
+        LaunchShadow {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+}
+
+impl LaunchShadow {
+    fn shard(&self, word: u64) -> MutexGuard<'_, IndexMap<[Half; 2]>> {
+        // Neighbouring words share a shard: a CTA's run of words takes one lock after another
+        // of the same shard, which stays in its core's cache.
+        let k = ((word >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % SHARDS;
+        self.shards[k].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Checks `w` against the accesses kept for the halves `which` of `word`, then keeps it.
+    fn register(&self, word: u64, which: [bool; 2], w: Witness) -> Result<(), GlobalFault> {
+        let mut shard = self.shard(word);
+        let halves = shard.entry(word).or_default();
+        for (half, _) in halves.iter_mut().zip(which).filter(|(_, on)| *on) {
+            half.check(w).map_err(|other| GlobalFault::Launch {
+                this: w.kind,
+                other,
+            })?;
+            half.record(w);
+        }
+        Ok(())
+    }
+}
+
+/// What a report needs to name threads and instructions.
+pub struct Names<'a> {
+    pub kernel: &'a Kernel,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+}
+
+impl Names<'_> {
+    fn instr(&self, index: u32) -> String {
+        let i = index as usize;
+        match (self.kernel.instrs.get(i), self.kernel.text.get(i)) {
+            (Some(instr), Some(text)) => format!("PTX line {} `{text}`", instr.line),
+            _ => format!("instruction #{index}"),
+        }
+    }
+
+    fn thread(&self, tid: u16) -> String {
+        let [x, y, z] = unflatten(u64::from(tid), self.block);
+        format!("thread ({x},{y},{z})")
+    }
+
+    fn cta(&self, cta: u32) -> String {
+        let [x, y, z] = unflatten(u64::from(cta), self.grid);
+        format!("CTA ({x},{y},{z})")
+    }
+}
+
+/// `(x, y, z)` of a linear index in `dims` (x fastest).
+fn unflatten(i: u64, dims: [u32; 3]) -> [u64; 3] {
+    let [dx, dy, _] = dims.map(|d| u64::from(d.max(1)));
+    [i % dx, i / dx % dy, i / (dx * dy)]
+}
+
+/// A CTA's linear index in the grid (x fastest), as the launch shadow keeps it. Grids of
+/// 2³² CTAs or more would alias, far beyond anything a CPU simulates.
+pub fn cta_index(cta: [u32; 3], grid: [u32; 3]) -> u32 {
+    let [x, y, z] = cta.map(u64::from);
+    let [gx, gy, _] = grid.map(u64::from);
+    (x + gx * (y + gy * z)) as u32
+}
+
+impl GlobalFault {
+    /// The report's detail: the other access, and why the two conflict.
+    pub fn describe(&self, names: &Names<'_>) -> String {
+        match *self {
+            GlobalFault::InCta { this, tid, race } => {
+                let other = match race.other_tid {
+                    Some(t) => format!("{} (warp {})", names.thread(t), t / 32),
+                    None => "several threads (the last".to_string(),
+                };
+                let at = names.instr(race.other_instr);
+                let at = if race.other_tid.is_some() {
+                    format!("at {at}")
+                } else {
+                    format!("at {at})")
+                };
+                let warp_sync = race.other_tid.is_some_and(|t| t / 32 == tid / 32);
+                format!(
+                    "global {} races with a {} by {other} of the same CTA {at} in the same \
+                     barrier interval (no bar.sync{} orders them)",
+                    this.name(),
+                    if race.other_is_write { "write" } else { "read" },
+                    if warp_sync { " or bar.warp.sync" } else { "" }
+                )
+            }
+            GlobalFault::Launch { this, other } => {
+                let whom = format!(
+                    "{} {} at {}",
+                    names.cta(other.cta),
+                    names.thread(other.tid),
+                    names.instr(other.instr)
+                );
+                if breaks_nc(this, other.kind) {
+                    format!(
+                        "global {} of a word the launch also {} ({whom}): ld.global.nc \
+                         requires the data to be read-only for the whole launch",
+                        this.name(),
+                        if other.kind == Kind::NcRead {
+                            "reads through ld.global.nc"
+                        } else if other.kind == Kind::Write {
+                            "writes"
+                        } else {
+                            "updates atomically"
+                        }
+                    )
+                } else {
+                    format!(
+                        "global {} races with a {} by {whom}: different CTAs of one launch, \
+                         and nothing orders them (only atomics on both sides may share a word)",
+                        this.name(),
+                        other.kind.name()
+                    )
+                }
+            }
+        }
+    }
+}

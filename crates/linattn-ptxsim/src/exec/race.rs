@@ -1,0 +1,200 @@
+//! The race tracker shared by the shared-memory racecheck and the global-memory checker
+//! (within one CTA): per granule, the last plain write and a summary of the reads and the
+//! atomics since the last CTA barrier.
+//!
+//! Two accesses of different threads are ordered when a `bar.sync` separates them (CTA
+//! barrier epochs), or when both threads are in one warp and a `bar.warp.sync` of that warp
+//! separates them (warp-sync epochs). Anything else with a write on either side is a race:
+//! between warps, and between lanes of one warp, which the PTX memory model does not order
+//! without `bar.warp.sync` (independent thread scheduling). Atomics conflict with plain
+//! accesses, not with each other.
+
+/// No thread / many threads, in the shadow's thread and warp fields.
+const NONE: u16 = u16::MAX;
+const MANY: u16 = u16::MAX - 1;
+
+/// Accesses of one kind (plain reads, or atomics) to a granule within one CTA barrier
+/// interval: one thread, or several (`MANY`), of one warp or several.
+#[derive(Clone, Copy)]
+struct Accesses {
+    tid: u16,
+    warp: u16,
+    bar: u32,
+    wsync: u32,
+    instr: u32,
+}
+
+const NO_ACCESSES: Accesses = Accesses {
+    tid: NONE,
+    warp: NONE,
+    bar: 0,
+    wsync: 0,
+    instr: 0,
+};
+
+/// The shadow of one granule: the last plain write, and the reads and the atomics of the
+/// current barrier interval (so an atomic never hides an earlier plain write from a later
+/// check).
+#[derive(Clone, Copy)]
+pub struct Granule {
+    w_tid: u16,
+    w_bar: u32,
+    w_wsync: u32,
+    w_instr: u32,
+    reads: Accesses,
+    atomics: Accesses,
+}
+
+/// A granule no thread has touched.
+pub const FRESH: Granule = Granule {
+    w_tid: NONE,
+    w_bar: 0,
+    w_wsync: 0,
+    w_instr: 0,
+    reads: NO_ACCESSES,
+    atomics: NO_ACCESSES,
+};
+
+/// Who accesses: linear thread id in the CTA, its warp's sync epoch, the CTA barrier
+/// epoch, and the instruction index.
+#[derive(Clone, Copy)]
+pub struct Accessor {
+    pub tid: u16,
+    pub wsync: u32,
+    pub bar: u32,
+    pub instr: u32,
+}
+
+impl Accessor {
+    fn warp(&self) -> u16 {
+        self.tid / 32
+    }
+}
+
+/// `this` access conflicts with an earlier one of the same CTA (`other_tid` and
+/// `other_instr`; `None` when several threads read).
+#[derive(Clone, Copy, Debug)]
+pub struct Race {
+    pub this_is_write: bool,
+    pub other_is_write: bool,
+    pub other_tid: Option<u16>,
+    pub other_instr: u32,
+}
+
+impl Granule {
+    /// Whether any thread wrote the granule (plainly or atomically).
+    #[inline]
+    pub fn written(&self) -> bool {
+        self.w_tid != NONE || self.atomics.tid != NONE
+    }
+
+    /// A plain read by `who`: checked against the writes, then recorded.
+    #[inline]
+    pub fn read(&mut self, who: Accessor) -> Result<(), Race> {
+        check_plain_write(self, who, false)?;
+        check_accesses(&self.atomics, who, false, true)?;
+        record(&mut self.reads, who);
+        Ok(())
+    }
+
+    /// A plain write, or an atomic read-modify-write, by `who`: checked when `check`, then
+    /// recorded (initcheck needs the record without the check).
+    #[inline]
+    pub fn write(&mut self, who: Accessor, atomic: bool, check: bool) -> Result<(), Race> {
+        if check {
+            check_plain_write(self, who, true)?;
+            check_accesses(&self.reads, who, true, false)?;
+            if !atomic {
+                check_accesses(&self.atomics, who, true, true)?;
+            }
+        }
+        if atomic {
+            record(&mut self.atomics, who);
+        } else {
+            self.w_tid = who.tid;
+            self.w_bar = who.bar;
+            self.w_wsync = who.wsync;
+            self.w_instr = who.instr;
+        }
+        Ok(())
+    }
+}
+
+/// `who`'s access against the granule's last plain write.
+#[inline]
+fn check_plain_write(s: &Granule, who: Accessor, this_is_write: bool) -> Result<(), Race> {
+    if s.w_tid != NONE && s.w_bar == who.bar && !ordered(s.w_tid, s.w_wsync, who) {
+        return Err(Race {
+            this_is_write,
+            other_is_write: true,
+            other_tid: Some(s.w_tid),
+            other_instr: s.w_instr,
+        });
+    }
+    Ok(())
+}
+
+/// `who`'s access against the reads (or atomics) of this barrier interval.
+#[inline]
+fn check_accesses(
+    a: &Accesses,
+    who: Accessor,
+    this_is_write: bool,
+    others_write: bool,
+) -> Result<(), Race> {
+    if a.tid != NONE && a.bar == who.bar && conflicts(a, who) {
+        return Err(Race {
+            this_is_write,
+            other_is_write: others_write,
+            other_tid: (a.tid != MANY).then_some(a.tid),
+            other_instr: a.instr,
+        });
+    }
+    Ok(())
+}
+
+/// Whether an earlier access by `tid` at warp-sync epoch `wsync` (same CTA barrier epoch)
+/// happens before `who`'s.
+#[inline]
+fn ordered(tid: u16, wsync: u32, who: Accessor) -> bool {
+    tid == who.tid || (tid / 32 == who.warp() && wsync < who.wsync)
+}
+
+/// Adds `who` to the accesses of this barrier interval.
+#[inline]
+fn record(a: &mut Accesses, who: Accessor) {
+    if a.bar != who.bar || a.tid == NONE {
+        *a = Accesses {
+            tid: who.tid,
+            warp: who.warp(),
+            bar: who.bar,
+            wsync: who.wsync,
+            instr: who.instr,
+        };
+        return;
+    }
+    if a.warp == who.warp() {
+        if a.wsync < who.wsync {
+            // Earlier accesses of this warp are ordered before everything it does from now
+            // on; for the other warps any thread of this warp is as good as another.
+            a.tid = who.tid;
+            a.wsync = who.wsync;
+            a.instr = who.instr;
+        } else if a.tid != who.tid {
+            a.tid = MANY;
+        }
+    } else if a.warp != MANY {
+        a.warp = MANY;
+        a.tid = MANY;
+        a.instr = who.instr;
+    }
+}
+
+/// Whether accesses recorded in `a` (same barrier interval) are unordered with `who`'s.
+#[inline]
+fn conflicts(a: &Accesses, who: Accessor) -> bool {
+    if a.warp == MANY || a.warp != who.warp() {
+        return true;
+    }
+    a.tid != who.tid && a.wsync >= who.wsync
+}
