@@ -195,6 +195,33 @@ fn two_ctas_writing_one_word_race() {
     assert!(got == 1 || got == 2, "one CTA's value: {got}");
 }
 
+/// Every thread of every CTA stores `value` (a register of the probe, or an immediate moved
+/// into one) to `out[0]`.
+fn everyone_stores(value: &str) -> String {
+    probe(&format!(
+        "\tadd.s32 \t%r3, %r5, 1;\n\tmov.u32 \t%r4, {value};\n\
+         \tst.global.u32 \t[%rd2], %r4;\n\tret;\n"
+    ))
+}
+
+#[test]
+fn writes_of_the_same_value_do_not_race_but_of_different_values_do() {
+    // feature_map's fm_favor_exp stores each head's shift from every row of the head.
+    let same = everyone_stores("7");
+    assert_eq!(
+        words(run_on(dev(true, Schedule::InOrder), &same, 3, 64), 1),
+        [7]
+    );
+    // Different values within a CTA (the thread's id), and across CTAs (the CTA's).
+    let f = fault(&everyone_stores("%r1"), 1, 64);
+    assert_says(
+        &f,
+        "write races with a write by thread (0,0,0) (warp 0) of the same CTA",
+    );
+    let f = fault(&everyone_stores("%r3"), 2, 1);
+    assert_says(&f, "different CTAs");
+}
+
 #[test]
 fn atomics_of_two_ctas_on_one_word_do_not_race() {
     for op in [

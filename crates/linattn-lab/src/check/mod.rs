@@ -23,7 +23,7 @@ use crate::term::progress_bar;
 use case::check_case;
 use grid::{case_applies, default_grid, full_grid, long_cases};
 use linattn_core::{AttnError, Inputs};
-use linattn_cuda::executor::sim::Numerics;
+use linattn_cuda::executor::sim::{self, Numerics};
 use oracle::{oracle_seconds, OracleKey, Reference};
 use record::{CaseRecord, Outcome};
 use std::collections::HashMap;
@@ -81,6 +81,14 @@ pub struct CheckArgs {
     /// cores do). Tolerances are the same in all three.
     #[arg(long, value_name = "MODE", default_value = "exact", value_parser = parse_numerics)]
     numerics: Numerics,
+    /// The order in which the simulator (`sim/*`) runs the warps of a CTA between
+    /// synchronisation points: in-order (default), reversed, highest-pc. Races are reported
+    /// in every order; another order shows what an unordered access would compute.
+    #[arg(long, value_name = "ORDER")]
+    schedule: Option<String>,
+    /// Run the simulator without globalcheck (global-memory races), to measure its cost.
+    #[arg(long)]
+    no_globalcheck: bool,
 }
 
 fn parse_numerics(s: &str) -> Result<Numerics, String> {
@@ -104,6 +112,19 @@ impl CheckArgs {
 
 pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
     linattn_cuda::executor::sim::set_numerics(args.numerics)?;
+    if args.schedule.is_some() || args.no_globalcheck {
+        let schedule = match &args.schedule {
+            Some(name) => name
+                .parse()
+                .map_err(|e| AttnError::InvalidArgument(format!("--schedule: {e}")))?,
+            None => Default::default(),
+        };
+        sim::set_checks(sim::Checks {
+            globalcheck: !args.no_globalcheck,
+            schedule,
+            ..sim::Checks::default()
+        })?;
+    }
     let backends = registry::selected_backends(args.backends.as_deref())?;
     if let Some(path) = &args.json {
         crate::results::check_writable(path)

@@ -202,7 +202,8 @@ impl<'a> MemoryCtx<'a> {
         }
     }
 
-    /// globalcheck of one lane's access of `size` bytes at device address `address`.
+    /// globalcheck of one lane's access of `size` bytes at device address `address`
+    /// (`stored`: the bytes a write stores).
     #[inline]
     fn check_global(
         &mut self,
@@ -211,12 +212,16 @@ impl<'a> MemoryCtx<'a> {
         address: u64,
         size: u32,
         kind: Kind,
+        stored: Option<&[u8]>,
     ) -> Result<(), LaneFault> {
         let who = self.accessor(w, lane);
         let Some(g) = self.globalcheck.as_mut() else {
             return Ok(());
         };
-        match g.shadow.access(g.launch, g.cta, address, size, kind, who) {
+        match g
+            .shadow
+            .access(g.launch, g.cta, address, size, kind, stored, who)
+        {
             Ok(()) => Ok(()),
             Err(fault) => Err(LaneFault {
                 checker: Checker::Globalcheck,
@@ -358,7 +363,7 @@ impl<'a> MemoryCtx<'a> {
                 }
                 Target::Global(allocation, o) => {
                     let kind = if nc { Kind::NcRead } else { Kind::Read };
-                    self.check_global(w, lane, address, total, kind)?;
+                    self.check_global(w, lane, address, total, kind, None)?;
                     for (k, value) in values.iter_mut().take(n).enumerate() {
                         let at = o + u64::from(size) * k as u64;
                         let (v, written) = allocation.load(at, size);
@@ -427,7 +432,17 @@ impl<'a> MemoryCtx<'a> {
                     }
                 }
                 Target::Global(allocation, o) => {
-                    self.check_global(w, lane, address, total, Kind::Write)?;
+                    if self.globalcheck.is_some() {
+                        // The bytes stored: two writes of the same value do not race.
+                        let mut bytes = [0u8; 8 * MAX_VECTOR];
+                        let width = size as usize;
+                        for (k, value) in values.iter().take(n).enumerate() {
+                            let le = value[lane].to_le_bytes();
+                            bytes[k * width..(k + 1) * width].copy_from_slice(&le[..width]);
+                        }
+                        let stored = Some(&bytes[..total as usize]);
+                        self.check_global(w, lane, address, total, Kind::Write, stored)?;
+                    }
                     for (k, value) in values.iter().take(n).enumerate() {
                         allocation.store(o + u64::from(size) * k as u64, size, value[lane]);
                     }
@@ -478,7 +493,7 @@ impl<'a> MemoryCtx<'a> {
                     u64::from(x)
                 }
                 Target::Global(allocation, o) => {
-                    self.check_global(w, lane, address, 4, Kind::Atomic)?;
+                    self.check_global(w, lane, address, 4, Kind::Atomic, None)?;
                     let (x, written) = allocation.update(o, f);
                     if !written && self.initcheck {
                         return Err(self.fault(

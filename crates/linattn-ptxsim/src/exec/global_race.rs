@@ -14,6 +14,9 @@
 //!   parser, so the "write, fence, atomic flag" handshake cannot occur in simulated PTX: an
 //!   atomic of one CTA against a plain access of another is flagged (none of the project's
 //!   kernels communicates between CTAs: their only atomic is a shared-memory `atomicMax`).
+//! * Two unordered writes of the same value do not conflict (feature_map's fm_favor_exp:
+//!   every row of a head stores the head's shift): the half ends up holding it whichever
+//!   lands last. A read unordered with either still does.
 //! * `ld.global.nc` promises the data is read-only for the whole launch: a store or an
 //!   atomic to a half that the launch also reads through `.nc` is flagged, in either order,
 //!   whichever thread did it, the same one included.
@@ -66,9 +69,14 @@ impl Kind {
     }
 }
 
-/// Whether accesses `a` and `b` of different CTAs conflict: not both reads, not both atomics.
-fn across_ctas(a: Kind, b: Kind) -> bool {
-    !(a.reads() && b.reads()) && !(a == Kind::Atomic && b == Kind::Atomic)
+/// Whether accesses `a` and `b` of different CTAs conflict: not both reads, not both
+/// atomics, not two writes of the same value.
+fn across_ctas(a: Witness, b: Witness) -> bool {
+    let same_value =
+        a.kind == Kind::Write && b.kind == Kind::Write && a.value.is_some() && a.value == b.value;
+    !(a.kind.reads() && b.kind.reads())
+        && !(a.kind == Kind::Atomic && b.kind == Kind::Atomic)
+        && !same_value
 }
 
 /// Whether `a` and `b` break `.nc`'s promise, whoever did them.
@@ -84,6 +92,8 @@ pub struct Witness {
     pub tid: u16,
     pub instr: u32,
     pub kind: Kind,
+    /// The 16 bits a write stored in the half, when it covered it.
+    pub value: Option<u32>,
 }
 
 /// What globalcheck found.
@@ -126,6 +136,8 @@ type IndexMap<V> = HashMap<u64, V, BuildHasherDefault<IndexHasher>>;
 struct Word {
     halves: [Granule; 2],
     registered: [u8; 2],
+    /// The value of this CTA's last write registered per half.
+    values: [Option<u32>; 2],
 }
 
 /// The CTA level (one per host thread, reset for each CTA).
@@ -140,7 +152,9 @@ impl CtaShadow {
     }
 
     /// Checks and records an access of `size` bytes at device address `address` by `who`
-    /// of CTA `cta` (linear index).
+    /// of CTA `cta` (linear index); `stored`: the bytes a write stores (little-endian,
+    /// `size` of them).
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn access(
         &mut self,
@@ -149,6 +163,7 @@ impl CtaShadow {
         address: u64,
         size: u32,
         kind: Kind,
+        stored: Option<&[u8]>,
         who: Accessor,
     ) -> Result<(), GlobalFault> {
         let first = address / 2;
@@ -159,34 +174,44 @@ impl CtaShadow {
             let entry = self.words.entry(word).or_insert(Word {
                 halves: [FRESH; 2],
                 registered: [0; 2],
+                values: [None; 2],
             });
             // The halves of this word the access covers.
             let last = end.min(2 * word + 2);
-            let mut fresh = [false; 2];
+            let mut fresh = [None; 2];
             for h in half..last {
                 let slot = (h % 2) as usize;
                 let g = &mut entry.halves[slot];
+                let value = stored.and_then(|bytes| half_value(bytes, address, h));
                 let result = match kind {
                     Kind::Read | Kind::NcRead => g.read(who),
-                    Kind::Write => g.write(who, false, true),
-                    Kind::Atomic => g.write(who, true, true),
+                    Kind::Write => g.write(who, false, true, value),
+                    Kind::Atomic => g.write(who, true, true, None),
                 };
                 result.map_err(|race| GlobalFault::InCta {
                     this: kind,
                     tid: who.tid,
                     race,
                 })?;
-                fresh[slot] = entry.registered[slot] & kind.bit() == 0;
+                // A write of another value than this CTA registered is news too.
+                let news = entry.registered[slot] & kind.bit() == 0
+                    || (kind == Kind::Write && entry.values[slot] != value);
+                if news {
+                    fresh[slot] = Some(Witness {
+                        cta,
+                        tid: who.tid,
+                        instr: who.instr,
+                        kind,
+                        value,
+                    });
+                }
                 entry.registered[slot] |= kind.bit();
+                if kind == Kind::Write {
+                    entry.values[slot] = value;
+                }
             }
-            if fresh.contains(&true) {
-                let witness = Witness {
-                    cta,
-                    tid: who.tid,
-                    instr: who.instr,
-                    kind,
-                };
-                launch.register(word, fresh, witness)?;
+            if fresh.iter().any(Option::is_some) {
+                launch.register(word, fresh)?;
             }
             half = last;
         }
@@ -208,7 +233,7 @@ impl Half {
     fn check(&self, w: Witness) -> Result<(), Witness> {
         let kept = self.first.iter().chain(&self.other).flatten();
         for &k in kept {
-            if (k.cta != w.cta && across_ctas(w.kind, k.kind)) || breaks_nc(w.kind, k.kind) {
+            if (k.cta != w.cta && across_ctas(w, k)) || breaks_nc(w.kind, k.kind) {
                 return Err(k);
             }
         }
@@ -258,11 +283,13 @@ impl LaunchShadow {
         self.shards[k].lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Checks `w` against the accesses kept for the halves `which` of `word`, then keeps it.
-    fn register(&self, word: u64, which: [bool; 2], w: Witness) -> Result<(), GlobalFault> {
+    /// Checks each access of `accesses` (one per half of `word`, or none) against the
+    /// accesses kept for its half, then keeps it.
+    fn register(&self, word: u64, accesses: [Option<Witness>; 2]) -> Result<(), GlobalFault> {
         let mut shard = self.shard(word);
         let halves = shard.entry(word).or_default();
-        for (half, _) in halves.iter_mut().zip(which).filter(|(_, on)| *on) {
+        for (half, w) in halves.iter_mut().zip(accesses) {
+            let Some(w) = w else { continue };
             half.check(w).map_err(|other| GlobalFault::Launch {
                 this: w.kind,
                 other,
@@ -271,6 +298,13 @@ impl LaunchShadow {
         }
         Ok(())
     }
+}
+
+/// The 16-bit value `stored` (bytes from `address`) puts in half `h`, if it covers it.
+fn half_value(stored: &[u8], address: u64, h: u64) -> Option<u32> {
+    let at = usize::try_from((2 * h).checked_sub(address)?).ok()?;
+    let bytes = stored.get(at..at + 2)?;
+    Some(u32::from(u16::from_le_bytes([bytes[0], bytes[1]])))
 }
 
 /// What a report needs to name threads and instructions.

@@ -7,7 +7,9 @@
 //! separates them (warp-sync epochs). Anything else with a write on either side is a race:
 //! between warps, and between lanes of one warp, which the PTX memory model does not order
 //! without `bar.warp.sync` (independent thread scheduling). Atomics conflict with plain
-//! accesses, not with each other.
+//! accesses, not with each other. Where the caller passes the values stored (globalcheck),
+//! two unordered plain writes of the same value do not conflict: whichever lands last, the
+//! granule holds that value (readers unordered with either write still conflict).
 
 /// No thread / many threads, in the shadow's thread and warp fields.
 const NONE: u16 = u16::MAX;
@@ -38,6 +40,8 @@ const NO_ACCESSES: Accesses = Accesses {
 #[derive(Clone, Copy)]
 pub struct Granule {
     w_tid: u16,
+    /// The value of the last plain write, when the caller gave one.
+    w_value: Option<u32>,
     w_bar: u32,
     w_wsync: u32,
     w_instr: u32,
@@ -48,6 +52,7 @@ pub struct Granule {
 /// A granule no thread has touched.
 pub const FRESH: Granule = Granule {
     w_tid: NONE,
+    w_value: None,
     w_bar: 0,
     w_wsync: 0,
     w_instr: 0,
@@ -91,18 +96,25 @@ impl Granule {
     /// A plain read by `who`: checked against the writes, then recorded.
     #[inline]
     pub fn read(&mut self, who: Accessor) -> Result<(), Race> {
-        check_plain_write(self, who, false)?;
+        check_plain_write(self, who, None)?;
         check_accesses(&self.atomics, who, false, true)?;
         record(&mut self.reads, who);
         Ok(())
     }
 
-    /// A plain write, or an atomic read-modify-write, by `who`: checked when `check`, then
-    /// recorded (initcheck needs the record without the check).
+    /// A plain write of `value` (if known), or an atomic read-modify-write, by `who`:
+    /// checked when `check`, then recorded (initcheck needs the record without the check).
     #[inline]
-    pub fn write(&mut self, who: Accessor, atomic: bool, check: bool) -> Result<(), Race> {
+    pub fn write(
+        &mut self,
+        who: Accessor,
+        atomic: bool,
+        check: bool,
+        value: Option<u32>,
+    ) -> Result<(), Race> {
         if check {
-            check_plain_write(self, who, true)?;
+            let value = if atomic { None } else { value };
+            check_plain_write(self, who, Some(value))?;
             check_accesses(&self.reads, who, true, false)?;
             if !atomic {
                 check_accesses(&self.atomics, who, true, true)?;
@@ -112,6 +124,7 @@ impl Granule {
             record(&mut self.atomics, who);
         } else {
             self.w_tid = who.tid;
+            self.w_value = value;
             self.w_bar = who.bar;
             self.w_wsync = who.wsync;
             self.w_instr = who.instr;
@@ -120,12 +133,14 @@ impl Granule {
     }
 }
 
-/// `who`'s access against the granule's last plain write.
+/// `who`'s access against the granule's last plain write; `write` is `None` for a read, else
+/// `Some(value stored, if known)`.
 #[inline]
-fn check_plain_write(s: &Granule, who: Accessor, this_is_write: bool) -> Result<(), Race> {
-    if s.w_tid != NONE && s.w_bar == who.bar && !ordered(s.w_tid, s.w_wsync, who) {
+fn check_plain_write(s: &Granule, who: Accessor, write: Option<Option<u32>>) -> Result<(), Race> {
+    let same_value = write.flatten().is_some_and(|v| s.w_value == Some(v));
+    if s.w_tid != NONE && s.w_bar == who.bar && !ordered(s.w_tid, s.w_wsync, who) && !same_value {
         return Err(Race {
-            this_is_write,
+            this_is_write: write.is_some(),
             other_is_write: true,
             other_tid: Some(s.w_tid),
             other_instr: s.w_instr,

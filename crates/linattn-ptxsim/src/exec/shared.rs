@@ -127,7 +127,7 @@ impl SharedMemory {
             if atomic && init && !s.written() {
                 return Err(SharedFault::Uninitialised);
             }
-            s.write(who, atomic, race)?;
+            s.write(who, atomic, race, None)?;
         }
         Ok(())
     }
