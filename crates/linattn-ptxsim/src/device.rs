@@ -257,7 +257,7 @@ impl Device {
         let view = memory.view();
         let count_memory = self.count_memory.load(std::sync::atomic::Ordering::Relaxed);
         // globalcheck's launch level lives (and its memory goes) with the launch.
-        let globals = self.checks.globalcheck.then(LaunchShadow::default);
+        let globals = (self.checks.globalcheck).then(|| LaunchShadow::new(view.spans()));
         let ctx = LaunchCtx {
             kernel: k,
             params: &params,

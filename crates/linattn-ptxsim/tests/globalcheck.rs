@@ -265,6 +265,25 @@ fn ctas_reading_one_word_and_writing_their_own_do_not_race() {
     );
 }
 
+#[test]
+fn a_write_to_a_word_many_ctas_read_races() {
+    // Eight CTAs read out[3] (after the second, reads take the summary's lock-free path);
+    // CTA 5 also writes it.
+    let text = every_cta(
+        "ld.global.u32 \t%r4, [%rd2+12];\n\tsetp.ne.s32 \t%p2, %r5, 5;\n\
+         \t@!%p2 st.global.u32 \t[%rd2+12], %r3;",
+    );
+    let f = fault(&text, 8, 32);
+    assert_says(&f, "different CTAs");
+    // The same with every CTA updating it atomically and CTA 5 reading it plainly.
+    let text = every_cta(
+        "setp.ne.s32 \t%p2, %r5, 5;\n\t@%p2 atom.global.add.u32 \t%r4, [%rd2+12], %r3;\n\
+         \t@!%p2 ld.global.u32 \t%r4, [%rd2+12];",
+    );
+    let f = fault(&text, 8, 32);
+    assert_says(&f, "different CTAs");
+}
+
 /// `in` (`%rd3`) is read by thread 0 through `load` (`ld.global.nc` or not) into `out`
 /// (`%rd4`); thread `writer` of CTA `writer_cta` stores 7 to `in[0]`, before the load in
 /// code order when `store_first`. A `bar.sync` between the two orders them within a CTA,

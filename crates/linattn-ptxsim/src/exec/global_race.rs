@@ -22,12 +22,15 @@
 //!   whichever thread did it, the same one included.
 //!
 //! A CTA registers each kind of access to a half in the launch shadow once (the CTA shadow
-//! remembers which it registered), so the shared, locked map is touched once per CTA, half
-//! and kind, not per access.
+//! remembers which it registered), and a lock-free summary per half (which CTA came first,
+//! the kinds it and the others used) lets a read, `.nc` read or atomic that some other CTA
+//! already made without conflict skip the locked map: data every CTA reads costs one atomic
+//! load per CTA and half, not a lock.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use super::race::{Accessor, Granule, Race, FRESH};
 use crate::ir::Kernel;
@@ -74,9 +77,9 @@ impl Kind {
 fn across_ctas(a: Witness, b: Witness) -> bool {
     let same_value =
         a.kind == Kind::Write && b.kind == Kind::Write && a.value.is_some() && a.value == b.value;
-    !(a.kind.reads() && b.kind.reads())
-        && !(a.kind == Kind::Atomic && b.kind == Kind::Atomic)
-        && !same_value
+    let both_read = a.kind.reads() && b.kind.reads();
+    let both_atomic = a.kind == Kind::Atomic && b.kind == Kind::Atomic;
+    !(both_read || both_atomic || same_value)
 }
 
 /// Whether `a` and `b` break `.nc`'s promise, whoever did them.
@@ -193,9 +196,17 @@ impl CtaShadow {
                     tid: who.tid,
                     race,
                 })?;
-                // A write of another value than this CTA registered is news too.
-                let news = entry.registered[slot] & kind.bit() == 0
-                    || (kind == Kind::Write && entry.values[slot] != value);
+                // A write of another value than this CTA registered is news too. Reads and
+                // atomics another CTA made already are not (see `represented`); writes are
+                // compared by value, which the summary does not keep.
+                let news = if kind == Kind::Write {
+                    entry.registered[slot] & kind.bit() == 0 || entry.values[slot] != value
+                } else {
+                    entry.registered[slot] & kind.bit() == 0
+                        && !launch
+                            .summary(h)
+                            .is_some_and(|s| represented(s.load(Relaxed), cta, kind))
+                };
                 if news {
                     fresh[slot] = Some(Witness {
                         cta,
@@ -262,20 +273,84 @@ impl Half {
 /// Shards of the launch level, so host threads running different CTAs rarely wait.
 const SHARDS: usize = 64;
 
+/// Halves per page of the summary (pages are made when first touched).
+const PAGE: u64 = 1024;
+
+/// One allocation's summaries.
+struct Span {
+    base: u64,
+    halves: u64,
+    pages: Box<[OnceLock<Box<[AtomicU64]>>]>,
+}
+
 /// The launch level, shared by every CTA of one launch.
 pub struct LaunchShadow {
     shards: Box<[Mutex<IndexMap<[Half; 2]>>]>,
+    /// Per allocation (by base address), a summary word per half: bits 0–31 the first CTA
+    /// to touch it + 1 (0: none yet), 32–35 the kinds it used, 36–39 the kinds of the others.
+    spans: Vec<Span>,
 }
 
-impl Default for LaunchShadow {
-    fn default() -> Self {
-        LaunchShadow {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-        }
-    }
+/// Whether `cta`'s `kind` of access adds nothing to `summary`: the first CTA used it (and
+/// `cta` is that CTA), or another CTA than the first did. In a launch with no conflict yet
+/// the kinds of all CTAs but one are alike (all reads, or all atomics), so an access that
+/// another CTA made without conflict cannot conflict now.
+fn represented(summary: u64, cta: u32, kind: Kind) -> bool {
+    let first = summary as u32;
+    let kinds = if first == cta.wrapping_add(1) {
+        summary >> 32
+    } else {
+        summary >> 36
+    };
+    first != 0 && kinds as u8 & 0xf & kind.bit() != 0
+}
+
+/// `summary` with `cta`'s `kind` of access added.
+fn summarise(summary: u64, cta: u32, kind: Kind) -> u64 {
+    let me = u64::from(cta.wrapping_add(1));
+    let first = match summary & 0xffff_ffff {
+        0 => me,
+        f => f,
+    };
+    let shift = if first == me { 32 } else { 36 };
+    (summary & !0xffff_ffff) | first | (u64::from(kind.bit()) << shift)
 }
 
 impl LaunchShadow {
+    /// The launch level for a launch over the allocations `spans` (base, bytes).
+    pub fn new(spans: impl Iterator<Item = (u64, u64)>) -> LaunchShadow {
+        let spans = spans
+            .map(|(base, bytes)| {
+                let halves = bytes.div_ceil(2);
+                Span {
+                    base,
+                    halves,
+                    pages: (0..halves.div_ceil(PAGE))
+                        .map(|_| OnceLock::new())
+                        .collect(),
+                }
+            })
+            .collect();
+        LaunchShadow {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            spans,
+        }
+    }
+
+    /// The summary of the half at device address 2·`half`, if it is in an allocation.
+    fn summary(&self, half: u64) -> Option<&AtomicU64> {
+        let address = 2 * half;
+        let k = self.spans.partition_point(|s| s.base <= address);
+        let span = self.spans.get(k.checked_sub(1)?)?;
+        let i = (address - span.base) / 2;
+        if i >= span.halves {
+            return None;
+        }
+        let page = span.pages[(i / PAGE) as usize]
+            .get_or_init(|| (0..PAGE).map(|_| AtomicU64::new(0)).collect());
+        Some(&page[(i % PAGE) as usize])
+    }
+
     fn shard(&self, word: u64) -> MutexGuard<'_, IndexMap<[Half; 2]>> {
         // Neighbouring words share a shard: a CTA's run of words takes one lock after another
         // of the same shard, which stays in its core's cache.
@@ -295,6 +370,12 @@ impl LaunchShadow {
                 other,
             })?;
             half.record(w);
+        }
+        // Under the lock, after the map: a summary bit promises the map has the access.
+        for (slot, w) in accesses.iter().enumerate() {
+            if let (Some(w), Some(s)) = (w, self.summary(2 * word + slot as u64)) {
+                let _ = s.fetch_update(Relaxed, Relaxed, |x| Some(summarise(x, w.cta, w.kind)));
+            }
         }
         Ok(())
     }
@@ -353,20 +434,19 @@ impl GlobalFault {
     pub fn describe(&self, names: &Names<'_>) -> String {
         match *self {
             GlobalFault::InCta { this, tid, race } => {
-                let other = match race.other_tid {
-                    Some(t) => format!("{} (warp {})", names.thread(t), t / 32),
-                    None => "several threads (the last".to_string(),
-                };
                 let at = names.instr(race.other_instr);
-                let at = if race.other_tid.is_some() {
-                    format!("at {at}")
-                } else {
-                    format!("at {at})")
+                let other = match race.other_tid {
+                    Some(t) => format!(
+                        "{} (warp {}) of the same CTA at {at}",
+                        names.thread(t),
+                        t / 32
+                    ),
+                    None => format!("several threads of the same CTA (the last at {at})"),
                 };
                 let warp_sync = race.other_tid.is_some_and(|t| t / 32 == tid / 32);
                 format!(
-                    "global {} races with a {} by {other} of the same CTA {at} in the same \
-                     barrier interval (no bar.sync{} orders them)",
+                    "global {} races with a {} by {other} in the same barrier interval (no \
+                     bar.sync{} orders them)",
                     this.name(),
                     if race.other_is_write { "write" } else { "read" },
                     if warp_sync { " or bar.warp.sync" } else { "" }
@@ -395,7 +475,8 @@ impl GlobalFault {
                 } else {
                     format!(
                         "global {} races with a {} by {whom}: different CTAs of one launch, \
-                         and nothing orders them (only atomics on both sides may share a word)",
+                         and nothing orders them (CTAs may share a word only to read it, to update it \
+                         atomically, or to write one value to it)",
                         this.name(),
                         other.kind.name()
                     )
