@@ -2,7 +2,9 @@
 //!
 //! Sources: CUDA C++ Programming Guide, "Compute Capabilities", table "Technical
 //! Specifications per Compute Capability" (8.0 and 9.0) for the per-SM and per-CTA limits
-//! and the allocation granularities of the CUDA occupancy calculator; the NVIDIA A100 (SXM4
+//! (64K 32-bit registers per SM and per CTA, 255 per thread), and the CUDA occupancy
+//! calculator (`cuda_occupancy.h` of the CUDA toolkit) for the register allocation: per warp
+//! in units of 256, from one of 4 sub-partitions of the SM's file; the NVIDIA A100 (SXM4
 //! 80 GB) and H100 (SXM5) datasheets and whitepapers for the per-part numbers: SM count, L2,
 //! boost clock, HBM bandwidth, dense FP16/BF16 tensor-core and FP32 peaks.
 
@@ -27,7 +29,12 @@ pub struct SimArch {
     pub max_shared_optin: u32,
     pub shared_per_sm: u32,
     pub registers_per_sm: u32,
+    /// Most registers one CTA may be allocated (`regsPerBlock`).
+    pub max_registers_per_block: u32,
     pub max_registers_per_thread: u32,
+    /// The SM's register file is split between this many sub-partitions (one per warp
+    /// scheduler); a warp's registers all come from one of them.
+    pub register_sub_partitions: u32,
     pub max_threads_per_sm: u32,
     pub max_ctas_per_sm: u32,
     pub max_warps_per_sm: u32,
@@ -113,7 +120,9 @@ impl SimArch {
         max_shared_optin: 163 << 10,
         shared_per_sm: 164 << 10,
         registers_per_sm: 65_536,
+        max_registers_per_block: 65_536,
         max_registers_per_thread: 255,
+        register_sub_partitions: 4,
         max_threads_per_sm: 2048,
         max_ctas_per_sm: 32,
         max_warps_per_sm: 64,
@@ -146,6 +155,57 @@ impl SimArch {
         fp32_tflops: 66.9,
         ..Self::SM80
     };
+
+    /// Registers allocated to one warp of threads using `per_thread` each: per_thread × 32
+    /// rounded up to the allocation unit (256, i.e. per_thread rounded up to a multiple of 8).
+    pub fn registers_per_warp(&self, per_thread: u32) -> u32 {
+        (per_thread * 32).div_ceil(self.register_alloc_unit) * self.register_alloc_unit
+    }
+
+    /// Whether a CTA of `threads` threads using `per_thread` registers each can launch; the
+    /// reason when it cannot. The rules of the CUDA occupancy calculator
+    /// (`cuda_occupancy.h`, `cudaOccMaxBlocksPerSMRegsLimit`): at most 255 per thread; the
+    /// warps' rounded allocations within `regsPerBlock` (the software check); and, as the
+    /// hardware checks it, with the warp count rounded up to a multiple of the 4
+    /// sub-partitions (it assumes every sub-partition is allocated alike).
+    pub fn check_registers(&self, threads: u32, per_thread: u32) -> Result<(), String> {
+        let warps = threads.div_ceil(32);
+        let per_warp = u64::from(self.registers_per_warp(per_thread));
+        let max = u64::from(self.max_registers_per_block);
+        let allocated = per_warp * u64::from(warps);
+        let assumed = per_warp * u64::from(warps.next_multiple_of(self.register_sub_partitions));
+        if per_thread > self.max_registers_per_thread {
+            Err(format!(
+                "{per_thread} registers per thread (max {} on {})",
+                self.max_registers_per_thread, self.name
+            ))
+        } else if allocated > max || assumed > max {
+            Err(format!(
+                "{per_thread} registers per thread are allocated {per_warp} per warp (in units \
+                 of {}); {warps} warps need {allocated}, counted as {assumed} over the {} \
+                 register sub-partitions, and a CTA may have {max}",
+                self.register_alloc_unit, self.register_sub_partitions
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// CTAs of `threads` threads using `per_thread` registers that the register file of one
+    /// SM holds (0: the CTA cannot launch). Each sub-partition holds whole warps (the
+    /// occupancy calculator's rule, see [`SimArch::check_registers`]).
+    pub fn ctas_by_registers(&self, threads: u32, per_thread: u32) -> u32 {
+        if self.check_registers(threads, per_thread).is_err() {
+            return 0;
+        }
+        let per_warp = self.registers_per_warp(per_thread);
+        if per_warp == 0 {
+            return u32::MAX;
+        }
+        let per_sub_partition = self.registers_per_sm / self.register_sub_partitions;
+        let warps_per_sm = per_sub_partition / per_warp * self.register_sub_partitions;
+        warps_per_sm / threads.div_ceil(32).max(1)
+    }
 
     /// `sm_80` / `sm_90` (also `80`, `90`).
     pub fn by_name(name: &str) -> Option<SimArch> {

@@ -1,5 +1,6 @@
 //! The simulated device: memory, modules, launches.
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use crate::exec::memory::GlobalMemory;
 use crate::exec::numerics::Numerics;
 use crate::exec::schedule::Schedule;
 use crate::ir::{Kernel, Program, Ty};
-use crate::parse::parse_program;
+use crate::parse::{parse_program_placed, Placement};
 use crate::sample::{run_rows, sampled_run, sum_rows, Sampled};
 
 /// A kernel argument as the host passes it (by value).
@@ -66,6 +67,8 @@ pub struct LaunchStats {
 #[derive(Debug, Clone)]
 pub struct Module {
     program: Arc<Program>,
+    /// Registers per thread ptxas allocated, per kernel ([`Module::set_registers`]).
+    registers: HashMap<String, u32>,
 }
 
 impl Module {
@@ -87,6 +90,21 @@ impl Module {
     pub fn target(&self) -> &str {
         &self.program.target
     }
+
+    /// Records that ptxas allocated `registers` per thread to `kernel` (its resource report:
+    /// PTX's virtual registers say nothing of it). Launches of the kernel then check its
+    /// CTA against the register file as the hardware allocates it ([`SimArch::check_registers`]);
+    /// without it they do not.
+    pub fn set_registers(&mut self, kernel: &str, registers: u32) -> Result<(), SimError> {
+        self.kernel(kernel)?;
+        self.registers.insert(kernel.to_string(), registers);
+        Ok(())
+    }
+
+    /// The registers per thread recorded for `kernel`, if any.
+    pub fn registers(&self, kernel: &str) -> Option<u32> {
+        self.registers.get(kernel).copied()
+    }
 }
 
 /// One simulated GPU.
@@ -95,6 +113,8 @@ pub struct Device {
     memory: RwLock<GlobalMemory>,
     checks: Checks,
     numerics: Numerics,
+    /// Layout of shared variables in modules loaded from now on.
+    placement: Placement,
     /// Whether launches keep the memory counters (sectors, wavefronts, unique sectors).
     count_memory: std::sync::atomic::AtomicBool,
 }
@@ -107,6 +127,7 @@ impl Device {
             memory: RwLock::new(GlobalMemory::new(memory_bytes)),
             checks: Checks::default(),
             numerics: Numerics::default(),
+            placement: Placement::Declared,
             count_memory: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -142,6 +163,18 @@ impl Device {
         self
     }
 
+    /// Lays out the shared variables of modules loaded from now on as `placement` says
+    /// ([`Placement::Adversarial`]: at their declared alignment and no more, so an access
+    /// wider than a variable's `.align` faults).
+    pub fn with_shared_placement(mut self, placement: Placement) -> Device {
+        self.placement = placement;
+        self
+    }
+
+    pub fn shared_placement(&self) -> Placement {
+        self.placement
+    }
+
     pub fn arch(&self) -> SimArch {
         self.arch
     }
@@ -161,7 +194,7 @@ impl Device {
     /// Parses PTX and places its `.global` variables in device memory.
     pub fn load(&self, ptx: &str) -> Result<Module, SimError> {
         let mut memory = self.memory_mut();
-        let mut program = parse_program(ptx, &mut |var| {
+        let mut program = parse_program_placed(ptx, self.placement, &mut |var| {
             let address = memory.alloc(var.init.len() as u64, true)?;
             memory.write(address, &var.init)?;
             Ok(address)
@@ -174,6 +207,7 @@ impl Device {
         }
         Ok(Module {
             program: Arc::new(program),
+            registers: HashMap::new(),
         })
     }
 
@@ -252,7 +286,7 @@ impl Device {
         let start = Instant::now();
         let k = module.kernel(kernel)?;
         let params = pack_params(k, args)?;
-        let shared_bytes = self.check_config(k, config)?;
+        let shared_bytes = self.check_config(k, config, module.registers(kernel))?;
         let memory = self.memory();
         let view = memory.view();
         let count_memory = self.count_memory.load(std::sync::atomic::Ordering::Relaxed);
@@ -296,9 +330,15 @@ impl Device {
         })
     }
 
-    /// Checks grid, block and shared memory against the kernel and the architecture;
-    /// returns the CTA's total shared bytes.
-    fn check_config(&self, k: &Kernel, config: &LaunchConfig) -> Result<u32, SimError> {
+    /// Checks grid, block, registers (when known) and shared memory against the kernel and
+    /// the architecture (the shared limits count the declared layout, as ptxas does);
+    /// returns the CTA's total shared bytes in the placed layout.
+    fn check_config(
+        &self,
+        k: &Kernel,
+        config: &LaunchConfig,
+        registers: Option<u32>,
+    ) -> Result<u32, SimError> {
         let a = &self.arch;
         let fail = |reason: String| SimError::Launch {
             kernel: k.name.clone(),
@@ -342,6 +382,10 @@ impl Device {
                 )));
             }
         }
+        if let Some(per_thread) = registers {
+            a.check_registers(threads as u32, per_thread)
+                .map_err(|why| fail(format!("too many resources requested: {why}")))?;
+        }
         if let Some(req) = k.required_threads {
             if req != config.block {
                 return Err(fail(format!(
@@ -356,10 +400,17 @@ impl Device {
                 k.static_shared_bytes, a.max_static_shared
             )));
         }
-        let total = if k.uses_dynamic_shared || config.dynamic_shared_bytes > 0 {
-            u64::from(k.dynamic_shared_offset) + u64::from(config.dynamic_shared_bytes)
+        let dynamic = u64::from(config.dynamic_shared_bytes);
+        let (total, placed) = if k.uses_dynamic_shared || dynamic > 0 {
+            (
+                u64::from(k.dynamic_shared_offset) + dynamic,
+                u64::from(k.placed_dynamic_offset) + dynamic,
+            )
         } else {
-            u64::from(k.static_shared_bytes)
+            (
+                u64::from(k.static_shared_bytes),
+                u64::from(k.placed_shared_bytes),
+            )
         };
         if total > u64::from(a.max_shared_optin) {
             return Err(fail(format!(
@@ -368,7 +419,7 @@ impl Device {
                 k.static_shared_bytes, config.dynamic_shared_bytes, a.max_shared_optin, a.name
             )));
         }
-        Ok(total as u32)
+        u32::try_from(placed).map_err(|_| fail(format!("{placed} bytes of shared memory")))
     }
 }
 

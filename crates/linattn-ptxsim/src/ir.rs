@@ -574,8 +574,13 @@ pub struct Kernel {
     pub regs64: u32,
     /// Static shared bytes (the kernel's own `.shared` variables plus module-scope ones it
     /// uses), laid out from offset 0; dynamic shared memory starts at `dynamic_shared_offset`.
+    /// Both as declared (what ptxas reports and the launch limits count).
     pub static_shared_bytes: u32,
     pub dynamic_shared_offset: u32,
+    /// The same two in the layout the device's `Placement` made (what the CTA allocates;
+    /// equal to the declared ones in `Placement::Declared`).
+    pub placed_shared_bytes: u32,
+    pub placed_dynamic_offset: u32,
     /// Whether the kernel refers to the `.extern .shared` array at all.
     pub uses_dynamic_shared: bool,
     /// `.maxntid` / `.reqntid`, if declared.

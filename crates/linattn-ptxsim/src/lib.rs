@@ -12,12 +12,15 @@
 //! * Checkers, each a [`SimError::Fault`] naming kernel, PTX line, CTA, thread and address:
 //!   memcheck (bounds and alignment of every global and shared access; always on),
 //!   racecheck (shared-memory accesses of different threads not ordered by `bar.sync`, or
-//!   within a warp by `bar.warp.sync`), initcheck (reads of global or shared memory never
-//!   written), synccheck (barriers and warp collectives reached by part of the threads they
-//!   need; always on), globalcheck (global-memory accesses of one launch that nothing
-//!   orders: threads of a CTA under racecheck's rules, any two CTAs unless both only read
-//!   or both only use atomics, and stores to data the launch reads through
-//!   `ld.global.nc`; see `exec::global_race`).
+//!   within a warp by `bar.warp.sync`s whose member masks link them), initcheck (reads of
+//!   global or shared memory never written), synccheck (barriers and warp collectives
+//!   reached by part of the threads they need; always on), globalcheck (global-memory
+//!   accesses of one launch that nothing orders: threads of a CTA under racecheck's rules,
+//!   any two CTAs unless both only read, both only use atomics or both write one value,
+//!   and stores to data the launch reads through `ld.global.nc`; see `exec::global_race`).
+//!   Launches check registers as the hardware allocates them (when ptxas' count is given:
+//!   [`Module::set_registers`]); [`Placement::Adversarial`] places shared variables at
+//!   their declared alignment only.
 //! * Schedule fuzzing: [`Schedule`] picks the order in which a CTA's warps run between
 //!   synchronisation points (in order, reversed, highest PC first), to show what a missing
 //!   barrier computes when the hardware picks another order.
@@ -49,4 +52,5 @@ pub use device::{Arg, Device, LaunchConfig, LaunchStats, Module};
 pub use error::{Checker, Checks, Fault, Schedule, SimError, Site};
 pub use exec::numerics::Numerics;
 pub use instr_class::InstrClass;
+pub use parse::Placement;
 pub use sample::Sampled;

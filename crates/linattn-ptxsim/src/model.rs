@@ -27,9 +27,7 @@ pub struct Occupancy {
 /// dynamic) that fit on one SM of `arch`.
 pub fn occupancy(arch: &SimArch, threads: u32, registers: u32, shared_bytes: u64) -> Occupancy {
     let warps = threads.div_ceil(32).max(1);
-    let unit = arch.register_alloc_unit;
-    let regs_per_warp = (registers.max(1) * 32).div_ceil(unit) * unit;
-    let by_registers = arch.registers_per_sm / (regs_per_warp * warps).max(1);
+    let by_registers = arch.ctas_by_registers(threads, registers);
     let smem_unit = u64::from(arch.shared_alloc_unit);
     let smem =
         (shared_bytes + u64::from(arch.shared_reserved_per_cta)).div_ceil(smem_unit) * smem_unit;

@@ -18,7 +18,7 @@ use linattn_core::{AttnError, HostMemory, Unsupported};
 /// profiles of simulated runs.
 pub use linattn_ptxsim::{model, Counters, InstrClass, Sampled, SimArch};
 use linattn_ptxsim::{Arg, Device, LaunchConfig, Module};
-pub use linattn_ptxsim::{Checks, Numerics};
+pub use linattn_ptxsim::{Checks, Numerics, Placement};
 
 use super::gemm::GemmCall;
 use super::seam::{
@@ -79,6 +79,21 @@ pub fn set_numerics(numerics: Numerics) -> Result<(), AttnError> {
         return Err(AttnError::InvalidArgument(format!(
             "the simulator already runs with {chosen} numerics; cannot switch to {numerics} in \
              this process"
+        )));
+    }
+    Ok(())
+}
+
+static PLACEMENT: OnceLock<Placement> = OnceLock::new();
+
+/// Chooses how the simulator lays out shared variables (`Placement`: declared unless chosen
+/// otherwise), before the executor is first used.
+pub fn set_shared_placement(placement: Placement) -> Result<(), AttnError> {
+    let chosen = *PLACEMENT.get_or_init(|| placement);
+    if chosen != placement {
+        return Err(AttnError::InvalidArgument(format!(
+            "the simulator already places shared memory {chosen:?}; cannot switch to \
+             {placement:?} in this process"
         )));
     }
     Ok(())
@@ -170,9 +185,11 @@ impl SimExecutor {
         let sim_arch = sim_arch_of(arch)?;
         let memory = memory_bytes();
         let numerics = *NUMERICS.get_or_init(Numerics::default);
+        let placement = *PLACEMENT.get_or_init(Placement::default);
         let device = Device::new(sim_arch, memory)
             .with_checks(checks())
-            .with_numerics(numerics);
+            .with_numerics(numerics)
+            .with_shared_placement(placement);
         let info = DeviceInfo {
             name: format!("ptxsim {} ({} limits)", sim_arch.name, sim_arch.part),
             compute_capability: sim_arch.compute_capability,
@@ -338,9 +355,15 @@ impl Executor for SimExecutor {
 
     fn kernel(&self, variant: &KernelVariant, entry: &str) -> Result<Kernel, AttnError> {
         let (compiled, module) = load_module(&self.modules, variant, entry, self.arch, |c| {
-            self.device
-                .load(&c.ptx)
-                .map_err(|e| AttnError::Compile(format!("ptxsim cannot load {}: {e}", c.label)))
+            let fail = |e| AttnError::Compile(format!("ptxsim cannot load {}: {e}", c.label));
+            let mut module = self.device.load(&c.ptx).map_err(fail)?;
+            // ptxas' register counts, so launches check the register file per warp.
+            for report in &c.report {
+                module
+                    .set_registers(&report.kernel, report.registers)
+                    .map_err(fail)?;
+            }
+            Ok(module)
         })?;
         let key = CompileKey::of(variant, self.arch);
         module.kernel(entry).map_err(sim_error)?;

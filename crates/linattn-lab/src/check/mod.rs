@@ -89,6 +89,10 @@ pub struct CheckArgs {
     /// Run the simulator without globalcheck (global-memory races), to measure its cost.
     #[arg(long)]
     no_globalcheck: bool,
+    /// How the simulator lays out `.shared` variables: `declared` (default), or `adversarial`
+    /// (each at its declared `.align` and no more, so a vector access wider than that faults).
+    #[arg(long, value_name = "PLACEMENT", value_parser = ["declared", "adversarial"])]
+    shared_placement: Option<String>,
 }
 
 fn parse_numerics(s: &str) -> Result<Numerics, String> {
@@ -96,6 +100,15 @@ fn parse_numerics(s: &str) -> Result<Numerics, String> {
 }
 
 impl CheckArgs {
+    /// `--shared-placement`, if given.
+    fn placement(&self) -> Option<linattn_cuda::executor::sim::Placement> {
+        use linattn_cuda::executor::sim::Placement;
+        self.shared_placement.as_deref().map(|p| match p {
+            "adversarial" => Placement::Adversarial,
+            _ => Placement::Declared,
+        })
+    }
+
     /// `--sim-max-n`, where it limits anything (0 means no limit, as in `linattn all`).
     fn sim_limit(&self) -> Option<usize> {
         self.sim_max_n.filter(|&n| n > 0)
@@ -124,6 +137,9 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
             schedule,
             ..sim::Checks::default()
         })?;
+    }
+    if let Some(placement) = args.placement() {
+        linattn_cuda::executor::sim::set_shared_placement(placement)?;
     }
     let backends = registry::selected_backends(args.backends.as_deref())?;
     if let Some(path) = &args.json {
@@ -354,5 +370,17 @@ mod tests {
             err.to_string().contains("exact, as-compiled, pessimistic"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn shared_placement_is_declared_or_adversarial() {
+        use linattn_cuda::executor::sim::Placement;
+        assert_eq!(args(&[]).placement(), None);
+        let adversarial = args(&["--shared-placement", "adversarial"]).placement();
+        assert_eq!(adversarial, Some(Placement::Adversarial));
+        let declared = args(&["--shared-placement", "declared"]).placement();
+        assert_eq!(declared, Some(Placement::Declared));
+        let bad = std::iter::once("check").chain(["--shared-placement", "tight"]);
+        assert!(Wrap::try_parse_from(bad).is_err());
     }
 }

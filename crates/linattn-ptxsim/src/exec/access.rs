@@ -69,10 +69,11 @@ impl<'a> MemoryCtx<'a> {
         }
     }
 
-    fn accessor(&self, w: &Warp, lane: usize) -> Accessor {
+    fn accessor<'w>(&self, w: &'w Warp, lane: usize) -> Accessor<'w> {
         Accessor {
             tid: w.linear_tid(lane) as u16,
             wsync: w.wsync,
+            known: &w.known[lane],
             bar: self.bar_epoch,
             instr: self.instr,
         }

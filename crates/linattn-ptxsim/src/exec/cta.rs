@@ -446,7 +446,7 @@ impl CtaRunner {
         // Everyone is here.
         warp.collective &= !arrived;
         match &instr.op {
-            Op::WarpSync { .. } => warp.wsync += 1,
+            Op::WarpSync { .. } => warp.warp_sync(members),
             Op::Shfl {
                 mode,
                 d,

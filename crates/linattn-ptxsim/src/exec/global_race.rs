@@ -167,7 +167,7 @@ impl CtaShadow {
         size: u32,
         kind: Kind,
         stored: Option<&[u8]>,
-        who: Accessor,
+        who: Accessor<'_>,
     ) -> Result<(), GlobalFault> {
         let first = address / 2;
         let end = (address + u64::from(size.max(1))).div_ceil(2);

@@ -3,8 +3,9 @@
 //! atomics since the last CTA barrier.
 //!
 //! Two accesses of different threads are ordered when a `bar.sync` separates them (CTA
-//! barrier epochs), or when both threads are in one warp and a `bar.warp.sync` of that warp
-//! separates them (warp-sync epochs). Anything else with a write on either side is a race:
+//! barrier epochs), or when both threads are in one warp and `bar.warp.sync`s whose member
+//! masks hold both (directly, or through lanes they share) separate them (the warp's lane
+//! order, `Warp::warp_sync`). Anything else with a write on either side is a race:
 //! between warps, and between lanes of one warp, which the PTX memory model does not order
 //! without `bar.warp.sync` (independent thread scheduling). Atomics conflict with plain
 //! accesses, not with each other. Where the caller passes the values stored (globalcheck),
@@ -16,11 +17,17 @@ const NONE: u16 = u16::MAX;
 const MANY: u16 = u16::MAX - 1;
 
 /// Accesses of one kind (plain reads, or atomics) to a granule within one CTA barrier
-/// interval: one thread, or several (`MANY`), of one warp or several.
+/// interval: one thread, or several (`MANY`), of one warp or several. Within one warp,
+/// `lanes` holds the accessing lanes whose accesses are not known to happen before a later
+/// one's, and `wsync` the latest warp clock among them: a lane whose `Warp::known` entry for
+/// each of them exceeds it is ordered after all of them. Never a missed race; a false one
+/// only when partial-mask syncs order a later access after an older read of one lane by a
+/// sync numbered at or below a newer, unordered read's clock (full masks: exact).
 #[derive(Clone, Copy)]
 struct Accesses {
     tid: u16,
     warp: u16,
+    lanes: u32,
     bar: u32,
     wsync: u32,
     instr: u32,
@@ -29,6 +36,7 @@ struct Accesses {
 const NO_ACCESSES: Accesses = Accesses {
     tid: NONE,
     warp: NONE,
+    lanes: 0,
     bar: 0,
     wsync: 0,
     instr: 0,
@@ -60,19 +68,39 @@ pub const FRESH: Granule = Granule {
     atomics: NO_ACCESSES,
 };
 
-/// Who accesses: linear thread id in the CTA, its warp's sync epoch, the CTA barrier
-/// epoch, and the instruction index.
+/// Who accesses: linear thread id in the CTA, its warp's clock, what its lane knows of the
+/// other lanes (`Warp::known` of the lane), the CTA barrier epoch, and the instruction index.
 #[derive(Clone, Copy)]
-pub struct Accessor {
+pub struct Accessor<'w> {
     pub tid: u16,
     pub wsync: u32,
+    pub known: &'w [u32; 32],
     pub bar: u32,
     pub instr: u32,
 }
 
-impl Accessor {
+impl Accessor<'_> {
     fn warp(&self) -> u16 {
         self.tid / 32
+    }
+
+    fn lane_bit(&self) -> u32 {
+        1 << (self.tid % 32)
+    }
+
+    /// Of `lanes` (of this warp, accesses stamped `wsync` or earlier), those whose
+    /// accesses happen before this one: its own lane, and lanes a sync since ordered.
+    fn lanes_before(&self, lanes: u32, wsync: u32) -> u32 {
+        let mut before = lanes & self.lane_bit();
+        let mut rest = lanes & !before;
+        while rest != 0 {
+            let l = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if self.known[l] > wsync {
+                before |= 1 << l;
+            }
+        }
+        before
     }
 }
 
@@ -95,7 +123,7 @@ impl Granule {
 
     /// A plain read by `who`: checked against the writes, then recorded.
     #[inline]
-    pub fn read(&mut self, who: Accessor) -> Result<(), Race> {
+    pub fn read(&mut self, who: Accessor<'_>) -> Result<(), Race> {
         check_plain_write(self, who, None)?;
         check_accesses(&self.atomics, who, false, true)?;
         record(&mut self.reads, who);
@@ -107,7 +135,7 @@ impl Granule {
     #[inline]
     pub fn write(
         &mut self,
-        who: Accessor,
+        who: Accessor<'_>,
         atomic: bool,
         check: bool,
         value: Option<u32>,
@@ -136,7 +164,11 @@ impl Granule {
 /// `who`'s access against the granule's last plain write; `write` is `None` for a read, else
 /// `Some(value stored, if known)`.
 #[inline]
-fn check_plain_write(s: &Granule, who: Accessor, write: Option<Option<u32>>) -> Result<(), Race> {
+fn check_plain_write(
+    s: &Granule,
+    who: Accessor<'_>,
+    write: Option<Option<u32>>,
+) -> Result<(), Race> {
     let same_value = write.flatten().is_some_and(|v| s.w_value == Some(v));
     if s.w_tid != NONE && s.w_bar == who.bar && !ordered(s.w_tid, s.w_wsync, who) && !same_value {
         return Err(Race {
@@ -153,7 +185,7 @@ fn check_plain_write(s: &Granule, who: Accessor, write: Option<Option<u32>>) -> 
 #[inline]
 fn check_accesses(
     a: &Accesses,
-    who: Accessor,
+    who: Accessor<'_>,
     this_is_write: bool,
     others_write: bool,
 ) -> Result<(), Race> {
@@ -171,17 +203,18 @@ fn check_accesses(
 /// Whether an earlier access by `tid` at warp-sync epoch `wsync` (same CTA barrier epoch)
 /// happens before `who`'s.
 #[inline]
-fn ordered(tid: u16, wsync: u32, who: Accessor) -> bool {
-    tid == who.tid || (tid / 32 == who.warp() && wsync < who.wsync)
+fn ordered(tid: u16, wsync: u32, who: Accessor<'_>) -> bool {
+    tid == who.tid || (tid / 32 == who.warp() && who.known[usize::from(tid % 32)] > wsync)
 }
 
 /// Adds `who` to the accesses of this barrier interval.
 #[inline]
-fn record(a: &mut Accesses, who: Accessor) {
+fn record(a: &mut Accesses, who: Accessor<'_>) {
     if a.bar != who.bar || a.tid == NONE {
         *a = Accesses {
             tid: who.tid,
             warp: who.warp(),
+            lanes: who.lane_bit(),
             bar: who.bar,
             wsync: who.wsync,
             instr: who.instr,
@@ -189,15 +222,18 @@ fn record(a: &mut Accesses, who: Accessor) {
         return;
     }
     if a.warp == who.warp() {
-        if a.wsync < who.wsync {
-            // Earlier accesses of this warp are ordered before everything it does from now
-            // on; for the other warps any thread of this warp is as good as another.
+        // Accesses ordered before `who`'s need no tracking of their own: whatever comes
+        // after `who`'s unordered with them is unordered with `who`'s too (or ordered after
+        // both), so checking against `who` finds the race.
+        let unordered = a.lanes & !who.lanes_before(a.lanes, a.wsync);
+        if unordered == 0 {
             a.tid = who.tid;
-            a.wsync = who.wsync;
             a.instr = who.instr;
-        } else if a.tid != who.tid {
+        } else {
             a.tid = MANY;
         }
+        a.lanes = unordered | who.lane_bit();
+        a.wsync = who.wsync;
     } else if a.warp != MANY {
         a.warp = MANY;
         a.tid = MANY;
@@ -207,9 +243,9 @@ fn record(a: &mut Accesses, who: Accessor) {
 
 /// Whether accesses recorded in `a` (same barrier interval) are unordered with `who`'s.
 #[inline]
-fn conflicts(a: &Accesses, who: Accessor) -> bool {
+fn conflicts(a: &Accesses, who: Accessor<'_>) -> bool {
     if a.warp == MANY || a.warp != who.warp() {
         return true;
     }
-    a.tid != who.tid && a.wsync >= who.wsync
+    a.lanes & !who.lanes_before(a.lanes, a.wsync) != 0
 }

@@ -2,7 +2,8 @@
 //!
 //! The shadow keeps, per 4-byte granule (every shared store the kernels compile to is 32-bit
 //! or wider), the race tracker's [`Granule`]: the last write and a summary of the reads
-//! since the last CTA barrier (the ordering rules are in [`super::race`]).
+//! since the last CTA barrier (the ordering rules, `bar.sync` and `bar.warp.sync` member
+//! masks, are in [`super::race`]).
 
 use super::race::{Accessor, Granule, Race, FRESH};
 
@@ -91,7 +92,12 @@ impl SharedMemory {
 
     /// Shadow update for a read of `[offset, offset + size)`.
     #[inline]
-    pub fn on_read(&mut self, offset: usize, size: u32, who: Accessor) -> Result<(), SharedFault> {
+    pub fn on_read(
+        &mut self,
+        offset: usize,
+        size: u32,
+        who: Accessor<'_>,
+    ) -> Result<(), SharedFault> {
         if self.shadow.is_empty() {
             return Ok(());
         }
@@ -114,7 +120,7 @@ impl SharedMemory {
         &mut self,
         offset: usize,
         size: u32,
-        who: Accessor,
+        who: Accessor<'_>,
         atomic: bool,
     ) -> Result<(), SharedFault> {
         if self.shadow.is_empty() {

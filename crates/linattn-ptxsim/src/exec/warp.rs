@@ -46,8 +46,13 @@ pub struct Warp {
     pub collective: u32,
     /// Lanes parked at `bar.sync`; their `pc` is that instruction.
     pub barrier: u32,
-    /// Number of `bar.warp.sync` (and `bar.sync`) this warp completed: racecheck's epoch.
+    /// Number of `bar.warp.sync` (and `bar.sync`) this warp completed: the warp's clock,
+    /// which stamps every shared access for racecheck.
     pub wsync: u32,
+    /// Racecheck's order among the lanes (see [`Warp::warp_sync`]): an access lane `a` made
+    /// at clock `t` happens before lane `b`'s next access iff `known[b][a] > t`. One row per
+    /// lane once [`Warp::reset`] ran (on the heap: warps are moved in and out of their CTA).
+    pub known: Vec<[u32; LANES]>,
     /// %tid.{x,y,z} per lane.
     pub tid: [Lanes32; 3],
     /// What `%clock64` reads: the issue cycle of the instruction being run (set by the CTA
@@ -68,6 +73,7 @@ impl Warp {
             collective: 0,
             barrier: 0,
             wsync: 0,
+            known: Vec::new(),
             tid: [[0; LANES]; 3],
             clock: 0,
         }
@@ -98,6 +104,37 @@ impl Warp {
         self.barrier = 0;
         self.wsync = 0;
         self.clock = 0;
+        self.known.clear();
+        self.known.resize(LANES, [0; LANES]);
+    }
+
+    /// A `bar.warp.sync` completed by the lanes of `members` (every one of them arrived).
+    ///
+    /// It orders the members' earlier accesses before the members' later ones, and nothing
+    /// for the other lanes (PTX ISA, `bar.warp.sync`: memory ordering "among threads
+    /// participating in barrier"); ordering is transitive through lanes the syncs share.
+    /// That is a vector clock per lane, with one twist: the components are not per-lane
+    /// counters but numbers of the warp's syncs, which the simulator completes one at a time,
+    /// so one clock (`wsync`) numbers them all. Sync `s` gets number `wsync + 1`; each member
+    /// learns what every member knew (component-wise max), and that every member's accesses
+    /// up to now are ordered before sync `s` (component = `s`). An access at clock `t`
+    /// (syncs up to `t` done) then happens before lane `b`'s iff `known[b][a] > t`. Stamps of
+    /// different lanes being comparable is what lets the shadow summarise many readers of a
+    /// granule by a lane mask and the latest stamp.
+    pub fn warp_sync(&mut self, members: u32) {
+        self.wsync += 1;
+        let mut join = [0u32; LANES];
+        for l in lanes(members) {
+            for (j, k) in join.iter_mut().zip(&self.known[l]) {
+                *j = (*j).max(*k);
+            }
+        }
+        for m in lanes(members) {
+            join[m] = self.wsync;
+        }
+        for l in lanes(members) {
+            self.known[l] = join;
+        }
     }
 
     /// Lanes that can run now.

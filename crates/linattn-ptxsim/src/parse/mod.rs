@@ -5,8 +5,11 @@
 //! textures, an unknown opcode or modifier) is a [`SimError::Parse`] naming the line.
 
 mod instr;
+mod layout;
 pub mod lex;
 mod scope;
+
+pub use layout::Placement;
 
 use std::collections::HashMap;
 
@@ -16,9 +19,19 @@ use lex::{parse_float, parse_int, Statement, StatementKind};
 use scope::{Registers, Scope};
 
 /// Parses a whole module. `place_global` gives each module-scope `.global` variable its
-/// device address (the caller allocates and initialises it).
+/// device address (the caller allocates and initialises it). Shared variables are laid out
+/// as declared.
 pub fn parse_program(
     text: &str,
+    place_global: &mut dyn FnMut(&GlobalVar) -> Result<u64, SimError>,
+) -> Result<Program, SimError> {
+    parse_program_placed(text, Placement::Declared, place_global)
+}
+
+/// [`parse_program`] with the kernels' shared variables laid out as `placement` says.
+pub fn parse_program_placed(
+    text: &str,
+    placement: Placement,
     place_global: &mut dyn FnMut(&GlobalVar) -> Result<u64, SimError>,
 ) -> Result<Program, SimError> {
     let statements = lex::statements(text);
@@ -49,7 +62,7 @@ pub fn parse_program(
                 if depth > 0 {
                     return Err(parse_error(s.line, &s.text, "entry body is not closed"));
                 }
-                let kernel = build_kernel(s, &statements[body_start..i - 1], &module)?;
+                let kernel = build_kernel(s, &statements[body_start..i - 1], &module, placement)?;
                 program.kernels.insert(kernel.name.clone(), kernel);
             }
             StatementKind::Open if s.text.contains(".func") => {
@@ -335,17 +348,15 @@ fn build_kernel(
     header: &Statement,
     body: &[Statement],
     module: &ModuleScope,
+    placement: Placement,
 ) -> Result<Kernel, SimError> {
     let (name, params, param_bytes, [max_threads, required_threads]) = parse_header(header)?;
     let mut regs = Registers::default();
     let mut labels = HashMap::new();
     let mut shared = HashMap::new();
-    let mut shared_end = 0u64;
+    let mut layout = layout::Layout::new(placement);
     let mut place = |shared: &mut HashMap<String, u64>, name: &str, size: u32, align: u32| {
-        let align = u64::from(align.max(1));
-        let at = shared_end.div_ceil(align) * align;
-        shared.insert(name.to_string(), at);
-        shared_end = at + u64::from(size);
+        shared.insert(name.to_string(), layout.place(size, align));
     };
     let mut instructions: Vec<&Statement> = Vec::new();
     for s in body {
@@ -388,18 +399,16 @@ fn build_kernel(
             place(&mut shared, var, *size, *align);
         }
     }
-    let static_shared_bytes = shared_end;
     let mut uses_dynamic_shared = false;
-    let mut dynamic_shared_offset = static_shared_bytes.div_ceil(16) * 16;
+    let (mut dynamic_shared_offset, mut placed_dynamic_offset) = layout.dynamic(16);
     for (var, align) in &module.dynamic {
         if instructions.iter().any(|s| mentions(&s.text, var)) {
-            let align = u64::from(*align);
-            dynamic_shared_offset = static_shared_bytes.div_ceil(align) * align;
+            (dynamic_shared_offset, placed_dynamic_offset) = layout.dynamic(*align);
             uses_dynamic_shared = true;
         }
     }
     for var in module.dynamic.keys() {
-        shared.insert(var.clone(), dynamic_shared_offset);
+        shared.insert(var.clone(), placed_dynamic_offset);
     }
     let scope = Scope {
         regs,
@@ -418,8 +427,10 @@ fn build_kernel(
         u32::try_from(v)
             .map_err(|_| parse_error(header.line, &header.text, "shared memory too large"))
     };
-    let static_shared_bytes = fits(static_shared_bytes)?;
+    let static_shared_bytes = fits(layout.declared_end)?;
     let dynamic_shared_offset = fits(dynamic_shared_offset)?;
+    let placed_shared_bytes = fits(layout.placed_end)?;
+    let placed_dynamic_offset = fits(placed_dynamic_offset)?;
     Ok(Kernel {
         name,
         params,
@@ -429,6 +440,8 @@ fn build_kernel(
         regs64: scope.regs.counts[2],
         static_shared_bytes,
         dynamic_shared_offset,
+        placed_shared_bytes,
+        placed_dynamic_offset,
         uses_dynamic_shared,
         max_threads,
         required_threads,
