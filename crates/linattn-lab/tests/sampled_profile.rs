@@ -65,6 +65,8 @@ fn sampled_counters_and_model_equal_the_full_run() -> Result<(), String> {
     sim::set_checks(sim::Checks {
         racecheck: false,
         initcheck: false,
+        globalcheck: false,
+        ..sim::Checks::default()
     })
     .map_err(|e| e.to_string())?;
     let executor = sim::shared().map_err(|e| e.to_string())?;

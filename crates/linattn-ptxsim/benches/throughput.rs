@@ -201,6 +201,8 @@ fn bench(c: &mut Criterion) {
     let no_checks = Checks {
         racecheck: false,
         initcheck: false,
+        globalcheck: false,
+        ..Checks::default()
     };
     let cases = [
         (

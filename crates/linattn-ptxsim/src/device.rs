@@ -8,8 +8,10 @@ use crate::arch::SimArch;
 use crate::counters::Counters;
 use crate::error::{Checks, SimError};
 use crate::exec::cta::LaunchCtx;
+use crate::exec::global_race::LaunchShadow;
 use crate::exec::memory::GlobalMemory;
 use crate::exec::numerics::Numerics;
+use crate::exec::schedule::Schedule;
 use crate::ir::{Kernel, Program, Ty};
 use crate::parse::{parse_program_placed, Placement};
 use crate::sample::{run_rows, sampled_run, sum_rows, Sampled};
@@ -155,6 +157,12 @@ impl Device {
         self.numerics
     }
 
+    /// The order in which later launches run the warps of a CTA (see [`Schedule`]).
+    pub fn with_schedule(mut self, schedule: Schedule) -> Device {
+        self.checks.schedule = schedule;
+        self
+    }
+
     /// Lays out the shared variables of modules loaded from now on as `placement` says
     /// ([`Placement::Adversarial`]: at their declared alignment and no more, so an access
     /// wider than a variable's `.align` faults).
@@ -282,6 +290,8 @@ impl Device {
         let memory = self.memory();
         let view = memory.view();
         let count_memory = self.count_memory.load(std::sync::atomic::Ordering::Relaxed);
+        // globalcheck's launch level lives (and its memory goes) with the launch.
+        let globals = (self.checks.globalcheck).then(|| LaunchShadow::new(view.spans()));
         let ctx = LaunchCtx {
             kernel: k,
             params: &params,
@@ -290,6 +300,7 @@ impl Device {
             block: config.block,
             shared_bytes,
             checks: self.checks,
+            globals: globals.as_ref(),
             count_memory,
             // The issue clocks cost what the memory counters do: kept with them only.
             latency: count_memory.then_some(self.arch.latency),

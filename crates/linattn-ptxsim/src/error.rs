@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+pub use crate::exec::schedule::Schedule;
+
 /// Which checker reported a fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Checker {
@@ -14,6 +16,9 @@ pub enum Checker {
     Initcheck,
     /// Barriers and warp collectives reached by part of the threads they need.
     Synccheck,
+    /// Global-memory accesses of one launch that nothing orders: threads of one CTA with no
+    /// barrier between them, different CTAs, stores to data read through `ld.global.nc`.
+    Globalcheck,
 }
 
 impl fmt::Display for Checker {
@@ -23,16 +28,22 @@ impl fmt::Display for Checker {
             Checker::Racecheck => "racecheck",
             Checker::Initcheck => "initcheck",
             Checker::Synccheck => "synccheck",
+            Checker::Globalcheck => "globalcheck",
         })
     }
 }
 
-/// Which checkers run. Memcheck and synccheck cannot be turned off: an access outside
-/// memory or a barrier that can never complete stops the kernel either way.
+/// Which checkers run, and in which order the warps of a CTA run between synchronisation
+/// points. Memcheck and synccheck cannot be turned off: an access outside memory or a
+/// barrier that can never complete stops the kernel either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checks {
     pub racecheck: bool,
     pub initcheck: bool,
+    pub globalcheck: bool,
+    /// Not a checker: a schedule other than the default shows what a kernel computes when
+    /// its unsynchronised warps run in another order.
+    pub schedule: Schedule,
 }
 
 impl Default for Checks {
@@ -40,6 +51,8 @@ impl Default for Checks {
         Checks {
             racecheck: true,
             initcheck: true,
+            globalcheck: true,
+            schedule: Schedule::InOrder,
         }
     }
 }

@@ -724,8 +724,13 @@ impl Op {
             | Op::PredNot { d, .. }
             | Op::Bfi { d, .. }
             | Op::Bfe { d, .. }
-            | Op::Cvta { d, .. }
-            | Op::Atom { d, .. } => f(*d),
+            | Op::Cvta { d, .. } => f(*d),
+            // `red` has no destination (index u32::MAX).
+            Op::Atom { d, .. } => {
+                if d.index != u32::MAX {
+                    f(*d)
+                }
+            }
             Op::Cvt(c) => f(c.d),
             Op::Unpack { d, .. } | Op::Ld { d, .. } => {
                 for r in d {

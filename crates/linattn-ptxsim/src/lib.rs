@@ -14,16 +14,25 @@
 //!   racecheck (shared-memory accesses of different threads not ordered by `bar.sync`, or
 //!   within a warp by `bar.warp.sync`s whose member masks link them), initcheck (reads of
 //!   global or shared memory never written), synccheck (barriers and warp collectives
-//!   reached by part of the threads they need; always on). Launches check registers as the
-//!   hardware allocates them (when ptxas' count is given: [`Module::set_registers`]);
-//!   [`Placement::Adversarial`] places shared variables at their declared alignment only.
+//!   reached by part of the threads they need; always on), globalcheck (global-memory
+//!   accesses of one launch that nothing orders: threads of a CTA under racecheck's rules,
+//!   any two CTAs unless both only read, both only use atomics or both write one value,
+//!   and stores to data the launch reads through `ld.global.nc`; see `exec::global_race`).
+//!   Launches check registers as the hardware allocates them (when ptxas' count is given:
+//!   [`Module::set_registers`]); [`Placement::Adversarial`] places shared variables at
+//!   their declared alignment only.
+//! * Schedule fuzzing: [`Schedule`] picks the order in which a CTA's warps run between
+//!   synchronisation points (in order, reversed, highest PC first), to show what a missing
+//!   barrier computes when the hardware picks another order.
 //!
 //! What it proves: the kernel's PTX, as NVRTC emitted it for the target, computes the right
 //! values under the PTX execution and memory model for the launches simulated. What it
 //! cannot: anything ptxas does after PTX (register allocation, scheduling, SASS bugs),
 //! timing, bit-exact `.approx` results (see `exec::float`; [`Numerics::Pessimistic`] bounds
 //! them by the ISA's error bounds), tensor-core accumulation order (see `exec::mma_accumulate`),
-//! driver behaviour, and inter-CTA ordering beyond one interleaving.
+//! driver behaviour, and interleavings of warps or CTAs other than the simulated ones
+//! (globalcheck reports the unordered accesses whatever the order; what an unchecked run
+//! computes depends on it).
 
 pub mod arch;
 pub mod counters;
@@ -40,7 +49,7 @@ pub mod sample;
 pub use arch::SimArch;
 pub use counters::Counters;
 pub use device::{Arg, Device, LaunchConfig, LaunchStats, Module};
-pub use error::{Checker, Checks, Fault, SimError, Site};
+pub use error::{Checker, Checks, Fault, Schedule, SimError, Site};
 pub use exec::numerics::Numerics;
 pub use instr_class::InstrClass;
 pub use parse::Placement;

@@ -12,7 +12,7 @@ fn kernel() -> Loaded {
         Entry {
             name: "diverge",
             params: &[("u64", "%rd1"), ("u64", "%rd2")],
-            regs: &[("pred", 4), ("b32", 24), ("b64", 10)],
+            regs: &[("pred", 4), ("b32", 26), ("b64", 10)],
             decls: "// demoted variable\n.shared .align 4 .b8 _ZZ7divergeE6totals[32];",
             body: r#"	mov.u32 	%r1, %tid.x;
 	and.b32 	%r2, %r1, 31;
@@ -45,7 +45,11 @@ $L__BB0_5:
 
 $L__BB0_6:
 	cvta.to.global.u64 	%rd3, %rd1;
-	mul.wide.u32 	%rd4, %r1, 4;
+	// Each CTA writes its own slice of the outputs (globalcheck: CTAs must not share words).
+	mov.u32 	%r24, %ctaid.x;
+	mov.u32 	%r25, %ntid.x;
+	mad.lo.s32 	%r24, %r24, %r25, %r1;
+	mul.wide.u32 	%rd4, %r24, 4;
 	add.s64 	%rd5, %rd3, %rd4;
 	st.global.u32 	[%rd5], %r4;
 	shfl.sync.bfly.b32 	%r8, %r4, 16, 31, -1;
@@ -90,12 +94,14 @@ $L__BB0_8:
     )
 }
 
-/// Runs `ctas` CTAs of `threads` threads; each thread's value, each thread's total, the
-/// counters.
+/// Runs `ctas` CTAs of `threads` threads; each thread's value, each thread's total (CTA by
+/// CTA), the counters.
 fn run(ctas: u32, threads: usize) -> (Vec<u32>, Vec<u32>, Counters) {
     let k = kernel();
+    let threads = threads * ctas as usize;
     let (values, totals) = (k.output(threads), k.output(threads));
-    let stats = expect_ok(k.launch(ctas, threads as u32, &[values, totals].map(Arg::U64)));
+    let block = threads as u32 / ctas;
+    let stats = expect_ok(k.launch(ctas, block, &[values, totals].map(Arg::U64)));
     let (values, totals) = (
         k.download_u32(values, threads),
         k.download_u32(totals, threads),
@@ -110,8 +116,8 @@ fn value(lane: u32) -> u32 {
 
 #[test]
 fn if_else_loop_and_shuffle_reduction_reconverge() {
-    const THREADS: usize = 128;
-    let (values, totals, c) = run(2, THREADS);
+    const THREADS: usize = 2 * 128;
+    let (values, totals, c) = run(2, 128);
     let expected_values: Vec<u32> = (0..THREADS as u32).map(|t| value(t % 32)).collect();
     assert_eq!(values, expected_values);
     let warp_total: u32 = (0..32).map(value).sum();

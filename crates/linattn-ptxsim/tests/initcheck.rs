@@ -110,6 +110,7 @@ fn initcheck_can_be_turned_off() {
     let dev = device().with_checks(Checks {
         racecheck: true,
         initcheck: false,
+        ..Checks::default()
     });
     let input = dev.alloc(4 * N as u64).expect("alloc");
     let out = output(&dev, N);

@@ -123,6 +123,7 @@ fn racecheck_can_be_turned_off() {
     let dev = device().with_checks(Checks {
         racecheck: false,
         initcheck: true,
+        ..Checks::default()
     });
     expect_word(run_on(dev, &text, 64), 42);
 }
@@ -276,6 +277,7 @@ fn two_phase_kernel_with_only_bar_warp_sync_is_still_wrong_across_warps() {
     let dev = device().with_checks(Checks {
         racecheck: true,
         initcheck: false,
+        ..Checks::default()
     });
     let result = run_two_phase(dev, &text, &vec![1.0; (BLOCK * CTAS) as usize]);
     let fault = expect_fault(result.map(|_| Default::default()), Checker::Racecheck);

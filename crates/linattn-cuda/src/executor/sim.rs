@@ -65,8 +65,13 @@ pub fn set_checks(checks: Checks) -> Result<(), AttnError> {
     Ok(())
 }
 
+/// Unless chosen: every checker but globalcheck, which costs 5–10× the simulator's time;
+/// `linattn check` turns it on, and its planted-bug tests run it directly.
 fn checks() -> Checks {
-    *CHECKS.get_or_init(Checks::default)
+    *CHECKS.get_or_init(|| Checks {
+        globalcheck: false,
+        ..Checks::default()
+    })
 }
 
 static NUMERICS: OnceLock<Numerics> = OnceLock::new();

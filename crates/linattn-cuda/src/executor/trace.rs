@@ -317,6 +317,8 @@ pub fn replay(dir: &Path) -> Result<Vec<ReplayedPhase>, AttnError> {
     let device = Device::new(arch, needed + (64 << 20)).with_checks(linattn_ptxsim::Checks {
         racecheck: false,
         initcheck: false,
+        globalcheck: false,
+        ..linattn_ptxsim::Checks::default()
     });
     device.count_memory(true);
     let mut buffers: HashMap<u32, u64> = HashMap::new();

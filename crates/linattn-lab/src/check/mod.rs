@@ -23,7 +23,7 @@ use crate::term::progress_bar;
 use case::check_case;
 use grid::{case_applies, default_grid, full_grid, long_cases};
 use linattn_core::{AttnError, Inputs};
-use linattn_cuda::executor::sim::Numerics;
+use linattn_cuda::executor::sim::{self, Numerics};
 use oracle::{oracle_seconds, OracleKey, Reference};
 use record::{CaseRecord, Outcome};
 use std::collections::HashMap;
@@ -81,6 +81,16 @@ pub struct CheckArgs {
     /// cores do). Tolerances are the same in all three.
     #[arg(long, value_name = "MODE", default_value = "exact", value_parser = parse_numerics)]
     numerics: Numerics,
+    /// The order in which the simulator (`sim/*`) runs the warps of a CTA between
+    /// synchronisation points: in-order (default), reversed, highest-pc. Races are reported
+    /// in every order; another order shows what an unordered access would compute.
+    #[arg(long, value_name = "ORDER")]
+    schedule: Option<String>,
+    /// Run the simulator without globalcheck (global-memory races between threads and
+    /// CTAs): it costs 5–10× the simulator's time. On by default here; `linattn all`, bench
+    /// and the test suites' executor run without it.
+    #[arg(long)]
+    no_globalcheck: bool,
     /// How the simulator lays out `.shared` variables: `declared` (default), or `adversarial`
     /// (each at its declared `.align` and no more, so a vector access wider than that faults).
     #[arg(long, value_name = "PLACEMENT", value_parser = ["declared", "adversarial"])]
@@ -117,6 +127,17 @@ impl CheckArgs {
 
 pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
     linattn_cuda::executor::sim::set_numerics(args.numerics)?;
+    let schedule = match &args.schedule {
+        Some(name) => name
+            .parse()
+            .map_err(|e| AttnError::InvalidArgument(format!("--schedule: {e}")))?,
+        None => Default::default(),
+    };
+    sim::set_checks(sim::Checks {
+        globalcheck: !args.no_globalcheck,
+        schedule,
+        ..sim::Checks::default()
+    })?;
     if let Some(placement) = args.placement() {
         linattn_cuda::executor::sim::set_shared_placement(placement)?;
     }

@@ -157,6 +157,8 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
     sim::set_checks(sim::Checks {
         racecheck: args.checkers,
         initcheck: args.checkers,
+        globalcheck: args.checkers,
+        ..sim::Checks::default()
     })?;
     let executor = sim::shared().map_err(AttnError::Unsupported)?;
     if let Some(rows) = args.sample {

@@ -1,8 +1,10 @@
 //! Loads, stores and atomics for the active lanes of a warp, with memcheck (bounds and
-//! alignment), initcheck and the shared-memory racecheck shadow.
+//! alignment), initcheck, the shared-memory racecheck shadow and globalcheck.
 
+use super::global_race::{CtaShadow, Kind, LaunchShadow, Names};
 use super::memory::{AccessError, Allocation, MemoryView};
-use super::shared::{Accessor, SharedFault, SharedMemory};
+use super::race::Accessor;
+use super::shared::{SharedFault, SharedMemory};
 use super::warp::{each, lanes, Lanes64, Uniforms, Warp, LANES};
 use crate::counters::{distinct_sectors, shared_wavefronts, Counters};
 use crate::error::Checker;
@@ -37,6 +39,17 @@ pub struct MemoryCtx<'a> {
     pub initcheck: bool,
     /// Where memory counters go, when the device counts them.
     pub counters: Option<&'a mut Counters>,
+    /// globalcheck's shadows, when it runs.
+    pub globalcheck: Option<GlobalCheck<'a>>,
+}
+
+/// What globalcheck needs for one access: the CTA and launch levels, the CTA's linear index
+/// in the grid, and the names for its reports.
+pub struct GlobalCheck<'a> {
+    pub shadow: &'a mut CtaShadow,
+    pub launch: &'a LaunchShadow,
+    pub cta: u32,
+    pub names: Names<'a>,
 }
 
 /// Where one lane's access goes.
@@ -159,12 +172,12 @@ impl<'a> MemoryCtx<'a> {
                 offset as u64,
                 "shared memory read before any thread of the CTA wrote it".into(),
             ),
-            SharedFault::Race {
+            SharedFault::Race(super::race::Race {
                 this_is_write,
                 other_is_write,
                 other_tid,
                 other_instr,
-            } => {
+            }) => {
                 let kind = |write: bool| if write { "write" } else { "read" };
                 let other = match other_tid {
                     Some(t) => format!("thread {} (warp {})", t, t / 32),
@@ -187,6 +200,36 @@ impl<'a> MemoryCtx<'a> {
                     ),
                 )
             }
+        }
+    }
+
+    /// globalcheck of one lane's access of `size` bytes at device address `address`
+    /// (`stored`: the bytes a write stores).
+    #[inline]
+    fn check_global(
+        &mut self,
+        w: &Warp,
+        lane: usize,
+        address: u64,
+        size: u32,
+        kind: Kind,
+        stored: Option<&[u8]>,
+    ) -> Result<(), LaneFault> {
+        let who = self.accessor(w, lane);
+        let Some(g) = self.globalcheck.as_mut() else {
+            return Ok(());
+        };
+        match g
+            .shadow
+            .access(g.launch, g.cta, address, size, kind, stored, who)
+        {
+            Ok(()) => Ok(()),
+            Err(fault) => Err(LaneFault {
+                checker: Checker::Globalcheck,
+                lane,
+                address: Some(address),
+                detail: fault.describe(&g.names),
+            }),
         }
     }
 
@@ -245,12 +288,14 @@ impl<'a> MemoryCtx<'a> {
         }
     }
 
-    /// `ld.space.[vN.]ty {d...}, [addr]` (N ≤ 4).
+    /// `ld.space[.nc].[vN.]ty {d...}, [addr]` (N ≤ 4).
+    #[allow(clippy::too_many_arguments)]
     pub fn load(
         &mut self,
         w: &mut Warp,
         space: Space,
         ty: Ty,
+        nc: bool,
         d: &[Reg],
         addr: &Address,
         mask: u32,
@@ -318,6 +363,8 @@ impl<'a> MemoryCtx<'a> {
                     }
                 }
                 Target::Global(allocation, o) => {
+                    let kind = if nc { Kind::NcRead } else { Kind::Read };
+                    self.check_global(w, lane, address, total, kind, None)?;
                     for (k, value) in values.iter_mut().take(n).enumerate() {
                         let at = o + u64::from(size) * k as u64;
                         let (v, written) = allocation.load(at, size);
@@ -386,6 +433,17 @@ impl<'a> MemoryCtx<'a> {
                     }
                 }
                 Target::Global(allocation, o) => {
+                    if self.globalcheck.is_some() {
+                        // The bytes stored: two writes of the same value do not race.
+                        let mut bytes = [0u8; 8 * MAX_VECTOR];
+                        let width = size as usize;
+                        for (k, value) in values.iter().take(n).enumerate() {
+                            let le = value[lane].to_le_bytes();
+                            bytes[k * width..(k + 1) * width].copy_from_slice(&le[..width]);
+                        }
+                        let stored = Some(&bytes[..total as usize]);
+                        self.check_global(w, lane, address, total, Kind::Write, stored)?;
+                    }
                     for (k, value) in values.iter().take(n).enumerate() {
                         allocation.store(o + u64::from(size) * k as u64, size, value[lane]);
                     }
@@ -436,6 +494,7 @@ impl<'a> MemoryCtx<'a> {
                     u64::from(x)
                 }
                 Target::Global(allocation, o) => {
+                    self.check_global(w, lane, address, 4, Kind::Atomic, None)?;
                     let (x, written) = allocation.update(o, f);
                     if !written && self.initcheck {
                         return Err(self.fault(

@@ -7,14 +7,17 @@
 //! an exit, a barrier or a collective. A lane reaching `bar.sync` parks until every thread of
 //! the CTA has; a lane reaching `shfl.sync`, `mma.sync` or `bar.warp.sync` parks until every
 //! lane the instruction needs has reached the same instruction. Warps of a CTA run one after
-//! another until each parks or exits; then the barrier is released, or, when threads can
-//! never meet (some exited, or wait elsewhere), synccheck reports it.
+//! another until each parks or exits (in the order `Checks::schedule` picks); then the
+//! barrier is released, or, when threads can never meet (some exited, or wait elsewhere),
+//! synccheck reports it.
 
-use super::access::{LaneFault, MemoryCtx};
+use super::access::{GlobalCheck, LaneFault, MemoryCtx};
 use super::alu;
 use super::clock::Clocks;
 use super::collective;
+use super::global_race::{cta_index, CtaShadow, LaunchShadow, Names};
 use super::memory::MemoryView;
+use super::schedule::Schedule;
 use super::shared::SharedMemory;
 use super::warp::{each, lanes, Uniforms, Warp, LANES};
 use crate::arch::Latencies;
@@ -33,6 +36,8 @@ pub struct LaunchCtx<'a> {
     /// Static + dynamic shared bytes.
     pub shared_bytes: u32,
     pub checks: Checks,
+    /// The launch level of globalcheck, when it runs.
+    pub globals: Option<&'a LaunchShadow>,
     /// Whether memory counters (sectors, wavefronts, unique sectors) are kept.
     pub count_memory: bool,
     /// The latency model's constants when warp issue clocks are kept (only while counting:
@@ -53,6 +58,10 @@ struct Cta<'a> {
 pub struct CtaRunner {
     warps: Vec<Warp>,
     shared: SharedMemory,
+    /// The CTA level of globalcheck.
+    global: CtaShadow,
+    /// Whether a warp yields at every branch (`Schedule::HighestPcFirst`).
+    switch_at_branch: bool,
     clocks: Clocks,
     pub counters: Counters,
 }
@@ -62,6 +71,8 @@ impl CtaRunner {
         CtaRunner {
             warps: Vec::new(),
             shared: SharedMemory::new(),
+            global: CtaShadow::default(),
+            switch_at_branch: false,
             clocks: Clocks::default(),
             counters: Counters::default(),
         }
@@ -90,6 +101,7 @@ impl CtaRunner {
             ctx.checks.racecheck,
             ctx.checks.initcheck,
         );
+        self.global.reset();
         let this = Cta {
             launch: *ctx,
             u: Uniforms {
@@ -106,11 +118,33 @@ impl CtaRunner {
         let mut bar_epoch = 1u32;
         let mut waiting = Vec::new();
         loop {
-            for w in 0..nwarps {
-                let mut warp = std::mem::replace(&mut self.warps[w], Warp::new((0, 0, 0)));
-                let result = self.run_warp(&this, &mut warp, bar_epoch);
-                self.warps[w] = warp;
-                result?;
+            match ctx.checks.schedule {
+                Schedule::InOrder => {
+                    for w in 0..nwarps {
+                        self.run_warp(&this, w, bar_epoch, false)?;
+                    }
+                }
+                Schedule::Reversed => {
+                    for w in (0..nwarps).rev() {
+                        self.run_warp(&this, w, bar_epoch, false)?;
+                    }
+                }
+                Schedule::HighestPcFirst => {
+                    self.switch_at_branch = true;
+                    let ahead = |w: &Warp| pick_group(w, w.runnable()).0;
+                    while let Some(w) = (self.warps[..nwarps].iter())
+                        .filter(|w| w.runnable() != 0)
+                        .max_by_key(|w| (ahead(w), w.index))
+                        .map(|w| w.index as usize)
+                    {
+                        self.run_warp(&this, w, bar_epoch, true)?;
+                    }
+                    self.switch_at_branch = false;
+                    // Nothing is runnable: report a warp stuck at a collective.
+                    for w in 0..nwarps {
+                        self.run_warp(&this, w, bar_epoch, false)?;
+                    }
+                }
             }
             let warps = &mut self.warps[..nwarps];
             if warps.iter().all(|w| w.exited == u32::MAX) {
@@ -138,19 +172,33 @@ impl CtaRunner {
         }
     }
 
-    /// Runs `warp` until all its lanes exited or parked.
-    fn run_warp(&mut self, cta: &Cta<'_>, warp: &mut Warp, bar_epoch: u32) -> Result<(), SimError> {
+    /// Runs warp `w` until all its lanes exited or parked, or with `one_stretch`, one group
+    /// of its lanes (until it branches, under `switch_at_branch`).
+    fn run_warp(
+        &mut self,
+        cta: &Cta<'_>,
+        w: usize,
+        bar_epoch: u32,
+        one_stretch: bool,
+    ) -> Result<(), SimError> {
+        let mut warp = std::mem::replace(&mut self.warps[w], Warp::new((0, 0, 0)));
+        let mut result = Ok(());
         loop {
             let runnable = warp.runnable();
             if runnable == 0 {
                 if warp.collective != 0 {
-                    return Err(stuck_collective(cta, warp));
+                    result = Err(stuck_collective(cta, &warp));
                 }
-                return Ok(());
+                break;
             }
-            let (pc, mask, others_min) = pick_group(warp, runnable);
-            self.run_group(cta, warp, bar_epoch, pc, mask, others_min)?;
+            let (pc, mask, others_min) = pick_group(&warp, runnable);
+            result = self.run_group(cta, &mut warp, bar_epoch, pc, mask, others_min);
+            if result.is_err() || one_stretch {
+                break;
+            }
         }
+        self.warps[w] = warp;
+        result
     }
 
     /// Runs the lanes `mask`, all at `pc`, straight-line for as long as they stay together
@@ -207,7 +255,7 @@ impl CtaRunner {
                         set_pc(warp, mask & !active, pc + 1);
                         return Ok(());
                     }
-                    if pc >= others_min {
+                    if pc >= others_min || self.switch_at_branch {
                         set_pc(warp, mask, pc);
                         return Ok(());
                     }
@@ -243,10 +291,14 @@ impl CtaRunner {
                     return self.collective(cta, warp, pc, mask, active, u32::MAX);
                 }
                 Op::Ld {
-                    space, ty, d, addr, ..
+                    space,
+                    ty,
+                    nc,
+                    d,
+                    addr,
                 } => {
                     let mut mem = self.memory(cta, bar_epoch, pc);
-                    if let Err(f) = mem.load(warp, *space, *ty, d, addr, active) {
+                    if let Err(f) = mem.load(warp, *space, *ty, *nc, d, addr, active) {
                         return Err(dress(cta, warp, pc, f));
                     }
                 }
@@ -327,6 +379,16 @@ impl CtaRunner {
             uniforms: &cta.u,
             initcheck: cta.launch.checks.initcheck,
             counters: cta.launch.count_memory.then_some(&mut self.counters),
+            globalcheck: cta.launch.globals.map(|launch| GlobalCheck {
+                shadow: &mut self.global,
+                launch,
+                cta: cta_index(cta.u.ctaid, cta.launch.grid),
+                names: Names {
+                    kernel: cta.launch.kernel,
+                    grid: cta.launch.grid,
+                    block: cta.launch.block,
+                },
+            }),
         }
     }
 

@@ -365,6 +365,11 @@ impl MemoryView {
         }
     }
 
+    /// The allocations of the launch: (base address, bytes), by address.
+    pub fn spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.allocations.iter().map(|a| (a.base, a.bytes))
+    }
+
     /// Distinct sectors (read, written) by this launch so far.
     pub fn touched_sectors(&self) -> (u64, u64) {
         let count = |store: bool| -> u64 {
