@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""The simulator's `linattn check --json` beside a GPU's, case by case.
+
+  check_vs_hardware.py SIM.json GPU.json
+
+Pairs the cases of `sim/<form>/<precision>` with `cuda/<form>/<precision>` by case number
+(same grid and seed), and per error figure (rms error of O and each gradient) counts how
+many are bit-identical and how many lie within 0.9-1.1x, per backend: where the simulator's
+numerics part from the hardware's. Verdicts must agree; exit 1 if one does not, 2 on bad
+input. Informational otherwise (CI prints it for the committed H100 file).
+"""
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return {(c["backend"].split("/", 1)[1], c["case"]): c for c in data["cases"]}, data
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        sys.exit(f"check_vs_hardware: {path}: {e}")
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    sim, sim_file = load(argv[1])
+    gpu, gpu_file = load(argv[2])
+    if sim_file.get("seed") != gpu_file.get("seed"):
+        print(f"seeds differ: {sim_file.get('seed')} vs {gpu_file.get('seed')}", file=sys.stderr)
+        return 2
+    per = defaultdict(lambda: {"n": 0, "same": 0, "near": 0, "ratios": []})
+    verdicts = disagree = 0
+    for key, s in sim.items():
+        g = gpu.get(key)
+        if g is None:
+            continue
+        verdicts += 1
+        if s.get("outcome") != g.get("outcome"):
+            disagree += 1
+            print(f"verdicts differ: {key}: sim {s.get('outcome')}, gpu {g.get('outcome')}")
+        for es, eg in zip(s.get("errors", []), g.get("errors", [])):
+            a, b = es.get("rms_ratio"), eg.get("rms_ratio")
+            if a is None or b is None:
+                continue
+            p = per[key[0]]
+            p["n"] += 1
+            p["same"] += a == b
+            ratio = b / a if a > 0 else (1.0 if b == 0 else float("inf"))
+            p["near"] += 0.9 <= ratio <= 1.1
+            p["ratios"].append(ratio)
+    n = sum(p["n"] for p in per.values())
+    same = sum(p["same"] for p in per.values())
+    near = sum(p["near"] for p in per.values())
+    print(f"{verdicts} cases in both, {verdicts - disagree} with the same verdict; "
+          f"{n} error figures: {same} bit-identical ({100 * same / max(n, 1):.1f}%), "
+          f"{near} within 0.9-1.1x ({100 * near / max(n, 1):.1f}%)")
+    print("| backend | figures | identical | within 0.9-1.1x | gpu/sim min / median / max |")
+    print("|---|---|---|---|---|")
+    for name, p in sorted(per.items()):
+        r = sorted(p["ratios"])
+        print(f"| {name} | {p['n']} | {p['same']} | {p['near']} | "
+              f"{r[0]:.3f} / {statistics.median(r):.3f} / {r[-1]:.3f} |")
+    return 1 if disagree else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
