@@ -19,6 +19,7 @@
 #   racecheck   racecheck over one linattn bench run per backend, N=1100
 #   sweep       linattn bench B=4 H=16 D=64, N=2^10..2^16                -> sweep.json
 #   decode      linattn bench --mode decode, context 2^8..2^16           (in rest.tgz)
+#   decode-b32  the same at B = H = 32, D = M = 128, context 2^8            (in rest.tgz)
 # $OUT gets at most 7 files, rewritten as each step ends (a kill keeps what finished):
 # summary.txt (the step log, the ratio table, the check verdict), check.json,
 # side-by-side.tgz, ncu.csv, sanitize.txt, sweep.json, rest.tgz (every step's full log,
@@ -157,7 +158,7 @@ collect() { # everything finished so far into $OUT
         [ -f "$f" ] && { echo "==== ${f##*/} (last 300 lines)"; tail -n 300 "$f"; }
     done >"$WORK/sanitize.txt"
     [ -s "$WORK/sanitize.txt" ] && cp "$WORK/sanitize.txt" "$OUT/sanitize.txt"
-    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json ncu/bench.json racecheck-bench.json decode --ignore-failed-read 2>/dev/null
+    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json ncu/bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
     mv "$OUT/.rest.tmp" "$OUT/rest.tgz"
 }
 add_row() { # NAME STATUS RC SECS DEADLINE LEFT COMMAND...: one line of the step log
@@ -288,6 +289,9 @@ step sweep 20 100 90 -- "$B" bench --backends "$HOT,cuda/softmax/f16" --causalit
     --cell-seconds 0.2 --no-progress --deadline @DEADLINE@ --out "$OUT/sweep.json"
 step decode 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32,cuda/decode/f16,cpu/decode/f32 \
     --n-min 2^8 --n-max 2^16 --no-progress --deadline @DEADLINE@ --out "$WORK/decode"
+# The state update at scale (#21's target: >= 70% of HBM at B = H = 32, D = M = 128).
+step decode-b32 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32 --batch 32 --heads 32 \
+    --dk 128 --n 2^8 --no-progress --deadline @DEADLINE@ --out "$WORK/decode-b32"
 
 if [ "$DRY_RUN" = 1 ]; then
     worst=$((sim_elapsed + RESERVE))
