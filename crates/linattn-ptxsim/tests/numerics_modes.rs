@@ -9,27 +9,15 @@
 
 mod common;
 
-use common::lanes::lanes_kernel;
+use common::lanes::run_lanes_on;
 use common::*;
 use linattn_ptxsim::{Arg, Numerics};
 
 /// Runs the lanes `snippet` (see `common::lanes`) on a device in `numerics`, one thread per
 /// input triple; returns `(out32, out64)`.
 fn run(numerics: Numerics, snippet: &str, inputs: &[[f32; 3]]) -> (Vec<u32>, Vec<u64>) {
-    let n = inputs.len();
-    let k = Loaded::on(
-        device().with_numerics(numerics),
-        ptx(&lanes_kernel("lanes", snippet)),
-    );
-    let column = |c: usize| -> Vec<u32> { inputs.iter().map(|t| t[c].to_bits()).collect() };
-    let [a, b, c] = [0, 1, 2].map(|c| upload_u32(&k.dev, &column(c)));
-    let (out32, out64) = (k.output(n), k.output(2 * n));
-    let args = [a, b, c, out32, out64].map(Arg::U64);
-    let result = k.launch(1, n as u32, &[&args[..], &[Arg::U32(n as u32)]].concat());
-    if let Err(e) = result {
-        panic!("the snippet failed: {e}\n{snippet}");
-    }
-    (k.download_u32(out32, n), download_u64(&k.dev, out64, n))
+    let bits: Vec<[u32; 3]> = inputs.iter().map(|t| t.map(f32::to_bits)).collect();
+    run_lanes_on(device().with_numerics(numerics), snippet, &bits)
 }
 
 /// `op` (a full instruction name, `ex2.approx.ftz.f32`) of `%r1` in the default mode, per input.

@@ -1,7 +1,7 @@
 //! The "lanes" harness: an instruction snippet run once per thread on per-thread inputs.
 
-use super::{download_u64, ptx, upload_u32, Entry, Loaded};
-use linattn_ptxsim::Arg;
+use super::{device, download_u64, ptx, upload_u32, Entry, Loaded};
+use linattn_ptxsim::{Arg, Device};
 
 /// A kernel for instruction-semantics tests. Thread `i < n` loads `%r1`, `%r2`, `%r3` from
 /// `a[i]`, `b[i]`, `c[i]` (.b32 each), runs `snippet`, then stores `%r4` to `out32[i]` and
@@ -65,9 +65,14 @@ $L__BB0_2:
 /// Runs `snippet` (see [`lanes_kernel`]) on one CTA with one thread per input triple;
 /// returns `(out32, out64)`.
 pub fn run_lanes(snippet: &str, inputs: &[[u32; 3]]) -> (Vec<u32>, Vec<u64>) {
+    run_lanes_on(device(), snippet, inputs)
+}
+
+/// [`run_lanes`] on `dev` (a device in another numerics mode, say).
+pub fn run_lanes_on(dev: Device, snippet: &str, inputs: &[[u32; 3]]) -> (Vec<u32>, Vec<u64>) {
     let n = inputs.len();
     assert!((1..=1024).contains(&n));
-    let k = Loaded::new(ptx(&lanes_kernel("lanes", snippet)));
+    let k = Loaded::on(dev, ptx(&lanes_kernel("lanes", snippet)));
     let column = |c: usize| -> Vec<u32> { inputs.iter().map(|t| t[c]).collect() };
     let [a, b, c] = [0, 1, 2].map(|c| upload_u32(&k.dev, &column(c)));
     let (out32, out64) = (k.output(n), k.output(2 * n));
