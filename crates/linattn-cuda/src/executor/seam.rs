@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use linattn_core::{AttnError, Unsupported};
+use linattn_ptxsim::SimArch;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -182,7 +183,7 @@ pub fn check_launch(info: &DeviceInfo, kernel: &Kernel, launch: &Launch) -> Resu
     let (gx, gy, gz) = launch.grid;
     let (bx, by, bz) = launch.block;
     let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
-    let registers = kernel.ptxas.as_ref().map_or(0, |r| u64::from(r.registers));
+    let registers = kernel.ptxas.as_ref().map_or(0, |r| r.registers);
     let static_shared = kernel.ptxas.as_ref().map_or(0, |r| r.shared_bytes);
     let total_shared = static_shared + u64::from(launch.shared_bytes);
     let bad = if gx == 0 || gy == 0 || gz == 0 || threads == 0 {
@@ -193,10 +194,8 @@ pub fn check_launch(info: &DeviceInfo, kernel: &Kernel, launch: &Launch) -> Resu
         Some(format!("grid ({gx}, {gy}, {gz}) exceeds 65535 in y or z"))
     } else if threads > 1024 {
         Some(format!("{threads} threads per block (max 1024)"))
-    } else if registers * threads > 65_536 {
-        Some(format!(
-            "{registers} registers × {threads} threads exceed the 65536 registers of an SM"
-        ))
+    } else if let Err(reason) = register_rules(info).check_registers(threads as u32, registers) {
+        Some(reason)
     } else if total_shared > info.max_shared_per_block_optin {
         Some(format!(
             "{total_shared} bytes of shared memory ({static_shared} static + {} dynamic; max {})",
@@ -212,6 +211,15 @@ pub fn check_launch(info: &DeviceInfo, kernel: &Kernel, launch: &Launch) -> Resu
         ))),
         None => Ok(()),
     }
+}
+
+/// The register-file rules of `info`'s architecture: registers are allocated per warp in
+/// units of 256 over 4 sub-partitions (the occupancy calculator's rule, as the simulator
+/// applies it), not as a per-thread product. Every architecture since sm_70 shares them,
+/// so a device the simulator does not model takes sm_80's.
+fn register_rules(info: &DeviceInfo) -> SimArch {
+    let (major, minor) = info.compute_capability;
+    SimArch::by_name(&format!("{major}{minor}")).unwrap_or(SimArch::SM80)
 }
 
 /// The ptxas report of `entry` in a compiled variant.
@@ -258,4 +266,65 @@ pub(crate) fn check_shared_opt_in(info: &DeviceInfo, bytes: u32) -> Result<(), A
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100() -> DeviceInfo {
+        DeviceInfo {
+            name: "H100".into(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            l2_bytes: 50 << 20,
+            total_memory_bytes: 80 << 30,
+            max_shared_per_block_optin: 227 << 10,
+            driver_version: "13.0".into(),
+            nvrtc_version: "13.0".into(),
+        }
+    }
+
+    fn kernel(registers: u32) -> Kernel {
+        Kernel {
+            entry: "probe".into(),
+            label: "probe".into(),
+            ptxas: Some(PtxasReport {
+                kernel: "probe".into(),
+                registers,
+                ..PtxasReport::default()
+            }),
+            inner: Arc::new(()),
+        }
+    }
+
+    #[test]
+    fn registers_are_checked_per_warp_not_as_a_per_thread_product() {
+        // 31 warps × 66 registers: 65 472 as a product fits the 65 536 of an SM, but each
+        // warp is allocated 66 · 32 = 2112 rounded up to 2304, and 31 of those do not.
+        let launch = Launch::new((1, 1, 1), 31 * 32);
+        let err = check_launch(&h100(), &kernel(66), &launch).unwrap_err();
+        assert!(err.to_string().contains("allocated 2304 per warp"), "{err}");
+        // 64 registers are 2048 per warp, exactly the unit: 31 warps fit.
+        check_launch(&h100(), &kernel(64), &launch).unwrap();
+        // More than 255 per thread never launches, whatever the block.
+        let err = check_launch(&h100(), &kernel(256), &Launch::new((1, 1, 1), 32)).unwrap_err();
+        assert!(
+            err.to_string().contains("256 registers per thread"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn grid_and_block_limits_name_the_dimension() {
+        let k = kernel(32);
+        let too_tall = Launch::new((1, 65_536, 1), 32);
+        let err = check_launch(&h100(), &k, &too_tall).unwrap_err();
+        assert!(err.to_string().contains("exceeds 65535 in y or z"), "{err}");
+        let empty = Launch::new((0, 1, 1), 32);
+        assert!(check_launch(&h100(), &k, &empty).is_err());
+        let wide = Launch::new((1, 1, 1), 1025);
+        let err = check_launch(&h100(), &k, &wide).unwrap_err();
+        assert!(err.to_string().contains("1025 threads per block"), "{err}");
+    }
 }
