@@ -39,10 +39,23 @@ static ARCH: OnceLock<Arch> = OnceLock::new();
 /// used. Fails if it is already in use with another one, or for an unknown arch.
 pub fn set_arch(arch: Arch) -> Result<(), AttnError> {
     sim_arch_of(arch)?;
-    let chosen = *ARCH.get_or_init(|| arch);
-    if chosen != arch {
+    choose_once(&ARCH, arch, |a| a.to_string())
+}
+
+/// Sets `cell` to `value` unless it holds another value already: the simulator's settings
+/// are chosen once per process, before its executor starts. `describe` names a value in the
+/// error ("the simulator already runs …; cannot switch to …").
+fn choose_once<T: Copy + PartialEq>(
+    cell: &OnceLock<T>,
+    value: T,
+    describe: impl Fn(T) -> String,
+) -> Result<(), AttnError> {
+    let chosen = *cell.get_or_init(|| value);
+    if chosen != value {
         return Err(AttnError::InvalidArgument(format!(
-            "the simulator already runs {chosen}; cannot switch to {arch} in this process"
+            "the simulator already runs {}; cannot switch to {} in this process",
+            describe(chosen),
+            describe(value)
         )));
     }
     Ok(())
@@ -55,14 +68,7 @@ static CHECKS: OnceLock<Checks> = OnceLock::new();
 /// Counters do not depend on the checkers, so `linattn profile` turns them off (about twice
 /// as fast); `linattn check` and the tests keep them on.
 pub fn set_checks(checks: Checks) -> Result<(), AttnError> {
-    let chosen = *CHECKS.get_or_init(|| checks);
-    if chosen != checks {
-        return Err(AttnError::InvalidArgument(format!(
-            "the simulator already runs with {chosen:?}; cannot switch to {checks:?} in this \
-             process"
-        )));
-    }
-    Ok(())
+    choose_once(&CHECKS, checks, |c| format!("with {c:?}"))
 }
 
 /// Unless chosen: every checker but globalcheck, which costs 5–10× the simulator's time;
@@ -79,14 +85,7 @@ static NUMERICS: OnceLock<Numerics> = OnceLock::new();
 /// Chooses how the executor computes `.approx` functions and `mma` accumulation (see
 /// [`Numerics`]), before it is first used; [`Numerics::Exact`] unless chosen otherwise.
 pub fn set_numerics(numerics: Numerics) -> Result<(), AttnError> {
-    let chosen = *NUMERICS.get_or_init(|| numerics);
-    if chosen != numerics {
-        return Err(AttnError::InvalidArgument(format!(
-            "the simulator already runs with {chosen} numerics; cannot switch to {numerics} in \
-             this process"
-        )));
-    }
-    Ok(())
+    choose_once(&NUMERICS, numerics, |n| format!("with {n} numerics"))
 }
 
 static PLACEMENT: OnceLock<Placement> = OnceLock::new();
@@ -94,14 +93,9 @@ static PLACEMENT: OnceLock<Placement> = OnceLock::new();
 /// Chooses how the simulator lays out shared variables (`Placement`: declared unless chosen
 /// otherwise), before the executor is first used.
 pub fn set_shared_placement(placement: Placement) -> Result<(), AttnError> {
-    let chosen = *PLACEMENT.get_or_init(|| placement);
-    if chosen != placement {
-        return Err(AttnError::InvalidArgument(format!(
-            "the simulator already places shared memory {chosen:?}; cannot switch to \
-             {placement:?} in this process"
-        )));
-    }
-    Ok(())
+    choose_once(&PLACEMENT, placement, |p| {
+        format!("with {p:?} shared placement")
+    })
 }
 
 /// The simulated architecture (sm_90 unless chosen otherwise).
