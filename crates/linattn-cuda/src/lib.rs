@@ -27,6 +27,7 @@ pub mod executor;
 pub mod feature_map;
 pub mod form;
 pub mod latency_probe;
+pub mod limits;
 pub mod memory;
 pub mod noncausal;
 pub mod params;
