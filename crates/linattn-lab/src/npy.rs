@@ -431,12 +431,18 @@ mod tests {
     fn versions_two_and_three_are_read() {
         let t = sample([1, 1, 2, 3]);
         let v1 = encode_npy(&t, NpyDtype::F64);
-        let header_len = u16::from_le_bytes([v1[8], v1[9]]) as u32;
+        let header_len = u16::from_le_bytes([v1[8], v1[9]]) as usize;
+        // The 2-byte-longer prefix takes 2 spaces off the padding: the data stays 64-aligned.
+        let header_len = header_len - 2;
+        let (dict, data) = (&v1[10..10 + header_len - 1], &v1[10 + header_len + 2..]);
         for version in [2u8, 3] {
             let mut v = MAGIC.to_vec();
             v.extend_from_slice(&[version, 0]);
-            v.extend_from_slice(&header_len.to_le_bytes());
-            v.extend_from_slice(&v1[10..]);
+            v.extend_from_slice(&(header_len as u32).to_le_bytes());
+            v.extend_from_slice(dict);
+            v.push(b'\n');
+            v.extend_from_slice(data);
+            assert_eq!(v.len() - data.len(), 12 + header_len);
             let back = parse_npy(&v).unwrap();
             assert_eq!(back.tensor, t, "version {version}");
         }
