@@ -41,7 +41,10 @@ for descr, fmt in [('<f4','<f'), ('<f8','<d')]:
     w(f'valid_{descr[1:]}_single.npy', npy(descr, (1,1,1,1), vals((1,1,1,1), fmt)))
 # Valid with numpy's other spellings: double quotes, no trailing comma, keys reordered.
 w('valid_f4_dquote.npy', npy(None, None, vals((1,1,2,2),'<f'), dict_text='{"shape": (1, 1, 2, 2), "fortran_order": False, "descr": "<f4"}'))
-w('valid_f8_unpadded.npy', npy('<f8', (2,1,1,1), vals((2,1,1,1),'<d'), pad=False))
+# Unpadded: the data starts at byte 76, 4-aligned (whole '<f4' elements), not 64-aligned.
+w('valid_f4_unpadded.npy', npy('<f4', (2,1,1,1), vals((2,1,1,1),'<f'), pad=False))
+# Fortran order (first index fastest): read and converted to C order.
+w('valid_f8_fortran.npy', npy('<f8', (2,1,1,2), vals((2,1,1,2),'<d'), fortran=True))
 # Malformed: each refusal of the reader.
 eight = b'\0'*8
 w('bad_magic.npy', b'hello world, not numpy')
@@ -50,9 +53,10 @@ w('bad_version.npy', MAGIC + bytes([9,0,0,0]))
 w('bad_dtype_i8.npy', npy('<i8', (1,1,1,1), eight))
 w('bad_dtype_bigendian.npy', npy('>f4', (1,1,1,2), eight))
 w('bad_dtype_struct.npy', npy(None, None, eight, dict_text="{'descr': [('a', '<f4'), ('b', '<f4')], 'fortran_order': False, 'shape': (1, 1, 1, 1), }"))
-w('bad_fortran.npy', npy('<f8', (1,1,1,1), eight, fortran=True))
 w('bad_rank2.npy', npy('<f8', (1,1), eight))
 w('bad_truncated_data.npy', npy('<f8', (1,1,1,2), eight))
+w('bad_misaligned_offset.npy', npy('<f8', (2,1,1,1), vals((2,1,1,1),'<d'), pad=False))
+w('bad_misaligned_length.npy', npy('<f8', (1,1,1,2), eight + b'\0'*5))
 w('bad_extra_bytes.npy', npy('<f4', (1,1,1,1), eight))
 w('bad_missing_key.npy', npy(None, None, eight, dict_text="{'descr': '<f8', 'shape': (1, 1, 1, 1), }"))
 w('bad_huge_shape.npy', npy('<f8', (2**40, 2**40, 2**40, 2**40), eight))

@@ -30,9 +30,10 @@ use crate::causal_recurrent::{
 use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Launch, Platform};
 use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run, Timed};
+use crate::limits::{self, Axis, Grid, GRID_YZ_MAX};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch, ptr, Ptr};
-use crate::runtime::{as_i32, blocks_for, storage_define, KernelVariant};
+use crate::runtime::{as_i32, storage_define, KernelVariant};
 
 pub const SOURCE_NAME: &str = "causal_cumsum.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_cumsum.cu");
@@ -68,8 +69,8 @@ pub use params::SPECS as KERNEL_PARAMS;
 pub use params::ENTRIES as ENTRY_POINTS;
 
 const THREADS: u32 = 256;
-/// Grid y/z limit (chunks and B·H).
-const MAX_GRID_YZ: usize = 65_535;
+/// Grid y/z limit (the chunk count of [`chunk_len`] stays within it).
+const MAX_GRID_YZ: usize = GRID_YZ_MAX as usize;
 /// Blocks of the grid-stride `cs_outer`: fills any current GPU several times over (an H100
 /// holds 132 SMs × 8 CTAs of 256 threads = 1056 at once). Small enough that the default check
 /// grid (B·H·N = 6600 rows) runs the grid-stride loop, so its trailing barrier is tested.
@@ -150,26 +151,50 @@ pub fn forward_bytes(dims: &CoreDims, storage_bytes: usize) -> Result<u64, AttnE
         .ok_or_else(overflow)
 }
 
-/// Launch shapes of the three scan phases for `entries` values per token.
+/// Grids of the three scan phases for `entries` values per token (`what`: C·M or C):
+/// (⌈E/256⌉, chunks, B·H), (⌈E/256⌉, B·H), (⌈E/256⌉, chunks, B·H).
+pub fn scan_grids(what: &str, entries: usize, n: usize, batch_heads: usize) -> [Grid; 3] {
+    let chunks = n.div_ceil(chunk_len(n));
+    let x = || Axis::covering(what, entries as u64, u64::from(THREADS));
+    let chunk_axis = || Axis::each("chunks of N", chunks);
+    let bh = || Axis::each("B·H", batch_heads);
+    [
+        Grid::of::<params::ScanLocal>(x(), chunk_axis(), bh()),
+        Grid::of::<params::ScanCarry>(x(), bh(), Axis::one()),
+        Grid::of::<params::ScanFix>(x(), chunk_axis(), bh()),
+    ]
+}
+
+/// Launch shapes of the three scan phases of [`scan_grids`].
 pub fn scan_launches(
+    what: &str,
     entries: usize,
     n: usize,
     batch_heads: usize,
 ) -> Result<[Launch; 3], AttnError> {
-    let chunk = chunk_len(n);
-    let chunks = n.div_ceil(chunk);
-    if chunks > MAX_GRID_YZ || batch_heads > MAX_GRID_YZ || batch_heads == 0 {
-        return Err(AttnError::InvalidArgument(format!(
-            "cumsum scan grid: {chunks} chunks × {batch_heads} heads exceeds 65535"
-        )));
+    let [local, carry, fix] = scan_grids(what, entries, n, batch_heads);
+    let config = |grid: Grid| grid.dims().map(|dims| Launch::new(dims, THREADS));
+    Ok([config(local)?, config(carry)?, config(fix)?])
+}
+
+/// `cs_contract`: a block per token, (N, B·H).
+fn contract_grid(dims: &CoreDims) -> Grid {
+    Grid::of::<params::Contract>(
+        Axis::each("N", dims.n),
+        Axis::each("B·H", dims.batch_heads),
+        Axis::one(),
+    )
+}
+
+/// The grid of every launch of the forward (`cs_outer` is grid-stride); the backward is the
+/// recurrent form's.
+pub fn launch_grids(dims: &CoreDims) -> Vec<Grid> {
+    let mut grids = scan_grids("C·M", dims.c * dims.m, dims.n, dims.batch_heads).to_vec();
+    if dims.map.normalised() {
+        grids.extend(scan_grids("C", dims.c, dims.n, dims.batch_heads));
     }
-    let x = blocks_for(entries, THREADS as usize)?;
-    let config = |grid| Launch::new(grid, THREADS);
-    Ok([
-        config((x, chunks as u32, batch_heads as u32)),
-        config((x, batch_heads as u32, 1)),
-        config((x, chunks as u32, batch_heads as u32)),
-    ])
+    grids.push(contract_grid(dims));
+    grids
 }
 
 /// Enqueues the decayed inclusive prefix sum over N of `x` ([B·H, N, entries], in place).
@@ -178,9 +203,9 @@ fn launch_scan(
     variant: &KernelVariant,
     dims: &CoreDims,
     x: &DeviceBuffer<f32>,
-    entries: usize,
+    (what, entries): (&str, usize),
 ) -> Result<(), AttnError> {
-    let [local, carry, fix] = scan_launches(entries, dims.n, dims.batch_heads)?;
+    let [local, carry, fix] = scan_launches(what, entries, dims.n, dims.batch_heads)?;
     let entries = as_i32("scan entries", entries)?;
     let n = as_i32("N", dims.n)?;
     let chunk = as_i32("chunk", chunk_len(dims.n))?;
@@ -247,21 +272,16 @@ fn launch_forward<T: StorageElem>(
         },
     )?;
 
-    launch_scan(exec, &variant, dims, u, dims.c * dims.m)?;
+    launch_scan(exec, &variant, dims, u, ("C·M", dims.c * dims.m))?;
     if dims.map.normalised() {
-        launch_scan(exec, &variant, dims, z_u, dims.c)?;
+        launch_scan(exec, &variant, dims, z_u, ("C", dims.c))?;
     }
 
     // out holds tokens·M, den tokens elements.
-    let grid = (
-        u32::try_from(dims.n).map_err(|_| AttnError::SizeOverflow("N".into()))?,
-        u32::try_from(dims.batch_heads).map_err(|_| AttnError::SizeOverflow("B·H".into()))?,
-        1,
-    );
     launch(
         exec.as_ref(),
         &variant,
-        &Launch::new(grid, THREADS),
+        &Launch::new(contract_grid(dims).dims()?, THREADS),
         &params::Contract {
             q: ops.q,
             s: ptr(u),
@@ -336,11 +356,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalCumsum {
 
     fn check(&self, info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
         check_problem(info, problem)?;
-        // Scans take the chunk count in grid y and entries in int.
-        let dims = CoreDims::of(problem);
-        scan_launches(dims.c * dims.m, dims.n, dims.batch_heads)
-            .map(|_| ())
-            .map_err(|e| Unsupported::Problem(e.to_string()))
+        limits::check_grids(&launch_grids(&CoreDims::of(problem)))
     }
 
     fn plan(

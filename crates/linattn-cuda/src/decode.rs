@@ -28,6 +28,7 @@ use linattn_core::{
 
 use crate::executor::{Executor, Kernel, Launch, Platform};
 use crate::form::DeviceInputs;
+use crate::limits::{Axis, Grid};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch_kernel, ptr, KernelParams, Ptr};
 use crate::runtime::{as_i32, storage_define, KernelVariant};
@@ -225,20 +226,12 @@ impl<T: StorageElem> CudaDecoder<T> {
             )?),
             _ => None,
         };
-        let blocks = u32::try_from(spec.bh())
-            .ok()
-            .filter(|&b| b <= i32::MAX as u32)
-            .ok_or_else(|| {
-                AttnError::InvalidArgument(format!(
-                    "B·H = {} blocks: dec_step's grid takes at most 2^31 - 1",
-                    spec.bh()
-                ))
-            })?;
+        let grid = step_grid(spec).dims()?;
         let kernel = exec.kernel(&variant(T::PRECISION, &spec.map)?, params::Step::SPEC.entry)?;
         exec.synchronize()?;
         self.live = Some(Live {
             kernel,
-            launch: Launch::new((blocks, 1, 1), THREADS),
+            launch: Launch::new(grid, THREADS),
             exec,
             spec: *spec,
             tokens: state.tokens,
@@ -270,6 +263,11 @@ impl<T: StorageElem> CudaDecoder<T> {
     }
 }
 
+/// `dec_step`: a block per head, B·H on grid x.
+fn step_grid(spec: &DecodeSpec) -> Grid {
+    Grid::of::<params::Step>(Axis::each("B·H", spec.bh()), Axis::one(), Axis::one())
+}
+
 /// Elements of an output of `n` tokens (B·H·n·M), overflow-checked.
 fn output_len(spec: &DecodeSpec, n: usize) -> Result<usize, AttnError> {
     spec.bh()
@@ -296,7 +294,9 @@ impl<T: StorageElem> Decoder for CudaDecoder<T> {
         spec.validate()
             .map_err(|e| Unsupported::Problem(e.to_string()))?;
         variant(T::PRECISION, &spec.map)?;
+        // D too: FAVOR+'s C = R does not bound it, and the kernel stages D elements a thread.
         for (what, dim) in [
+            ("head dim D", spec.dk),
             ("feature dim C", spec.feature_dim()),
             ("value dim M", spec.dv),
         ] {
@@ -306,7 +306,7 @@ impl<T: StorageElem> Decoder for CudaDecoder<T> {
                 )));
             }
         }
-        Ok(())
+        step_grid(spec).check()
     }
 
     fn prefill(&mut self, x: &Inputs) -> Result<Tensor, AttnError> {

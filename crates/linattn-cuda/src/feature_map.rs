@@ -21,11 +21,11 @@ use std::sync::Arc;
 use linattn_core::{AttnError, FeatureMap, Precision, Problem, Unsupported};
 
 use crate::executor::{Executor, Launch};
+use crate::limits::{self, product, Axis, Grid};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch, ptr, KernelParams, Ptr};
 use crate::runtime::{
-    as_i32, blocks_for, check_head_dim, head_dim_class, storage_define, KernelVariant,
-    HEAD_DIM_CLASSES,
+    as_i32, check_head_dim, head_dim_class, storage_define, KernelVariant, HEAD_DIM_CLASSES,
 };
 
 /// kernels/feature_map.cu.
@@ -72,6 +72,31 @@ pub use params::SPECS as KERNEL_PARAMS;
 const ROWS_PER_BLOCK: usize = 8;
 /// Largest FAVOR+ feature count the kernels stage in shared memory.
 pub const FAVOR_MAX_FEATURES: usize = 256;
+/// Elements of φ per block of `fm_favor_exp` (a thread each).
+const FAVOR_EXP_PER_BLOCK: u64 = 256;
+
+/// A row kernel `P`: a warp per row of [B·H·N], [`ROWS_PER_BLOCK`] rows a 256-thread block.
+fn row_grid<P: KernelParams>(rows: u64) -> Grid {
+    let x = Axis::covering("B·H·N", rows, ROWS_PER_BLOCK as u64);
+    Grid::of::<P>(x, Axis::one(), Axis::one())
+}
+
+/// A column kernel `P` over the N rows of each head: 32 features a block, heads on grid y.
+fn column_grid<P: KernelParams>(dk: usize, heads: usize) -> Grid {
+    let x = Axis::covering("D", dk as u64, 32);
+    Grid::of::<P>(x, Axis::each("B·H", heads), Axis::one())
+}
+
+/// `fm_favor_head_max`: a block per head.
+fn head_max_grid(heads: usize) -> Grid {
+    Grid::of::<params::FavorHeadMax>(Axis::each("B·H", heads), Axis::one(), Axis::one())
+}
+
+/// `fm_favor_exp`: a thread per element of φ ([B·H·N, R]).
+fn favor_exp_grid(elements: u64) -> Grid {
+    let x = Axis::covering("B·H·N·R", elements, FAVOR_EXP_PER_BLOCK);
+    Grid::of::<params::FavorExp>(x, Axis::one(), Axis::one())
+}
 
 /// The variant for a storage precision and key-dim class.
 pub fn variant(precision: Precision, dk_class: usize) -> Result<KernelVariant, Unsupported> {
@@ -133,7 +158,8 @@ impl FeatureStage {
         !map.elementwise()
     }
 
-    /// What the stage supports: D as the cores do, FAVOR+ with R ≤ 256.
+    /// What the stage supports: D as the cores do, FAVOR+ with R ≤ 256, and the grids of
+    /// its launches.
     pub fn check(problem: &Problem) -> Result<(), Unsupported> {
         check_head_dim("head dim D", problem.shape.dk)?;
         if let FeatureMap::Favor { features, .. } = problem.map {
@@ -143,7 +169,30 @@ impl FeatureStage {
                 )));
             }
         }
-        Ok(())
+        limits::check_grids(&Self::launch_grids(problem))
+    }
+
+    /// The grid of every launch of the stage's forward and backward for `problem`'s map
+    /// (the row kernels of one map share one grid).
+    fn launch_grids(problem: &Problem) -> Vec<Grid> {
+        let shape = &problem.shape;
+        let rows = product(&[shape.bh(), shape.seq]);
+        let columns = |grid: fn(usize, usize) -> Grid| grid(shape.dk, shape.bh());
+        match problem.map {
+            FeatureMap::Softmax => vec![row_grid::<params::SoftmaxRows>(rows)],
+            FeatureMap::EfficientAttention => vec![
+                row_grid::<params::SoftmaxRows>(rows),
+                columns(column_grid::<params::SoftmaxCols>),
+                columns(column_grid::<params::BackwardSoftmaxCols>),
+            ],
+            FeatureMap::OnePlusCos => vec![row_grid::<params::CosRows>(rows)],
+            FeatureMap::Favor { features, .. } => vec![
+                row_grid::<params::FavorExponents>(rows),
+                head_max_grid(shape.bh()),
+                favor_exp_grid(product(&[shape.bh(), shape.seq, features])),
+            ],
+            _ => Vec::new(),
+        }
     }
 
     pub fn new(
@@ -323,10 +372,10 @@ impl FeatureStage {
         as_i32("head dim", self.dk)
     }
 
-    /// A row kernel: one warp per row, 8 rows per 256-thread block.
+    /// A row kernel: [`row_grid`].
     fn by_rows<P: KernelParams>(&self, rows: i64, params: &P) -> Result<(), AttnError> {
-        let rows = usize::try_from(rows).map_err(|_| AttnError::SizeOverflow("rows".into()))?;
-        let grid = (blocks_for(rows, ROWS_PER_BLOCK)?, 1, 1);
+        let rows = u64::try_from(rows).map_err(|_| AttnError::SizeOverflow("rows".into()))?;
+        let grid = row_grid::<P>(rows).dims()?;
         launch(
             self.exec.as_ref(),
             &self.variant,
@@ -335,13 +384,10 @@ impl FeatureStage {
         )
     }
 
-    /// A column kernel over the N rows of each head: 32 × 8 threads per 32 features, heads
-    /// on grid y; buffers are [heads, n, d].
+    /// A column kernel: [`column_grid`], 32 × 8 threads; buffers are [heads, n, d].
     fn by_columns<P: KernelParams>(&self, heads: usize, params: &P) -> Result<(), AttnError> {
-        let heads =
-            u32::try_from(heads).map_err(|_| AttnError::SizeOverflow(format!("{heads} heads")))?;
-        let launch_shape =
-            Launch::new((blocks_for(self.dk, 32)?, heads, 1), 32).with_block((32, 8, 1));
+        let grid = column_grid::<P>(self.dk, heads).dims()?;
+        let launch_shape = Launch::new(grid, 32).with_block((32, 8, 1));
         launch(self.exec.as_ref(), &self.variant, &launch_shape, params)
     }
 
@@ -393,13 +439,11 @@ impl FeatureStage {
             Operand::Query => None,
             Operand::Key => {
                 let head_max = DeviceBuffer::<f32>::uninit(&self.exec, meter, heads)?;
-                let heads_u32 = u32::try_from(heads)
-                    .map_err(|_| AttnError::SizeOverflow(format!("{heads} heads")))?;
                 // row_max [heads·n] → head_max [heads].
                 launch(
                     self.exec.as_ref(),
                     &self.variant,
-                    &Launch::new((heads_u32, 1, 1), 256),
+                    &Launch::new(head_max_grid(heads).dims()?, 256),
                     &params::FavorHeadMax {
                         row_max: ptr(&row_max),
                         head_max: ptr(&head_max),
@@ -420,7 +464,10 @@ impl FeatureStage {
         launch(
             self.exec.as_ref(),
             &self.variant,
-            &Launch::new((blocks_for(total, 256)?, 1, 1), 256),
+            &Launch::new(
+                favor_exp_grid(total as u64).dims()?,
+                FAVOR_EXP_PER_BLOCK as u32,
+            ),
             &params::FavorExp {
                 phi: ptr(phi),
                 shift: ptr(shift),

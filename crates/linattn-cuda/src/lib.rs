@@ -13,6 +13,8 @@
 //! * [`noncausal`] — `{cuda,sim}/noncausal/{f32,f16,bf16}`: S = φ(K)ᵀV, z, O = φ(Q)S/(φ(Q)z+ε).
 //! * [`causal_recurrent`], [`causal_cumsum`], [`causal_chunked`] — the causal forms.
 //! * [`decode`] — `{cuda,sim}/decode/{f32,f16,bf16}`: streaming decode, one token per launch.
+//! * [`limits`] — CUDA's grid limits and each launch's grid described against them, so
+//!   `supports` refuses (naming value, limit, kernel) what a launch could not take.
 //!
 //! Every backend exists once per [`Platform`]: `cuda/<form>/<precision>` runs on the GPU,
 //! `sim/<form>/<precision>` runs the same kernels, compiled the same way, on the simulator.
@@ -27,6 +29,7 @@ pub mod executor;
 pub mod feature_map;
 pub mod form;
 pub mod latency_probe;
+pub mod limits;
 pub mod memory;
 pub mod noncausal;
 pub mod params;

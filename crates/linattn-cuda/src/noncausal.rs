@@ -24,6 +24,7 @@ use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Launch, Platform};
 use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
 use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run, Timed};
+use crate::limits::{self, product, Axis, Grid, GRID_YZ_MAX};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch, ptr, Ptr};
 use crate::runtime::{
@@ -73,8 +74,8 @@ const MODE_OUTPUT: i32 = 0;
 const MODE_GRAD_Q: i32 = 1;
 const MODE_GRAD_K: i32 = 2;
 const MODE_GRAD_V: i32 = 3;
-/// B·H runs on grid.z, which CUDA limits to 65535.
-const MAX_GRID_HEADS: u32 = 65_535;
+/// Rows of `nc_backward_row_terms` per block: a warp per row.
+const ROW_TERMS_ROWS_PER_BLOCK: usize = THREADS as usize / 32;
 /// Fewest rows a split of N gets: below this the partials cost more than they parallelise.
 const MIN_ROWS_PER_SPLIT: usize = 256;
 
@@ -108,14 +109,10 @@ pub fn kernel_variants() -> Vec<KernelVariant> {
 /// What the non-causal kernels accept, independent of the machine.
 pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
     check_linear_form(info, problem)?;
-    if problem.shape.bh() > MAX_GRID_HEADS as usize {
-        return Err(Unsupported::Problem(format!(
-            "B·H = {} exceeds {MAX_GRID_HEADS}: the non-causal kernels put heads on grid.z",
-            problem.shape.bh()
-        )));
-    }
     check_head_dim("head dim D", problem.shape.dk)?;
     check_head_dim("value dim M", problem.shape.dv)?;
+    limits::check_seq(problem.shape.seq, "the non-causal kernels")?;
+    limits::check_grids(&launch_grids(&Dims::of(problem)))?;
     if FeatureStage::needed(&problem.map) {
         FeatureStage::check(problem)?;
     }
@@ -231,13 +228,59 @@ impl Dims {
         self.c * self.m + self.c
     }
 
-    /// B·H as grid.z (`check_problem` keeps it within 65535).
-    fn grid_heads(&self) -> Result<u32, AttnError> {
-        u32::try_from(self.heads)
-            .ok()
-            .filter(|&h| h <= MAX_GRID_HEADS)
-            .ok_or_else(|| AttnError::SizeOverflow(format!("B·H = {} heads", self.heads)))
+    /// Output tiles of a C×M state, `nc_accumulate`'s grid x.
+    fn state_tiles(&self) -> usize {
+        self.c.div_ceil(TILE) * self.m.div_ceil(TILE)
     }
+
+    fn heads_axis(&self) -> Axis {
+        Axis::each("B·H", self.heads)
+    }
+}
+
+/// Most splits of N an `nc_accumulate` grid gets (its grid y).
+fn max_splits(n: usize) -> usize {
+    n.div_ceil(MIN_ROWS_PER_SPLIT)
+        .clamp(1, GRID_YZ_MAX as usize)
+}
+
+/// `nc_accumulate`: (C-tiles × M-tiles, splits of N, B·H).
+fn accumulate_grid(dims: &Dims, splits: usize) -> Grid {
+    Grid::of::<params::Accumulate>(
+        Axis::each("⌈C/64⌉·⌈M/64⌉ state tiles", dims.state_tiles()),
+        Axis::each("splits of N", splits),
+        dims.heads_axis(),
+    )
+}
+
+/// `nc_backward_row_terms`: a warp per row of [B·H·N], 1-D.
+fn row_terms_grid(dims: &Dims) -> Grid {
+    let rows = product(&[dims.heads, dims.n]);
+    let x = Axis::covering("B·H·N", rows, ROW_TERMS_ROWS_PER_BLOCK as u64);
+    Grid::of::<params::BackwardRowTerms>(x, Axis::one(), Axis::one())
+}
+
+/// `nc_rowgemm` writing `width` (`what`: M or C) columns: (N-tiles, column tiles, B·H).
+fn rowgemm_grid(dims: &Dims, what: &str, width: usize) -> Grid {
+    Grid::of::<params::Rowgemm>(
+        Axis::covering("N", dims.n as u64, TILE as u64),
+        Axis::covering(what, width as u64, TILE as u64),
+        dims.heads_axis(),
+    )
+}
+
+/// The grid of every launch a forward and backward of `dims` can make (splits at their
+/// most); `nc_reduce` is grid-stride.
+fn launch_grids(dims: &Dims) -> Vec<Grid> {
+    let mut grids = vec![
+        accumulate_grid(dims, max_splits(dims.n)),
+        rowgemm_grid(dims, "M", dims.m),
+        rowgemm_grid(dims, "C", dims.c),
+    ];
+    if dims.normalised {
+        grids.push(row_terms_grid(dims));
+    }
+    grids
 }
 
 /// φ(Q) or φ(K) as the kernels read it: fp32 features of the φ stage, or raw storage with
@@ -354,7 +397,7 @@ fn backward<T: StorageElem>(
         launch(
             exec.as_ref(),
             variant,
-            &Launch::new((blocks_for(rows, 8)?, 1, 1), 256),
+            &Launch::new(row_terms_grid(&dims).dims()?, THREADS),
             &params::BackwardRowTerms {
                 q: q_op.ptr,
                 q_kind: q_op.kind,
@@ -481,12 +524,11 @@ fn reduce_outer_products(
 ) -> Result<DeviceBuffer<f32>, AttnError> {
     let state_len = dims.state_len();
     let state = DeviceBuffer::<f32>::zeros(exec, meter, dims.heads * state_len)?;
-    let tiles = dims.c.div_ceil(TILE) * dims.m.div_ceil(TILE);
+    let tiles = dims.state_tiles();
     let wanted_blocks = 4 * exec.info().sm_count as usize;
-    let max_splits = dims.n.div_ceil(MIN_ROWS_PER_SPLIT).clamp(1, 65_535);
     let splits = wanted_blocks
         .div_ceil((tiles * dims.heads).max(1))
-        .clamp(1, max_splits);
+        .clamp(1, max_splits(dims.n));
     // Rows per split rounded to the 16-row step, then the splits that actually have rows.
     let rows_per_split = dims.n.div_ceil(splits).div_ceil(16) * 16;
     let splits = dims.n.div_ceil(rows_per_split).max(1);
@@ -501,15 +543,10 @@ fn reduce_outer_products(
     };
     // The target is [BH, splits, C·M+C].
     let target = partial.as_ref().unwrap_or(&state);
-    let grid = (
-        u32::try_from(tiles).map_err(|_| AttnError::SizeOverflow("tiles".into()))?,
-        splits as u32,
-        dims.grid_heads()?,
-    );
     launch(
         exec.as_ref(),
         variant,
-        &Launch::new(grid, THREADS),
+        &Launch::new(accumulate_grid(dims, splits).dims()?, THREADS),
         &params::Accumulate {
             a: reduction.a.ptr,
             a_kind: reduction.a.kind,
@@ -593,22 +630,17 @@ fn rowgemm(
     dims: &Dims,
     call: RowGemm,
 ) -> Result<(), AttnError> {
-    let width = if call.mode == MODE_GRAD_Q || call.mode == MODE_GRAD_K {
-        dims.c
+    let (what, width) = if call.mode == MODE_GRAD_Q || call.mode == MODE_GRAD_K {
+        ("C", dims.c)
     } else {
-        dims.m
+        ("M", dims.m)
     };
     // x is [BH,N,inner], state [BH,C·M+C], out [BH,N,width] of the type out_f32 says, pre
     // [BH,N,width] storage or null.
-    let grid = (
-        blocks_for(dims.n, TILE)?,
-        blocks_for(width, TILE)?,
-        dims.grid_heads()?,
-    );
     launch(
         exec.as_ref(),
         variant,
-        &Launch::new(grid, THREADS),
+        &Launch::new(rowgemm_grid(dims, what, width).dims()?, THREADS),
         &params::Rowgemm {
             mode: call.mode,
             x: call.x.ptr,

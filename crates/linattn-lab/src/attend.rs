@@ -24,9 +24,12 @@ cuda). With a family, --form and --precision pick the member:
   e.g. `--backend cpu --form recurrent --precision f32` is cpu/causal_recurrent/f32.
   When several members still match, the one without a '+variant' suffix wins.
 
-Inputs: 4-D C-order .npy arrays, '<f4' or '<f8', all of one dtype: q and k [B, H, N, D], \
-v (and dO) [B, H, N, M]. Outputs o.npy (and dq.npy, dk.npy, dv.npy with --d-out) in the same \
-dtype. Bad input (shapes, NaN/Inf, dtype, unknown names) exits with status 2.")]
+Inputs: 4-D .npy arrays, '<f4' or '<f8', all of one dtype: q and k [B, H, N, D], \
+v (and dO) [B, H, N, M]; C order, or Fortran order (converted). Outputs o.npy (and dq.npy, \
+dk.npy, dv.npy with --d-out) in the same dtype, C order. Bad input exits with status 2 and \
+names the file and the problem: shapes that disagree, empty dims, NaN/Inf, another dtype, \
+truncated or misaligned data, unknown names, and what the backend does not take (head dims, \
+B·H or N beyond its kernels' grid limits).")]
 pub struct AttendArgs {
     #[command(flatten)]
     qkv: QkvPaths,
@@ -170,6 +173,70 @@ fn parse_options(args: &AttendArgs) -> Result<Options, AttnError> {
 /// Reads the operands; they must share one dtype.
 fn read_inputs(args: &AttendArgs) -> Result<(Inputs, NpyDtype), AttnError> {
     read_operands(&args.qkv, args.d_out.as_deref())
+}
+
+/// The operands' files by role.
+fn operand_files(args: &AttendArgs) -> Vec<(&'static str, &Path)> {
+    let mut files = vec![
+        ("q", args.qkv.q.as_path()),
+        ("k", args.qkv.k.as_path()),
+        ("v", args.qkv.v.as_path()),
+    ];
+    files.extend(args.d_out.as_deref().map(|path| ("d_out", path)));
+    files
+}
+
+/// `e`, from checking the operands read from `files`, with the files named: a shape
+/// mismatch lists every file's dims; a NaN or ±Inf names its file and its [b, h, n, d].
+fn name_files(e: AttnError, files: &[(&'static str, &Path)], inputs: &Inputs) -> AttnError {
+    let tensor = |role: &str| match role {
+        "q" => Some(&inputs.q),
+        "k" => Some(&inputs.k),
+        "v" => Some(&inputs.v),
+        _ => inputs.d_out.as_ref(),
+    };
+    match e {
+        AttnError::ShapeMismatch(what) => {
+            let listed: Vec<String> = files
+                .iter()
+                .filter_map(|&(role, path)| {
+                    tensor(role).map(|t| format!("{role} {} {:?}", path.display(), t.dims()))
+                })
+                .collect();
+            AttnError::ShapeMismatch(format!("{what}; the files: {}", listed.join(", ")))
+        }
+        AttnError::NonFinite {
+            tensor: role,
+            index,
+            value,
+        } => match files.iter().find(|(r, _)| *r == role) {
+            Some(&(_, path)) => {
+                // A tensor holding an element has no zero dim: the divisions are by ≥ 1.
+                let position = tensor(role).map_or(String::new(), |t| {
+                    let [_, h, n, d] = t.dims();
+                    let at = [
+                        index / (h * n * d),
+                        index / (n * d) % h,
+                        index / d % n,
+                        index % d,
+                    ];
+                    format!(" = [b, h, n, d] {at:?}")
+                });
+                AttnError::BadFile {
+                    path: path.display().to_string(),
+                    reason: format!(
+                        "non-finite input: {role} holds {value} at flat index {index}{position}"
+                    ),
+                }
+            }
+            None => AttnError::NonFinite {
+                tensor: role,
+                index,
+                value,
+            },
+        },
+        other => other,
+    }
 }
 
 /// Reads q, k, v (and dO) from .npy files; they must share one dtype.
@@ -335,7 +402,8 @@ pub(crate) fn check_output(backend: &str, what: &str, t: &Tensor) -> Result<(), 
 pub fn run(args: AttendArgs) -> Result<ExitCode, AttnError> {
     let options = parse_options(&args)?;
     let (inputs, dtype) = read_inputs(&args)?;
-    let shape = inputs.shape()?;
+    let files = operand_files(&args);
+    let shape = inputs.shape().map_err(|e| name_files(e, &files, &inputs))?;
     let problem = Problem {
         shape,
         causality: options.causality,
@@ -343,7 +411,9 @@ pub fn run(args: AttendArgs) -> Result<ExitCode, AttnError> {
         eps: args.math.eps,
         decay: args.math.decay,
     };
-    inputs.validate_for(&problem)?;
+    inputs
+        .validate_for(&problem)
+        .map_err(|e| name_files(e, &files, &inputs))?;
 
     let mut backend = resolve_backend(&args.backend, &options, &problem, dtype)?;
     let name = backend.name().to_string();

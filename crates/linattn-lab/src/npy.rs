@@ -1,10 +1,12 @@
 //! `.npy` input and output for `linattn attend`: 4-D `[B, H, N, D]` arrays of little-endian
-//! `float32` (`'<f4'`) or `float64` (`'<f8'`), C order, format versions 1.0, 2.0 and 3.0.
+//! `float32` (`'<f4'`) or `float64` (`'<f8'`), format versions 1.0, 2.0 and 3.0. Fortran-order
+//! arrays are read and converted to C order (what the backends take).
 //!
 //! The header dict is parsed by `py_literal` (a full Python-literal parser, the one npyz
-//! uses); the magic, the version, the header length, the dtype, the order, the rank and the
-//! data length are checked here so that every refusal is an [`AttnError::BadFile`] saying
-//! exactly what is wrong with which file. Files are written by hand (a version 1.0 header, or 2.0 when the header is over 64 KiB), atomically.
+//! uses); the magic, the version, the header length, the dtype, the rank, the alignment of
+//! the data (its offset and length whole elements) and the data length are checked here so
+//! that every refusal is an [`AttnError::BadFile`] saying exactly what is wrong with which
+//! file. Files are written by hand (a version 1.0 header, or 2.0 when the header is over 64 KiB), atomically.
 
 use crate::results::write_bytes_atomic;
 use linattn_core::{AttnError, Tensor};
@@ -117,11 +119,6 @@ pub(crate) fn parse_npy(bytes: &[u8]) -> Result<NpyArray, String> {
             ))
         }
     };
-    if header.fortran_order {
-        return Err("Fortran-order array (expected C order; save it with \
-                    numpy.ascontiguousarray)"
-            .into());
-    }
     let dims: [usize; 4] = match header.shape[..] {
         [b, h, n, d] => [b, h, n, d],
         _ => {
@@ -139,6 +136,26 @@ pub(crate) fn parse_npy(bytes: &[u8]) -> Result<NpyArray, String> {
     let expected_bytes = elements
         .checked_mul(dtype.item_bytes())
         .ok_or_else(|| format!("shape {dims:?} overflows"))?;
+    // numpy pads the header so the data starts 16- or 64-aligned; a file whose data is not
+    // whole elements from where they start was not written by it, and is refused rather
+    // than read shifted.
+    let item = dtype.item_bytes();
+    let offset = prefix + header_len;
+    if offset % item != 0 {
+        return Err(format!(
+            "misaligned data: it starts at byte {offset}, not a multiple of the {item}-byte \
+             element size of {}",
+            dtype.descr()
+        ));
+    }
+    if data.len() % item != 0 {
+        return Err(format!(
+            "data of {} bytes is not a whole number of {item}-byte {} elements \
+             (truncated or misaligned; shape {dims:?} needs {expected_bytes} bytes)",
+            data.len(),
+            dtype.descr()
+        ));
+    }
     if data.len() < expected_bytes {
         return Err(format!(
             "truncated data: shape {dims:?} of {} needs {expected_bytes} bytes, the file holds {}",
@@ -162,8 +179,27 @@ pub(crate) fn parse_npy(bytes: &[u8]) -> Result<NpyArray, String> {
             .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
             .collect(),
     };
+    let values = if header.fortran_order {
+        fortran_to_c(dims, &values)
+    } else {
+        values
+    };
     let tensor = Tensor::from_vec(dims, values).map_err(|e| e.to_string())?;
     Ok(NpyArray { tensor, dtype })
+}
+
+/// The values of a Fortran-order (first index fastest) array of `dims`, in C order (last
+/// index fastest).
+fn fortran_to_c(dims: [usize; 4], fortran: &[f64]) -> Vec<f64> {
+    let [b, h, n, d] = dims;
+    let mut c_order = vec![0.0; fortran.len()];
+    for (at, &x) in fortran.iter().enumerate() {
+        let (i0, rest) = (at % b, at / b);
+        let (i1, rest) = (rest % h, rest / h);
+        let (i2, i3) = (rest % n, rest / n);
+        c_order[((i0 * h + i1) * n + i2) * d + i3] = x;
+    }
+    c_order
 }
 
 /// Deepest bracket nesting accepted in a header (see [`parse_header`]).
@@ -333,8 +369,15 @@ mod tests {
         }
     }
 
-    /// Replaces the header of a version-1 file produced by [`encode_npy`] with `dict`.
+    /// A version-1 file of header `dict` and `data`, the header padded with spaces so the
+    /// data starts 64-aligned, as numpy writes it.
     fn with_header(dict: &str, data: &[u8]) -> Vec<u8> {
+        let padding = (64 - (10 + dict.len() + 1) % 64) % 64;
+        with_raw_header(&format!("{dict}{}", " ".repeat(padding)), data)
+    }
+
+    /// A version-1 file of header `dict` (unpadded) and `data`.
+    fn with_raw_header(dict: &str, data: &[u8]) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
         out.extend_from_slice(&[1, 0]);
         let header = format!("{dict}\n");
@@ -388,12 +431,18 @@ mod tests {
     fn versions_two_and_three_are_read() {
         let t = sample([1, 1, 2, 3]);
         let v1 = encode_npy(&t, NpyDtype::F64);
-        let header_len = u16::from_le_bytes([v1[8], v1[9]]) as u32;
+        let header_len = u16::from_le_bytes([v1[8], v1[9]]) as usize;
+        // The 2-byte-longer prefix takes 2 spaces off the padding: the data stays 64-aligned.
+        let header_len = header_len - 2;
+        let (dict, data) = (&v1[10..10 + header_len - 1], &v1[10 + header_len + 2..]);
         for version in [2u8, 3] {
             let mut v = MAGIC.to_vec();
             v.extend_from_slice(&[version, 0]);
-            v.extend_from_slice(&header_len.to_le_bytes());
-            v.extend_from_slice(&v1[10..]);
+            v.extend_from_slice(&(header_len as u32).to_le_bytes());
+            v.extend_from_slice(dict);
+            v.push(b'\n');
+            v.extend_from_slice(data);
+            assert_eq!(v.len() - data.len(), 12 + header_len);
             let back = parse_npy(&v).unwrap();
             assert_eq!(back.tensor, t, "version {version}");
         }
@@ -427,12 +476,20 @@ mod tests {
                 ),
                 "'>f4'",
             ),
+            // 10 bytes of prefix, 69 of header: the data starts at byte 79, not 8-aligned.
             (
-                with_header(
-                    "{'descr': '<f8', 'fortran_order': True, 'shape': (1, 1, 1, 1), }",
+                with_raw_header(
+                    "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 1, 1), }   ",
                     &eight,
                 ),
-                "Fortran",
+                "misaligned data: it starts at byte 79",
+            ),
+            (
+                with_header(
+                    "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 1, 2), }",
+                    &[0u8; 13],
+                ),
+                "data of 13 bytes is not a whole number of 8-byte",
             ),
             (
                 with_header(
@@ -533,6 +590,35 @@ mod tests {
             ),
         ];
         assert_all_refused(cases);
+    }
+
+    #[test]
+    fn fortran_order_is_converted_to_c_order() {
+        let dims = [2, 3, 4, 5];
+        let t = sample(dims);
+        // Fortran order: the first index varies fastest.
+        let mut data = Vec::new();
+        for i3 in 0..5 {
+            for i2 in 0..4 {
+                for i1 in 0..3 {
+                    for i0 in 0..2 {
+                        let x = t.data()[((i0 * 3 + i1) * 4 + i2) * 5 + i3];
+                        data.extend_from_slice(&x.to_le_bytes());
+                    }
+                }
+            }
+        }
+        let bytes = with_header(
+            "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3, 4, 5), }",
+            &data,
+        );
+        let back = parse_npy(&bytes).unwrap();
+        assert_eq!(back.tensor, t);
+        let empty = with_header(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 0, 4, 5), }",
+            &[],
+        );
+        assert_eq!(parse_npy(&empty).unwrap().tensor.dims(), [2, 0, 4, 5]);
     }
 
     #[test]

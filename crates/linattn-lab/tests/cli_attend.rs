@@ -485,3 +485,174 @@ fn bad_inputs_exit_2_naming_the_problem() {
         expect_refusal(&case, &q, &k, &v, options, needles);
     }
 }
+
+/// `data` (C order, dims `dims`) written as a Fortran-order '<f8' array: first index fastest.
+fn write_fortran_npy(path: &Path, dims: [usize; 4], data: &[f64]) {
+    let [b, h, n, d] = dims;
+    let mut bytes = Vec::new();
+    for i3 in 0..d {
+        for i2 in 0..n {
+            for i1 in 0..h {
+                for i0 in 0..b {
+                    let x = data[((i0 * h + i1) * n + i2) * d + i3];
+                    bytes.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
+    }
+    let dict = format!(
+        "{{'descr': '<f8', 'fortran_order': True, 'shape': {}, }}",
+        shape_literal(&dims)
+    );
+    write_raw_npy(path, &dict, &bytes);
+}
+
+/// Runs attend on the files `q`, `k`, `v` into `out_dir` with `extra` flags.
+fn attend_files(q: &str, k: &str, v: &str, out_dir: &Path, extra: &[&str]) -> Output {
+    let out = out_dir.display().to_string();
+    let mut args = vec!["attend", "--q", q, "--k", k, "--v", v, "--out-dir", &out];
+    args.extend_from_slice(extra);
+    linattn(&args)
+}
+
+#[test]
+fn fortran_order_inputs_give_the_c_order_output() {
+    let case = Case::new([2, 3, 9, 4], 5, 6, false);
+    let dir = case.dir.path();
+    let [b, h, n, _] = case.dims;
+    write_fortran_npy(&dir.join("qf.npy"), case.dims, &case.q);
+    write_fortran_npy(&dir.join("kf.npy"), case.dims, &case.k);
+    write_fortran_npy(&dir.join("vf.npy"), [b, h, n, case.m], &case.v);
+    let flags = ["--backend", "cpu-ref", "--causal"];
+    case.attend_and_check(&flags, Map::EluPlusOne, true, "<f8", 1e-10);
+    let (_, _, want) = read_npy(&case.out_dir().join("o.npy"));
+    let fortran_dir = dir.join("out_fortran");
+    let (qf, kf, vf) = (
+        case.path("qf.npy"),
+        case.path("kf.npy"),
+        case.path("vf.npy"),
+    );
+    assert_ok(&attend_files(&qf, &kf, &vf, &fortran_dir, &flags));
+    let (descr, dims, got) = read_npy(&fortran_dir.join("o.npy"));
+    assert_eq!((descr.as_str(), dims), ("<f8", vec![b, h, n, case.m]));
+    // The same values in another layout: the same output, bit for bit.
+    assert_eq!(got, want);
+}
+
+#[test]
+fn malformed_files_exit_2_naming_the_file_and_the_problem() {
+    let case = Case::new([1, 2, 5, 4], 3, 7, false);
+    let dir = case.dir.path();
+    let q_bytes = std::fs::read(dir.join("q.npy")).unwrap();
+    let cut = |name: &str, len: usize| std::fs::write(dir.join(name), &q_bytes[..len]).unwrap();
+    // Two whole elements short, and three bytes short (mid-element).
+    cut("q_short.npy", q_bytes.len() - 16);
+    cut("q_mid.npy", q_bytes.len() - 3);
+    // The header cut short.
+    cut("q_head.npy", 40);
+    // Eight bytes past the data.
+    let mut long = q_bytes.clone();
+    long.extend_from_slice(&[0; 8]);
+    std::fs::write(dir.join("q_long.npy"), long).unwrap();
+    // A header not padded to the element size: the data starts at byte 79.
+    let dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2, 5, 4), }   ";
+    let data: Vec<u8> = case.q.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut raw = b"\x93NUMPY\x01\x00".to_vec();
+    raw.extend_from_slice(&((dict.len() + 1) as u16).to_le_bytes());
+    raw.extend_from_slice(dict.as_bytes());
+    raw.push(b'\n');
+    raw.extend_from_slice(&data);
+    std::fs::write(dir.join("q_skew.npy"), raw).unwrap();
+    // float16, which the reader does not take.
+    write_raw_npy(
+        &dir.join("q_f2.npy"),
+        "{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2, 5, 4), }",
+        &[0; 80],
+    );
+    // An infinity in q (flat index 13 = [0, 0, 3, 1]).
+    let mut with_inf = case.q.clone();
+    with_inf[13] = f64::INFINITY;
+    write_npy(&dir.join("q_inf.npy"), &case.dims, &with_inf, false);
+
+    let (k, v) = (case.path("k.npy"), case.path("v.npy"));
+    for (q_file, needles) in [
+        (
+            "q_short.npy",
+            &["q_short.npy", "truncated data", "needs 320 bytes"][..],
+        ),
+        ("q_mid.npy", &["q_mid.npy", "not a whole number of 8-byte"]),
+        ("q_head.npy", &["q_head.npy", "truncated header"]),
+        ("q_long.npy", &["q_long.npy", "8 unexpected bytes"]),
+        (
+            "q_skew.npy",
+            &["q_skew.npy", "misaligned data: it starts at byte 79"],
+        ),
+        ("q_f2.npy", &["q_f2.npy", "unsupported dtype '<f2'"]),
+        (
+            "q_inf.npy",
+            &[
+                "q_inf.npy",
+                "non-finite",
+                "inf",
+                "[b, h, n, d] [0, 0, 3, 1]",
+            ],
+        ),
+    ] {
+        let q = case.path(q_file);
+        expect_refusal(&case, &q, &k, &v, &["--backend", "cpu-ref"], needles);
+    }
+
+    // dO of another value dim than v: the refusal lists every file's dims.
+    write_npy(&dir.join("do_wide.npy"), &[1, 2, 5, 4], &[0.5; 40], false);
+    let d_out = case.path("do_wide.npy");
+    let q = case.path("q.npy");
+    expect_refusal(
+        &case,
+        &q,
+        &k,
+        &v,
+        &["--backend", "cpu-ref", "--d-out", &d_out],
+        &[
+            "shape mismatch",
+            "d_out has dims [1, 2, 5, 4]",
+            "do_wide.npy [1, 2, 5, 4]",
+        ],
+    );
+}
+
+#[test]
+fn what_a_backend_does_not_take_exits_2_naming_the_limit() {
+    // D = 4, M = 3: below the CUDA kernels' head dims.
+    let small = Case::new([1, 2, 5, 4], 3, 8, false);
+    let (q, k, v) = (
+        small.path("q.npy"),
+        small.path("k.npy"),
+        small.path("v.npy"),
+    );
+    for (backend, needles) in [
+        (
+            "cuda/causal_recurrent/f32",
+            &["head dim D = 4", "16..=256 in multiples of 16"][..],
+        ),
+        ("sim/causal_chunked/f16", &["D, M in {64, 128}", "D=4, M=3"]),
+    ] {
+        expect_refusal(&small, &q, &k, &v, &["--backend", backend], needles);
+    }
+
+    // B·H = 65536 heads of one token: one past gridDim.y (recurrent) and gridDim.z
+    // (non-causal), 4 MiB per f32 file.
+    let wide = Case::new([1, 65_536, 1, 16], 16, 9, true);
+    let (q, k, v) = (wide.path("q.npy"), wide.path("k.npy"), wide.path("v.npy"));
+    for (flags, needles) in [
+        (
+            &["--backend", "sim/causal_recurrent/f32", "--causal"][..],
+            &["B·H = 65536 exceeds gridDim.y's 65535 for cr_forward"][..],
+        ),
+        (
+            &["--backend", "sim/noncausal/f32", "--non-causal"],
+            &["B·H = 65536 exceeds gridDim.z's 65535 for nc_accumulate"],
+        ),
+    ] {
+        expect_refusal(&wide, &q, &k, &v, flags, needles);
+    }
+}

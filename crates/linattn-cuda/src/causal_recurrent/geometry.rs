@@ -4,7 +4,9 @@
 
 use linattn_core::{AttnError, FeatureMap, Problem, Unsupported};
 
+use super::launch::params;
 use crate::executor::Launch;
+use crate::limits::{Axis, Grid};
 use crate::runtime::{as_i32, blocks_for, head_dim_class};
 
 /// Columns of the sliced dim each scan block owns (= lanes of a warp).
@@ -13,10 +15,6 @@ pub const COLUMNS_PER_BLOCK: usize = 32;
 pub const MAIN_THREADS: u32 = 256;
 /// The extra warp of a normalised forward that carries z and computes den.
 pub const Z_WARP_THREADS: u32 = 32;
-/// B·H is grid y of every kernel here.
-pub const MAX_BATCH_HEADS: usize = 65_535;
-/// Longest sequence: token indices plus a tile must stay within i32.
-pub const MAX_SEQ: usize = 1 << 30;
 /// Largest feature dim C the scans hold (the largest head-dim class).
 pub const MAX_FEATURE_DIM: usize = 256;
 /// Blocks of the grid-stride per-token kernels (enough to fill any current GPU).
@@ -109,8 +107,23 @@ impl ScanRole {
     }
 }
 
-/// Launch shape of a scan: grid (⌈columns/32⌉, B·H), 256 threads, plus the z warp for a
-/// normalised forward.
+/// Grid of a scan: (⌈columns/32⌉, B·H). The forward's grid is also that of
+/// `cr_forward_stored` and `cr_backward_go`.
+pub fn scan_grid(role: ScanRole, c_dim: usize, m_dim: usize, batch_heads: usize) -> Grid {
+    let (_, columns) = role.dims(c_dim, m_dim);
+    let what = if role.rows_are_features() { "M" } else { "C" };
+    let x = Axis::covering(what, columns as u64, COLUMNS_PER_BLOCK as u64);
+    let y = Axis::each("B·H", batch_heads);
+    match role {
+        ScanRole::Forward => Grid::of::<params::Forward>(x, y, Axis::one()),
+        ScanRole::Dv => Grid::of::<params::BackwardDv>(x, y, Axis::one()),
+        ScanRole::Dq => Grid::of::<params::BackwardDq>(x, y, Axis::one()),
+        ScanRole::Dk => Grid::of::<params::BackwardDk>(x, y, Axis::one()),
+    }
+}
+
+/// Launch shape of a scan: [`scan_grid`], 256 threads, plus the z warp for a normalised
+/// forward.
 pub fn scan_launch(
     role: ScanRole,
     c_dim: usize,
@@ -118,24 +131,36 @@ pub fn scan_launch(
     batch_heads: usize,
     normalised: bool,
 ) -> Result<Launch, AttnError> {
-    let (_, columns) = role.dims(c_dim, m_dim);
-    let slices = blocks_for(columns, COLUMNS_PER_BLOCK)?;
-    let batch_heads = grid_y(batch_heads)?;
+    let grid = scan_grid(role, c_dim, m_dim, batch_heads).dims()?;
     let threads = if role == ScanRole::Forward && normalised {
         MAIN_THREADS + Z_WARP_THREADS
     } else {
         MAIN_THREADS
     };
-    Ok(Launch::new((slices, batch_heads, 1), threads))
+    Ok(Launch::new(grid, threads))
 }
 
-pub(super) fn grid_y(batch_heads: usize) -> Result<u32, AttnError> {
-    if batch_heads == 0 || batch_heads > MAX_BATCH_HEADS {
-        return Err(AttnError::InvalidArgument(format!(
-            "B·H = {batch_heads}: CUDA kernels take 1..={MAX_BATCH_HEADS} (grid y)"
-        )));
+/// `cr_backward_dq_from_states`: a block per token, (N, B·H).
+pub fn states_grid(n: usize, batch_heads: usize) -> Grid {
+    Grid::of::<params::BackwardDqFromStates>(
+        Axis::each("N", n),
+        Axis::each("B·H", batch_heads),
+        Axis::one(),
+    )
+}
+
+/// The grid of every launch of the recurrent kernels for `dims` (`cr_backward_prep` is
+/// grid-stride); `stored_states` adds `cr_backward_dq_from_states`.
+pub fn launch_grids(dims: &CoreDims, stored_states: bool) -> Vec<Grid> {
+    let roles = [ScanRole::Forward, ScanRole::Dv, ScanRole::Dq, ScanRole::Dk];
+    let mut grids: Vec<Grid> = roles
+        .into_iter()
+        .map(|role| scan_grid(role, dims.c, dims.m, dims.batch_heads))
+        .collect();
+    if stored_states {
+        grids.push(states_grid(dims.n, dims.batch_heads));
     }
-    Ok(batch_heads as u32)
+    grids
 }
 
 /// `cr_backward_prep`: a warp per 32 tokens (lane = token), 8 warps per block, grid-stride.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use linattn_core::{AttnError, Precision, Unsupported};
 
 use super::geometry::{
-    grid_y, per_token_launch, scan_launch, CoreDims, MapClass, ScanRole, COLUMNS_PER_BLOCK,
+    per_token_launch, scan_launch, states_grid, CoreDims, MapClass, ScanRole, COLUMNS_PER_BLOCK,
 };
 use crate::executor::{Executor, Launch};
 use crate::feature_map::{log_scales, DeviceFeatures};
@@ -288,7 +288,7 @@ pub(crate) fn launch_backward(
     match b.states {
         Some((states, z_states)) => {
             // states hold tokens·C·M elements, z_states tokens·C; gd (written) tokens.
-            let grid = (as_u32_grid_x(dims.n)?, grid_y(dims.batch_heads)?, 1);
+            let grid = states_grid(dims.n, dims.batch_heads).dims()?;
             let params = params::BackwardDqFromStates {
                 q,
                 g,
@@ -330,11 +330,4 @@ pub(crate) fn launch_backward(
         decay,
     };
     launch(exec, &c_module, &feature_scan(ScanRole::Dv)?, &params)
-}
-
-fn as_u32_grid_x(n: usize) -> Result<u32, AttnError> {
-    u32::try_from(n)
-        .ok()
-        .filter(|&x| x > 0 && x <= i32::MAX as u32)
-        .ok_or_else(|| AttnError::InvalidArgument(format!("grid x of {n} blocks")))
 }

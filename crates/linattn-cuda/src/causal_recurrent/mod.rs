@@ -36,12 +36,13 @@ use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Platform};
 use crate::feature_map::FeatureStage;
 use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run, Timed};
+use crate::limits;
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::runtime::{self, check_head_dim, storage_define, KernelVariant};
 
 pub use geometry::{
-    per_token_launch, scan_launch, CoreDims, MapClass, ScanRole, COLUMNS_PER_BLOCK, MAIN_THREADS,
-    MAX_BATCH_HEADS, MAX_FEATURE_DIM, MAX_SEQ, Z_WARP_THREADS,
+    launch_grids, per_token_launch, scan_grid, scan_launch, states_grid, CoreDims, MapClass,
+    ScanRole, COLUMNS_PER_BLOCK, MAIN_THREADS, MAX_FEATURE_DIM, Z_WARP_THREADS,
 };
 pub(crate) use launch::CoreOperands;
 pub use launch::{params, variant, ENTRY_POINTS, KERNEL_PARAMS, SOURCE, SOURCE_NAME};
@@ -65,8 +66,9 @@ pub fn kernel_variants() -> Vec<KernelVariant> {
 }
 
 /// Checks a causal problem against what the recurrent (and cumsum) kernels take: head dims
-/// 16..=256 in multiples of 16, C ≤ 256, B·H ≤ 65535, N ≤ 2³⁰, a precision with kernels,
-/// and a map that is fused or has a φ stage.
+/// 16..=256 in multiples of 16, C ≤ 256, N ≤ 2³⁰, the grids of the forward and the
+/// memory-efficient backward (B·H ≤ 65535 on grid y), a precision with kernels, and a map
+/// that is fused or has a φ stage.
 pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
     check_linear_form(info, problem)?;
     storage_define(info.precision)?;
@@ -80,18 +82,8 @@ pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupp
             problem.map
         )));
     }
-    if shape.bh() > MAX_BATCH_HEADS {
-        return Err(Unsupported::Problem(format!(
-            "B·H = {}: CUDA kernels take at most {MAX_BATCH_HEADS}",
-            shape.bh()
-        )));
-    }
-    if shape.seq > MAX_SEQ {
-        return Err(Unsupported::Problem(format!(
-            "sequence length N = {} exceeds {MAX_SEQ} (kernels index tokens in int)",
-            shape.seq
-        )));
-    }
+    limits::check_seq(shape.seq, "the recurrent kernels")?;
+    limits::check_grids(&launch_grids(&CoreDims::of(problem), false))?;
     if FeatureStage::needed(&problem.map) {
         FeatureStage::check(problem)?;
     }
@@ -145,7 +137,11 @@ impl<T: StorageElem> DeviceForm<T> for CausalRecurrent {
     }
 
     fn check(&self, info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
-        check_problem(info, problem)
+        check_problem(info, problem)?;
+        if self.stored_states {
+            states_grid(problem.shape.seq, problem.shape.bh()).check()?;
+        }
+        Ok(())
     }
 
     fn plan(
