@@ -10,7 +10,7 @@ use crate::error::{Checks, SimError};
 use crate::exec::cta::LaunchCtx;
 use crate::exec::global_race::LaunchShadow;
 use crate::exec::memory::GlobalMemory;
-use crate::exec::numerics::Numerics;
+use crate::exec::numerics::{MmaModel, Numerics};
 use crate::exec::schedule::Schedule;
 use crate::ir::{Kernel, Program, Ty};
 use crate::parse::{parse_program_placed, Placement};
@@ -113,6 +113,8 @@ pub struct Device {
     memory: RwLock<GlobalMemory>,
     checks: Checks,
     numerics: Numerics,
+    /// `mma`'s accumulation model when not the numerics mode's own.
+    mma_model: Option<MmaModel>,
     /// Layout of shared variables in modules loaded from now on.
     placement: Placement,
     /// Whether launches keep the memory counters (sectors, wavefronts, unique sectors).
@@ -127,6 +129,7 @@ impl Device {
             memory: RwLock::new(GlobalMemory::new(memory_bytes)),
             checks: Checks::default(),
             numerics: Numerics::default(),
+            mma_model: None,
             placement: Placement::Declared,
             count_memory: std::sync::atomic::AtomicBool::new(false),
         }
@@ -155,6 +158,18 @@ impl Device {
 
     pub fn numerics(&self) -> Numerics {
         self.numerics
+    }
+
+    /// How later launches sum `mma`, whatever the numerics mode (default: the mode's own,
+    /// [`Numerics::mma_model`]).
+    pub fn with_mma_model(mut self, model: MmaModel) -> Device {
+        self.mma_model = Some(model);
+        self
+    }
+
+    /// The `mma` model launches use.
+    pub fn mma_model(&self) -> MmaModel {
+        self.mma_model.unwrap_or(self.numerics.mma_model())
     }
 
     /// The order in which later launches run the warps of a CTA (see [`Schedule`]).
@@ -305,6 +320,7 @@ impl Device {
             // The issue clocks cost what the memory counters do: kept with them only.
             latency: count_memory.then_some(self.arch.latency),
             numerics: self.numerics,
+            mma: self.mma_model(),
         };
         let [gx, gy, gz] = config.grid.map(u64::from);
         let total = gx * gy * gz;

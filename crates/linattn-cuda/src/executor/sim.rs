@@ -18,7 +18,7 @@ use linattn_core::{AttnError, HostMemory, Unsupported};
 /// profiles of simulated runs.
 pub use linattn_ptxsim::{model, Counters, InstrClass, Sampled, SimArch};
 use linattn_ptxsim::{Arg, Device, LaunchConfig, Module};
-pub use linattn_ptxsim::{Checks, Numerics, Placement};
+pub use linattn_ptxsim::{Checks, MmaModel, Numerics, Placement};
 
 use super::gemm::GemmCall;
 use super::seam::{
@@ -86,6 +86,17 @@ static NUMERICS: OnceLock<Numerics> = OnceLock::new();
 /// [`Numerics`]), before it is first used; [`Numerics::Exact`] unless chosen otherwise.
 pub fn set_numerics(numerics: Numerics) -> Result<(), AttnError> {
     choose_once(&NUMERICS, numerics, |n| format!("with {n} numerics"))
+}
+
+static MMA_MODEL: OnceLock<Option<MmaModel>> = OnceLock::new();
+
+/// Chooses how the executor sums `mma` whatever the numerics mode (`None`: the mode's own
+/// model), before it is first used.
+pub fn set_mma_model(model: Option<MmaModel>) -> Result<(), AttnError> {
+    choose_once(&MMA_MODEL, model, |m| match m {
+        Some(m) => format!("with the {m} mma model"),
+        None => "with its numerics mode's mma model".into(),
+    })
 }
 
 static PLACEMENT: OnceLock<Placement> = OnceLock::new();
@@ -185,10 +196,13 @@ impl SimExecutor {
         let memory = memory_bytes();
         let numerics = *NUMERICS.get_or_init(Numerics::default);
         let placement = *PLACEMENT.get_or_init(Placement::default);
-        let device = Device::new(sim_arch, memory)
+        let mut device = Device::new(sim_arch, memory)
             .with_checks(checks())
             .with_numerics(numerics)
             .with_shared_placement(placement);
+        if let Some(model) = *MMA_MODEL.get_or_init(|| None) {
+            device = device.with_mma_model(model);
+        }
         let info = DeviceInfo {
             name: format!("ptxsim {} ({} limits)", sim_arch.name, sim_arch.part),
             compute_capability: sim_arch.compute_capability,

@@ -23,7 +23,7 @@ use crate::term::progress_bar;
 use case::check_case;
 use grid::{case_applies, default_grid, full_grid, long_cases};
 use linattn_core::{AttnError, Inputs};
-use linattn_cuda::executor::sim::{self, Numerics};
+use linattn_cuda::executor::sim::{self, MmaModel, Numerics};
 use oracle::{oracle_seconds, OracleKey, Reference};
 use record::{CaseRecord, Outcome};
 use std::collections::HashMap;
@@ -81,6 +81,10 @@ pub struct CheckArgs {
     /// cores do). Tolerances are the same in all three.
     #[arg(long, value_name = "MODE", default_value = "exact", value_parser = parse_numerics)]
     numerics: Numerics,
+    /// How the simulator's `mma` sums, whatever `--numerics` says: exact, a100 (Fasi et al.'s
+    /// truncating model) or h100 (the H100 candidate). Default: the numerics mode's own.
+    #[arg(long, value_name = "MODEL", value_parser = parse_mma_model)]
+    mma_model: Option<MmaModel>,
     /// The order in which the simulator (`sim/*`) runs the warps of a CTA between
     /// synchronisation points: in-order (default), reversed, highest-pc. Races are reported
     /// in every order; another order shows what an unordered access would compute.
@@ -98,6 +102,10 @@ pub struct CheckArgs {
 }
 
 fn parse_numerics(s: &str) -> Result<Numerics, String> {
+    s.parse()
+}
+
+fn parse_mma_model(s: &str) -> Result<MmaModel, String> {
     s.parse()
 }
 
@@ -127,6 +135,7 @@ impl CheckArgs {
 
 pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
     linattn_cuda::executor::sim::set_numerics(args.numerics)?;
+    linattn_cuda::executor::sim::set_mma_model(args.mma_model)?;
     let schedule = match &args.schedule {
         Some(name) => name
             .parse()
@@ -177,11 +186,12 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
         .sim_limit()
         .map_or(String::new(), |n| format!("; sim/* only up to N = {n}"));
     eprintln!(
-        "checking {} backend(s) on {} case(s) (seed {}{sim_limit}; {} numerics)",
+        "checking {} backend(s) on {} case(s) (seed {}{sim_limit}; {} numerics, mma {})",
         entries.len(),
         cases.len(),
         args.seed,
-        args.numerics
+        args.numerics,
+        args.mma_model.unwrap_or(args.numerics.mma_model())
     );
 
     let mut records: Vec<CaseRecord> = Vec::new();
@@ -273,6 +283,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
             long: args.long,
             sim_max_n: args.sim_limit(),
             numerics: args.numerics.name(),
+            mma_model: args.mma_model.unwrap_or(args.numerics.mma_model()).name(),
             backends: &summaries,
             cases: &records,
         };

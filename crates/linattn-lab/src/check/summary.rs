@@ -95,6 +95,8 @@ pub(super) struct CheckReport<'a> {
     pub(super) sim_max_n: Option<usize>,
     /// `--numerics`: how the simulated backends computed `.approx` and `mma` results.
     pub(super) numerics: &'static str,
+    /// How the simulated backends' `mma` summed (`--mma-model`, else the mode's own).
+    pub(super) mma_model: &'static str,
     pub(super) backends: &'a [BackendSummary],
     pub(super) cases: &'a [CaseRecord],
 }

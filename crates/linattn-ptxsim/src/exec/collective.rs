@@ -3,8 +3,6 @@
 //! mma.m16n8k16 with floating point type").
 
 use super::float;
-use super::mma_accumulate::{dot_exact, dot_truncating, PESSIMISTIC};
-use super::numerics::Numerics;
 use super::warp::{each, Lanes32, Uniforms, Warp, LANES};
 use crate::ir::{MmaInput, Reg, ShflMode, Src};
 
@@ -84,8 +82,8 @@ pub fn shfl(
 /// D = A·B + C for the 16×8×16 tile spread over the warp's 32 lanes.
 ///
 /// The product of two 16-bit floats is exact in f64; the 16 products of a row·column and C
-/// are summed as the numerics mode says (`exec::mma_accumulate`): in f64 and rounded once, or
-/// by the truncating tensor-core model.
+/// are summed by the launch's mma model (`exec::numerics::MmaModel`, `exec::mma_accumulate`):
+/// in f64 and rounded once, or by a truncating tensor-core model.
 pub fn mma(
     w: &mut Warp,
     input: MmaInput,
@@ -132,10 +130,7 @@ pub fn mma(
             let (a_row, b_col) = (&ma[row], &mbt[col]);
             let products: [f64; 16] = each(|k| f64::from(a_row[k]) * f64::from(b_col[k]));
             let c = f32::from_bits(rc[i][lane]);
-            let d = match u.numerics {
-                Numerics::Pessimistic => dot_truncating(c, &products, PESSIMISTIC),
-                _ => dot_exact(c, &products),
-            };
+            let d = u.mma.accumulate(c, &products);
             reg[lane] = d.to_bits();
         }
     }

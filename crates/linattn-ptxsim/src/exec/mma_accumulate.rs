@@ -19,22 +19,66 @@
 //!
 //! [`PESSIMISTIC`] takes the A100's parameters (8-product blocks, 24 bits): the less accurate
 //! of the two targets, so a kernel passing with it has the H100's wider accumulation to
-//! spare. Which model the H100 follows exactly is for a GPU probe to settle (issue #23 part
-//! 6); [`TensorCoreModel`] takes its parameters.
+//! spare. [`H100`] is the candidate for Hopper: emulation_sys's 25 bits and round toward
+//! zero, and all 16 products of an m16n8k16 in one block (Hopper's wider tensor-core step, as
+//! Khattak and Mikaitis model it; not yet seen on our H100). Which model the H100 follows is
+//! for `kernels/mma_probe.cu` to settle (`linattn mma-probe`, issue #23 part 6): it scores
+//! [`dot_exact`], [`dot_exact_rounded`] and [`dot_truncating`] over blocks, widths and final
+//! roundings against the device's bits.
+
+/// How a block's exact sum becomes the f32 accumulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FinalRounding {
+    /// Toward zero (truncation): what Fasi et al. and emulation_sys observed.
+    TowardZero,
+    /// To nearest, ties to even.
+    Nearest,
+}
+
+impl FinalRounding {
+    /// "RZ" or "RN", as the literature writes them.
+    pub fn name(self) -> &'static str {
+        match self {
+            FinalRounding::TowardZero => "RZ",
+            FinalRounding::Nearest => "RN",
+        }
+    }
+
+    fn ir(self) -> crate::ir::Rounding {
+        match self {
+            FinalRounding::TowardZero => crate::ir::Rounding::Zero,
+            FinalRounding::Nearest => crate::ir::Rounding::Nearest,
+        }
+    }
+}
 
 /// Parameters of a truncating block-FMA accumulation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TensorCoreModel {
     /// Products added per step (with the running accumulator).
     pub block: usize,
-    /// Significant bits kept below and including the leading bit of the largest term.
+    /// Significant bits kept below and including the leading bit of the largest term
+    /// (at most 40: the aligned terms are summed in an i64).
     pub kept_bits: u32,
+    /// How each block's sum is rounded to f32.
+    pub rounding: FinalRounding,
 }
 
 /// The A100 model of Fasi et al. (see the module documentation).
-pub const PESSIMISTIC: TensorCoreModel = TensorCoreModel {
+pub const A100: TensorCoreModel = TensorCoreModel {
     block: 8,
     kept_bits: 24,
+    rounding: FinalRounding::TowardZero,
+};
+
+/// The pessimistic numerics mode's model: the A100's.
+pub const PESSIMISTIC: TensorCoreModel = A100;
+
+/// The H100 candidate: one block of 16 products, 25 bits (emulation_sys), toward zero.
+pub const H100: TensorCoreModel = TensorCoreModel {
+    block: 16,
+    kept_bits: 25,
+    rounding: FinalRounding::TowardZero,
 };
 
 /// `c + Σ products`, summed in f64 and rounded once (products exact in f64).
@@ -46,21 +90,38 @@ pub fn dot_exact(c: f32, products: &[f64]) -> f32 {
     sum as f32
 }
 
+/// `c + Σ products` summed exactly (in double-double: exact while the terms span under 100
+/// bits, as the probe's do) and rounded once to f32 by `rounding`: the "multi-term sum, one
+/// final rounding" reading of tensor-core accumulation.
+pub fn dot_exact_rounded(c: f32, products: &[f64], rounding: FinalRounding) -> f32 {
+    let (mut hi, mut lo) = (f64::from(c), 0.0);
+    for &p in products {
+        let (s, e) = crate::exec::float::two_sum(hi, p);
+        hi = s;
+        lo += e;
+    }
+    if !hi.is_finite() {
+        return hi as f32;
+    }
+    let (hi, lo) = crate::exec::float::two_sum(hi, lo);
+    crate::exec::float::round_f32(hi, lo, rounding.ir())
+}
+
 /// `c + Σ products` by `model`: blocks of `model.block` products in order, each added to the
-/// accumulator in one aligned, truncated, exact sum and rounded toward zero to f32.
+/// accumulator in one aligned, truncated, exact sum and rounded to f32 as `model` says.
 pub fn dot_truncating(c: f32, products: &[f64], model: TensorCoreModel) -> f32 {
     let mut acc = c;
     for block in products.chunks(model.block.max(1)) {
-        acc = block_fma(acc, block, model.kept_bits);
+        acc = block_fma(acc, block, model.kept_bits, model.rounding);
     }
     acc
 }
 
 /// One block step: `acc + Σ block` with every term truncated (toward zero) to the bits at or
-/// above `2^(e_max − kept_bits + 1)`, the truncated terms summed exactly, the sum rounded
-/// toward zero to f32. (One pass for the exponent, one for the sum: this runs for every
+/// above `2^(e_max − kept_bits + 1)`, the truncated terms summed exactly, the sum rounded to
+/// f32 by `rounding`. (One pass for the exponent, one for the sum: this runs for every
 /// element of every mma in the pessimistic mode.)
-fn block_fma(acc: f32, block: &[f64], kept_bits: u32) -> f32 {
+fn block_fma(acc: f32, block: &[f64], kept_bits: u32, rounding: FinalRounding) -> f32 {
     let acc = f64::from(acc);
     // The largest magnitude has the largest exponent; the plain f64 sum says whether an
     // infinity or NaN is in the block (finite terms under 2^256 cannot overflow it).
@@ -82,7 +143,12 @@ fn block_fma(acc: f32, block: &[f64], kept_bits: u32) -> f32 {
     for &t in block {
         sum += (t * scale) as i64;
     }
-    round_toward_zero(sum, lsb)
+    match rounding {
+        FinalRounding::TowardZero => round_toward_zero(sum, lsb),
+        // `sum` is under 2^53, so the product is exact and `as` rounds it once, to nearest
+        // even (overflow to infinity, as IEEE round-to-nearest does).
+        FinalRounding::Nearest => (sum as f64 * pow2(lsb)) as f32,
+    }
 }
 
 /// `sum · 2^lsb` rounded toward zero to f32 (`sum` under 2^53 in magnitude).
@@ -224,6 +290,52 @@ mod tests {
             let got = round_toward_zero(sum, lsb);
             assert_eq!(got.to_bits(), want.to_bits(), "{sum} · 2^{lsb}");
         }
+    }
+
+    #[test]
+    fn the_final_rounding_can_be_to_nearest() {
+        // 1 + 0.75 ulp: 26 bits keep both low bits; nearest rounds up, toward zero drops them.
+        let products = [p(-24) + p(-25)];
+        let model = |rounding| TensorCoreModel {
+            block: 16,
+            kept_bits: 26,
+            rounding,
+        };
+        let rn = dot_truncating(1.0, &products, model(FinalRounding::Nearest));
+        let rz = dot_truncating(1.0, &products, model(FinalRounding::TowardZero));
+        assert_eq!(rn, (1.0 + p(-23)) as f32);
+        assert_eq!(rz, 1.0);
+        // 25 bits keep 2^-24 alone: a tie, to even, down.
+        let rn25 = TensorCoreModel {
+            kept_bits: 25,
+            ..model(FinalRounding::Nearest)
+        };
+        assert_eq!(dot_truncating(1.0, &products, rn25), 1.0);
+        // The H100 candidate keeps one bit more than the A100's model: 16 terms of 2^-24
+        // survive in one block of 25 bits, not in two of 24.
+        let small = [p(-24); 16];
+        assert_eq!(dot_truncating(1.0, &small, H100), (1.0 + p(-20)) as f32);
+        assert_eq!(dot_truncating(1.0, &small, A100), 1.0);
+    }
+
+    #[test]
+    fn exact_sums_round_once_either_way() {
+        let products = [p(-24) + p(-25), p(-40)];
+        assert_eq!(
+            dot_exact_rounded(1.0, &products, FinalRounding::TowardZero),
+            1.0
+        );
+        assert_eq!(
+            dot_exact_rounded(1.0, &products, FinalRounding::Nearest),
+            dot_exact(1.0, &products)
+        );
+        // Below zero, toward zero is up.
+        let negative = [-(p(-24) + p(-25))];
+        assert_eq!(
+            dot_exact_rounded(-1.0, &negative, FinalRounding::TowardZero),
+            -1.0
+        );
+        assert!(dot_exact_rounded(1.0, &[f64::INFINITY], FinalRounding::TowardZero).is_infinite());
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //!   by the truncating model of `exec::mma_accumulate`. A kernel whose tolerances hold here
 //!   holds them on any hardware that meets the ISA's bounds.
 //!
+//! Each mode has an `mma` accumulation model ([`Numerics::mma_model`]: exact, exact, A100), which
+//! a device may override ([`MmaModel`], `Device::with_mma_model`) to compare models on one
+//! mode's other numerics.
+//!
 //! The direction of each perturbation (up or down) is a hash of the instruction and its input
 //! bits, so runs reproduce and one input always gives one output, as on hardware (the MUFU
 //! unit is a function of its input).
@@ -19,6 +23,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::exec::float;
+use crate::exec::mma_accumulate::{self, TensorCoreModel};
 use crate::ir::{FloatMode, Rounding, UnOp};
 
 /// How the simulator computes the results hardware only approximates.
@@ -44,6 +49,82 @@ impl Numerics {
             Numerics::AsCompiled => "as-compiled",
             Numerics::Pessimistic => "pessimistic",
         }
+    }
+}
+
+impl Numerics {
+    /// How `mma` sums in this mode unless a device overrides it.
+    pub fn mma_model(self) -> MmaModel {
+        match self {
+            Numerics::Exact => MmaModel::Exact,
+            Numerics::AsCompiled => AS_COMPILED_MMA,
+            Numerics::Pessimistic => MmaModel::A100,
+        }
+    }
+}
+
+/// The as-compiled mode's `mma` model: exact until a GPU run of `linattn mma-probe` names the
+/// H100's (README, "Against the H100", says what the H100 candidate changes meanwhile).
+pub const AS_COMPILED_MMA: MmaModel = MmaModel::Exact;
+
+/// How the simulator's `mma` sums `c + Σ a_k·b_k` (see `exec::mma_accumulate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MmaModel {
+    /// In f64, rounded once to nearest.
+    Exact,
+    /// Fasi et al.'s A100 model (`mma_accumulate::A100`).
+    A100,
+    /// The H100 candidate (`mma_accumulate::H100`).
+    H100,
+}
+
+impl MmaModel {
+    pub const ALL: [MmaModel; 3] = [MmaModel::Exact, MmaModel::A100, MmaModel::H100];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MmaModel::Exact => "exact",
+            MmaModel::A100 => "a100",
+            MmaModel::H100 => "h100",
+        }
+    }
+
+    /// The truncating model's parameters (none for exact).
+    pub fn tensor_core(self) -> Option<TensorCoreModel> {
+        match self {
+            MmaModel::Exact => None,
+            MmaModel::A100 => Some(mma_accumulate::A100),
+            MmaModel::H100 => Some(mma_accumulate::H100),
+        }
+    }
+
+    /// `c + Σ products` by this model.
+    #[inline]
+    pub fn accumulate(self, c: f32, products: &[f64]) -> f32 {
+        match self.tensor_core() {
+            None => mma_accumulate::dot_exact(c, products),
+            Some(model) => mma_accumulate::dot_truncating(c, products, model),
+        }
+    }
+}
+
+impl fmt::Display for MmaModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for MmaModel {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        MmaModel::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = MmaModel::ALL.iter().map(|m| m.name()).collect();
+                format!("unknown mma model '{s}' (known: {})", names.join(", "))
+            })
     }
 }
 
@@ -231,6 +312,21 @@ mod tests {
         }
         let err = "fast".parse::<Numerics>().unwrap_err();
         assert!(err.contains("exact, as-compiled, pessimistic"), "{err}");
+    }
+
+    #[test]
+    fn mma_models_round_trip_and_follow_the_modes() {
+        for m in MmaModel::ALL {
+            assert_eq!(m.name().parse::<MmaModel>(), Ok(m));
+        }
+        let err = "v100".parse::<MmaModel>().unwrap_err();
+        assert!(err.contains("exact, a100, h100"), "{err}");
+        assert_eq!(Numerics::Exact.mma_model(), MmaModel::Exact);
+        assert_eq!(Numerics::Pessimistic.mma_model(), MmaModel::A100);
+        assert_eq!(
+            MmaModel::A100.tensor_core(),
+            Some(mma_accumulate::PESSIMISTIC)
+        );
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub struct Uniforms {
     pub nwarps: u32,
     /// How `.approx` functions and `mma` accumulation are computed.
     pub numerics: crate::exec::numerics::Numerics,
+    /// How `mma` sums.
+    pub mma: crate::exec::numerics::MmaModel,
 }
 
 pub struct Warp {

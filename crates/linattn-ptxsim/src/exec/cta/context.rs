@@ -30,6 +30,8 @@ pub struct LaunchCtx<'a> {
     pub latency: Option<Latencies>,
     /// How `.approx` functions and `mma` accumulation are computed.
     pub numerics: Numerics,
+    /// How `mma` sums.
+    pub mma: crate::exec::numerics::MmaModel,
 }
 
 /// One CTA as its warps see it: the launch (a copy, so reading it costs what reading

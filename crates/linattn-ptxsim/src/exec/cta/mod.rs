@@ -88,6 +88,7 @@ impl CtaRunner {
                 nctaid: ctx.grid,
                 nwarps: nwarps as u32,
                 numerics: ctx.numerics,
+                mma: ctx.mma,
             },
         };
         if let Some(latency) = ctx.latency {
