@@ -467,20 +467,21 @@ fn read_cycles(exec: &dyn Executor, out: &Buffer<'_>) -> Result<u64, AttnError> 
 }
 
 /// A device allocation freed on drop (errors of `free` are only reported by the executor).
-struct Buffer<'a> {
+/// The mma probe's buffers too.
+pub(crate) struct Buffer<'a> {
     exec: &'a dyn Executor,
     address: u64,
 }
 
 impl<'a> Buffer<'a> {
-    fn new(exec: &'a dyn Executor, bytes: u64, zeroed: bool) -> Result<Self, AttnError> {
+    pub(crate) fn new(exec: &'a dyn Executor, bytes: u64, zeroed: bool) -> Result<Self, AttnError> {
         Ok(Buffer {
             exec,
             address: exec.alloc(bytes.max(16), zeroed)?,
         })
     }
 
-    fn ptr(&self) -> crate::params::Ptr {
+    pub(crate) fn ptr(&self) -> crate::params::Ptr {
         crate::params::Ptr(self.address)
     }
 }

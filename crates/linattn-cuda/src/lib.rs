@@ -31,6 +31,7 @@ pub mod form;
 pub mod latency_probe;
 pub mod limits;
 pub mod memory;
+pub mod mma_probe;
 pub mod noncausal;
 pub mod params;
 pub mod registry;

@@ -17,6 +17,7 @@ mod exit;
 mod kernels;
 mod kv_cache;
 mod latency;
+mod mma_probe;
 mod npy;
 mod plot;
 pub mod profile;
@@ -91,6 +92,9 @@ enum Command {
     /// instruction class beside the performance model's constant. On a GPU a measurement; on
     /// the simulator a read-back of the model.
     Latency(latency::LatencyArgs),
+    /// How the tensor cores sum: mma.sync on test vectors (kernels/mma_probe.cu), scored
+    /// against candidate accumulation models (exact; block × kept bits × RZ/RN).
+    MmaProbe(mma_probe::MmaProbeArgs),
     /// How concentrated attention rows are (SPEC §7): S(a) by streamed Monte Carlo against
     /// the closed forms, over n and γ; table, JSON, SVG.
     Sparsity(Box<sparsity::SparsityArgs>),
@@ -110,7 +114,8 @@ impl Command {
             | Command::Bench(_)
             | Command::Profile(_)
             | Command::Kernels(_)
-            | Command::Latency(_) => true,
+            | Command::Latency(_)
+            | Command::MmaProbe(_) => true,
             Command::Attend(args) => kernel_family(args.backend()),
             Command::Decode(args) => kernel_family(args.backend()),
             Command::Compare(_) | Command::Report(_) | Command::Sparsity(_) => false,
@@ -143,6 +148,7 @@ pub fn run_cli() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Kernels(args) => kernels::run(args),
         Command::Latency(args) => latency::run(args),
+        Command::MmaProbe(args) => mma_probe::run(args),
         Command::Profile(args) => profile::run(*args),
         Command::Sparsity(args) => sparsity::run(*args),
     };

@@ -1,0 +1,100 @@
+//! `linattn mma-probe` on the simulator: in each numerics mode (and with each `--mma-model`
+//! override) the probe must name exactly the simulator's own accumulation model as the one
+//! candidate that matches every vector, and every other candidate must miss at least one
+//! vector of each input type. Fails if the vectors cannot tell the candidates apart, if the
+//! kernel's fragment layout or the host's placement of the vectors is wrong, or if a mode
+//! does not use the model it claims. On a GPU the same run is what decides the H100's model.
+//!
+//! Stamped for the simulator: without NVRTC the trials show as ignored with the reason.
+
+use std::process::Command;
+
+use linattn_testkit::Platform;
+
+fn main() {
+    let cases: [(&str, Option<&str>, &str); 5] = [
+        ("exact", None, "exact RN"),
+        ("as-compiled", None, "exact RN"),
+        ("pessimistic", None, "block 8, 24 bits, RZ"),
+        ("exact", Some("h100"), "block 16, 25 bits, RZ"),
+        ("pessimistic", Some("exact"), "exact RN"),
+    ];
+    let trials = linattn_testkit::stamp_executors!(
+        for platform in [Platform::Sim], (numerics, model, expected) in cases =>
+            format!(
+                "mma_probe_finds_the_model_of::{numerics}{}",
+                model.map_or(String::new(), |m| format!("+{m}"))
+            ),
+            finds_exactly(numerics, model, expected)
+    );
+    linattn_testkit::run(trials)
+}
+
+fn finds_exactly(numerics: &str, model: Option<&str>, expected: &str) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let json = dir.path().join("probe.json");
+    let mut args = vec![
+        "mma-probe",
+        "--platform",
+        "sim",
+        "--numerics",
+        numerics,
+        "--json",
+        json.to_str().ok_or("temp path is not UTF-8")?,
+    ];
+    if let Some(m) = model {
+        args.extend(["--mma-model", m]);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_linattn"))
+        .env("LINATTN_NO_PROVISION", "1")
+        .args(&args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = std::fs::read_to_string(&json).map_err(|e| e.to_string())?;
+    let file: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    if file["kind"] != "simulator" || file["arch"].as_str().is_none_or(|a| !a.starts_with("sm_")) {
+        return Err(format!(
+            "not self-describing: kind {}, arch {}",
+            file["kind"], file["arch"]
+        ));
+    }
+    let inputs = file["inputs"].as_array().ok_or("no inputs")?;
+    if inputs.len() != 2 {
+        return Err(format!(
+            "{} input types, expected f16 and bf16",
+            inputs.len()
+        ));
+    }
+    for input in inputs {
+        let name = &input["input"];
+        let total = input["vectors"].as_array().ok_or("no vectors")?.len();
+        let candidates = input["candidates"].as_array().ok_or("no candidates")?;
+        let perfect: Vec<&str> = candidates
+            .iter()
+            .filter(|c| c["matches"].as_u64() == Some(total as u64))
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        if perfect != [expected] {
+            return Err(format!(
+                "{name}: candidates matching all {total} vectors: {perfect:?}, expected only \
+                 '{expected}'\n{stdout}"
+            ));
+        }
+        if input["best"] != serde_json::json!([expected]) || input["best_matches_all"] != true {
+            return Err(format!("{name}: best {} ", input["best"]));
+        }
+    }
+    if !stdout.contains(&format!("best for f16: {expected} (")) {
+        return Err(format!(
+            "the table does not name the best candidate:\n{stdout}"
+        ));
+    }
+    Ok(())
+}
