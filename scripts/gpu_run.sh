@@ -11,6 +11,9 @@
 #   check       linattn check --long of every cuda/* backend            -> check.json
 #   latency     linattn latency: %clock64 chains per instruction class,  (table in summary.txt,
 #               beside the model's timing of the same PTX                  JSON in rest.tgz)
+#   mma-probe   linattn mma-probe: how the tensor cores sum f16/bf16 mma   (table and verdict
+#               (which accumulation model the simulator should default to)  in summary.txt,
+#                                                                          JSON in rest.tgz)
 #   lin-*       linattn bench at fla's benchmark shapes, one per shape   -> side-by-side.tgz
 #   peers       fla chunk / fused-recurrent and SDPA flash, one process   (with ratios.txt:
 #   ratios      linattn chunked bf16 / fla chunk per shape and mode        the table)
@@ -23,7 +26,7 @@
 # $OUT gets at most 7 files, rewritten as each step ends (a kill keeps what finished):
 # summary.txt (the step log, the ratio table, the check verdict), check.json,
 # side-by-side.tgz, ncu.csv, sanitize.txt, sweep.json, rest.tgz (every step's full log,
-# latency.json, decode results, the environment). Exit status: 0 when no step failed or timed out (budget
+# latency.json, mma-probe.json, decode results, the environment). Exit status: 0 when no step failed or timed out (budget
 # skips are not failures), 1 otherwise, 2 for a budget too small for the first step or a bad
 # pack (named before anything runs).
 set -uo pipefail
@@ -145,6 +148,10 @@ write_summary() { # atomic, so a kill never leaves half a summary
             echo
             grep -h -A20 '^latency probes' "$WORK"/logs/*-latency.log 2>/dev/null
         fi
+        if [ -s "$WORK/mma-probe.json" ]; then # the candidates' scores and the best ones
+            echo
+            grep -h -A34 '^mma probe on' "$WORK"/logs/*-mma-probe.log 2>/dev/null
+        fi
     } >"$OUT/.summary.tmp" && mv "$OUT/.summary.tmp" "$OUT/summary.txt"
 }
 collect() { # everything finished so far into $OUT
@@ -158,7 +165,7 @@ collect() { # everything finished so far into $OUT
         [ -f "$f" ] && { echo "==== ${f##*/} (last 300 lines)"; tail -n 300 "$f"; }
     done >"$WORK/sanitize.txt"
     [ -s "$WORK/sanitize.txt" ] && cp "$WORK/sanitize.txt" "$OUT/sanitize.txt"
-    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json ncu/bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
+    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json mma-probe.json ncu/bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
     mv "$OUT/.rest.tmp" "$OUT/rest.tgz"
 }
 add_row() { # NAME STATUS RC SECS DEADLINE LEFT COMMAND...: one line of the step log
@@ -245,6 +252,9 @@ step check 40 120 45 -- "$B" check --long --backends 'cuda/*' --json "$OUT/check
 # Seconds: a few thousand %clock64 cycles per probe, 5 launches each, plus the simulator's
 # timing of the same PTX. Early because the model's constants are what it measures.
 step latency 5 30 8 -- "$B" latency --platform cuda --repeats 5 --out "$WORK/latency.json"
+# Two launches of a few hundred test vectors, scored on the host: seconds. Early because its
+# answer decides the simulator's default mma model (issue #23 part 6).
+step mma-probe 5 20 3 -- "$B" mma-probe --platform cuda --json "$WORK/mma-probe.json"
 
 # Side by side at fla's benchmark shapes (B, T, H, D), bf16: linattn, then the peers in
 # one process (fla's Triton compile and autotune, ~90 s, paid once), then the ratio table.
@@ -307,6 +317,7 @@ cache_after=$(find "$WORK/cache" -type f | wc -l)
 rows+=("nvrtc cache: $cache_before entries unpacked, $cache_after after the run ($((cache_after - cache_before)) compiled here)")
 [ -f "$WORK/sbs/ratios.txt" ] && rows+=("" "$(cat "$WORK/sbs/ratios.txt")")
 [ -f "$OUT/check.json" ] && rows+=("" "$("$PY" "$PACK/gpu_summary.py" check "$OUT/check.json" 2>&1)")
+[ -f "$WORK/mma-probe.json" ] && rows+=("" "$("$PY" "$PACK/gpu_summary.py" mma "$WORK/mma-probe.json" 2>&1)")
 rows+=("" "total $((SECONDS - T0)) s of BUDGET $BUDGET s; files in $OUT: $(find "$OUT" -maxdepth 1 -type f ! -name '.*' -printf '%f\n' | sort | tr '\n' ' ')")
 collect
 cat "$OUT/summary.txt"

@@ -7,6 +7,9 @@
       cuda/causal_chunked/bf16 over fla's peer/fla-chunk/bf16; lower is better for linattn).
   gpu_summary.py check CHECK.json
       One verdict line for a `linattn check --json` file: backends passed, failed, skipped.
+  gpu_summary.py mma MMA-PROBE.json
+      One line per input type of a `linattn mma-probe --json` file: the candidate models
+      that match the most vectors, and whether they match all (the tensor cores' model).
 
 Cells that did not run show their status (unavailable, oom, ...); a file cut short by a
 deadline or a kill is named with its sweep state, so a partial table is never taken for a
@@ -126,6 +129,20 @@ def check(args):
     print(line)
 
 
+def mma(args):
+    data = load(args.file)
+    head = f"mma probe on {data.get('device', '?')} ({data.get('arch', '?')}, {data.get('kind', '?')})"
+    lines = [head]
+    for r in data.get("inputs", []):
+        total = len(r.get("vectors", []))
+        top = max((c.get("matches", 0) for c in r.get("candidates", [])), default=0)
+        verdict = "matches every vector" if r.get("best_matches_all") else "no candidate matches every vector"
+        lines.append(f"  {r.get('input')}: {'; '.join(r.get('best', [])) or 'none'} ({top}/{total}, {verdict})")
+    if len(lines) == 1:
+        raise SystemExit(f"error: {args.file}: no input types")
+    print("\n".join(lines))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -136,9 +153,13 @@ def main(argv=None):
     r.add_argument("files", nargs="+", help="results JSON files (linattn bench, peers.py)")
     c = sub.add_parser("check", help="one verdict line of a linattn check --json file")
     c.add_argument("file")
+    m = sub.add_parser("mma", help="the best candidate models of a linattn mma-probe --json file")
+    m.add_argument("file")
     args = ap.parse_args(argv)
     if args.what == "ratios":
         ratios(args)
+    elif args.what == "mma":
+        mma(args)
     else:
         check(args)
 
