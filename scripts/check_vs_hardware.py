@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """The simulator's `linattn check --json` beside a GPU's, case by case.
 
-  check_vs_hardware.py SIM.json GPU.json
+  check_vs_hardware.py [--only FORM/PRECISION,...] SIM.json GPU.json
 
 Pairs the cases of `sim/<form>/<precision>` with `cuda/<form>/<precision>` by case number
 (same grid and seed), and per error figure (rms error of O and each gradient) counts how
 many are bit-identical and how many lie within 0.9-1.1x, per backend: where the simulator's
-numerics part from the hardware's. Verdicts must agree; exit 1 if one does not, 2 on bad
-input. Informational otherwise (CI prints it for the committed H100 file).
+numerics part from the hardware's. --only keeps the named backends (globs such as
+causal_chunked/*): those whose kernels are unchanged since the GPU's run, or those an option
+such as `check --mma-model` affects. The simulator's numerics and mma model are printed when
+its file names them. Verdicts must agree; exit 1 if one does not, 2 on bad input.
+Informational otherwise (CI prints it for the committed H100 file).
 """
+import fnmatch
 import json
 import statistics
 import sys
@@ -25,11 +29,22 @@ def load(path):
 
 
 def main(argv):
-    if len(argv) != 3:
+    only = None
+    if len(argv) == 5 and argv[1] == "--only":
+        only = [p.strip() for p in argv[2].split(",") if p.strip()]
+        argv = argv[:1] + argv[3:]
+    if len(argv) != 3 or only == []:
         print(__doc__, file=sys.stderr)
         return 2
     sim, sim_file = load(argv[1])
     gpu, gpu_file = load(argv[2])
+    if only is not None:
+        sim = {k: v for k, v in sim.items() if any(fnmatch.fnmatchcase(k[0], p) for p in only)}
+        if not sim:
+            print(f"--only {','.join(only)}: no case of {argv[1]} matches", file=sys.stderr)
+            return 2
+    if "numerics" in sim_file:
+        print(f"simulator: {sim_file['numerics']} numerics, mma {sim_file.get('mma_model', 'of the mode')}")
     if sim_file.get("seed") != gpu_file.get("seed"):
         print(f"seeds differ: {sim_file.get('seed')} vs {gpu_file.get('seed')}", file=sys.stderr)
         return 2
