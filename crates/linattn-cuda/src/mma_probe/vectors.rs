@@ -80,6 +80,9 @@ fn factor(input: Input, value: f64) -> Option<(u16, u16)> {
     })
 }
 
+/// Nonzero products of a designed vector, as (k, value).
+type Products<'a> = &'a [(usize, f64)];
+
 /// A designed vector: `products` as (k, value); the other products are 0·0.
 fn vector(input: Input, label: &str, c: f64, products: &[(usize, f64)]) -> Result<Vector, String> {
     let c32 = c as f32;
@@ -161,7 +164,7 @@ pub fn designed(input: Input) -> Result<Vec<Vector>, String> {
             &[(0, p(-24)), (s, 16.0), (s + 1, -16.0)],
         )?);
     }
-    let ties: [(&str, f64, &[(usize, f64)]); 8] = [
+    let ties: [(&str, f64, Products); 8] = [
         (
             "rounding: (1 + 2^-23) + 2^-24, a tie",
             1.0 + p(-23),
