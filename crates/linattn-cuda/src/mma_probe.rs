@@ -18,7 +18,7 @@ use crate::latency_probe::Buffer;
 use crate::params::launch;
 use crate::runtime::KernelVariant;
 
-pub use vectors::{all_vectors, Vector};
+pub use vectors::{all_vectors, Input, Vector};
 
 /// `kernels/mma_probe.cu`.
 pub const SOURCE: &str = include_str!("../../../kernels/mma_probe.cu");
@@ -46,57 +46,6 @@ pub const PER_TILE: usize = 8;
 const A_HALVES: usize = 256;
 const B_HALVES: usize = 128;
 const C_FLOATS: usize = 128;
-
-/// The mma's input type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Input {
-    F16,
-    Bf16,
-}
-
-impl Input {
-    pub const ALL: [Input; 2] = [Input::F16, Input::Bf16];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Input::F16 => "f16",
-            Input::Bf16 => "bf16",
-        }
-    }
-
-    /// The value of `bits`.
-    pub fn value(self, bits: u16) -> f32 {
-        match self {
-            Input::F16 => half::f16::from_bits(bits).to_f32(),
-            Input::Bf16 => half::bf16::from_bits(bits).to_f32(),
-        }
-    }
-
-    /// `x`'s bits when `x` is exactly a normal number (or zero) of this type.
-    pub fn exact_bits(self, x: f32) -> Option<u16> {
-        let bits = match self {
-            Input::F16 => half::f16::from_f32(x).to_bits(),
-            Input::Bf16 => half::bf16::from_f32(x).to_bits(),
-        };
-        let back = self.value(bits);
-        let normal = back == 0.0 || back.is_normal() && self.is_normal(bits);
-        (back.to_bits() == x.to_bits() && normal).then_some(bits)
-    }
-
-    /// Whether `bits` is a normal number of this type (tensor cores may treat subnormal
-    /// inputs their own way; the designed vectors avoid them).
-    fn is_normal(self, bits: u16) -> bool {
-        let exponent = match self {
-            Input::F16 => (bits >> 10) & 0x1f,
-            Input::Bf16 => (bits >> 7) & 0xff,
-        };
-        let all_ones = match self {
-            Input::F16 => 0x1f,
-            Input::Bf16 => 0xff,
-        };
-        exponent != 0 && exponent != all_ones
-    }
-}
 
 /// One candidate accumulation model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -244,12 +193,34 @@ mod tests {
         }
     }
 
+    /// The probe's point: for every two candidates, some vector of each input type gives
+    /// them different bits (else the probe could not tell them apart on any device).
     #[test]
-    fn exact_bits_takes_normal_values_only() {
-        assert_eq!(Input::F16.exact_bits(1.0), Some(0x3c00));
-        assert_eq!(Input::Bf16.exact_bits(1.0), Some(0x3f80));
-        assert_eq!(Input::F16.exact_bits(2f32.powi(-24)), None, "f16 subnormal");
-        assert_eq!(Input::Bf16.exact_bits(1.0 + 2f32.powi(-10)), None, "9 bits");
-        assert_eq!(Input::F16.exact_bits(-0.0), Some(0x8000));
+    fn every_two_candidates_disagree_on_some_vector() {
+        let candidates = Candidate::all();
+        for input in Input::ALL {
+            let vectors = all_vectors(input, 42).unwrap();
+            let predictions: Vec<Vec<u32>> = candidates
+                .iter()
+                .map(|cand| {
+                    vectors
+                        .iter()
+                        .map(|v| cand.predict(v.c, &v.products(input)).to_bits())
+                        .collect()
+                })
+                .collect();
+            for i in 0..candidates.len() {
+                for j in i + 1..candidates.len() {
+                    assert_ne!(
+                        predictions[i],
+                        predictions[j],
+                        "{}: {} and {} agree on every vector",
+                        input.name(),
+                        candidates[i].name(),
+                        candidates[j].name()
+                    );
+                }
+            }
+        }
     }
 }
