@@ -20,8 +20,8 @@
 //! [`PESSIMISTIC`] takes the A100's parameters (8-product blocks, 24 bits): the less accurate
 //! of the two targets, so a kernel passing with it has the H100's wider accumulation to
 //! spare. [`H100`] is the candidate for Hopper: emulation_sys's 25 bits and round toward
-//! zero, and all 16 products of an m16n8k16 in one block (Hopper's wider tensor-core step, as
-//! Khattak and Mikaitis model it; not yet seen on our H100). Which model the H100 follows is
+//! zero, and all 16 products of an m16n8k16 in one block (an assumption of issue #23, to be
+//! checked against Khattak and Mikaitis' H100 model and our H100). Which model it follows is
 //! for `kernels/mma_probe.cu` to settle (`linattn mma-probe`, issue #23 part 6): it scores
 //! [`dot_exact`], [`dot_exact_rounded`] and [`dot_truncating`] over blocks, widths and final
 //! roundings against the device's bits.
