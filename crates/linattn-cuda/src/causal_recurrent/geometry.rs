@@ -4,7 +4,7 @@
 
 use linattn_core::{AttnError, FeatureMap, Problem, Unsupported};
 
-use super::launch::params;
+use super::kernel_args::params;
 use crate::executor::Launch;
 use crate::limits::{Axis, Grid};
 use crate::runtime::{as_i32, blocks_for, head_dim_class};

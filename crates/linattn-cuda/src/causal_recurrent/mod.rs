@@ -21,6 +21,7 @@
 //! and writes fp32 ∂φ(Q), ∂φ(K), which the stage chains through φ.
 
 mod geometry;
+mod kernel_args;
 mod launch;
 mod scan_form;
 
@@ -44,8 +45,9 @@ pub use geometry::{
     launch_grids, per_token_launch, scan_grid, scan_launch, states_grid, CoreDims, MapClass,
     ScanRole, COLUMNS_PER_BLOCK, MAIN_THREADS, MAX_FEATURE_DIM, Z_WARP_THREADS,
 };
+pub use kernel_args::{params, ENTRY_POINTS, KERNEL_PARAMS, SOURCE, SOURCE_NAME};
+pub use launch::variant;
 pub(crate) use launch::CoreOperands;
-pub use launch::{params, variant, ENTRY_POINTS, KERNEL_PARAMS, SOURCE, SOURCE_NAME};
 pub(crate) use scan_form::{buffer_or_placeholder, recurrent_backward, timed_scan_forward};
 pub use scan_form::{ScanPlan, ScanSaved};
 
