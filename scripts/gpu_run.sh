@@ -11,6 +11,8 @@
 #   check       linattn check --long of every cuda/* backend            -> check.json
 #   latency     linattn latency: %clock64 chains per instruction class,  (table in summary.txt,
 #               beside the model's timing of the same PTX                  JSON in rest.tgz)
+#   mufu        linattn mufu: the MUFU tables of the simulator's .approx   (tables and mufu.json
+#               functions, verified against 5 x 2^22 random inputs          in rest.tgz, mufu/)
 #   lin-*       linattn bench at fla's benchmark shapes, one per shape   -> side-by-side.tgz
 #   peers       fla chunk / fused-recurrent and SDPA flash, one process   (with ratios.txt:
 #   ratios      linattn chunked bf16 / fla chunk per shape and mode        the table)
@@ -145,6 +147,10 @@ write_summary() { # atomic, so a kill never leaves half a summary
             echo
             grep -h -A20 '^latency probes' "$WORK"/logs/*-latency.log 2>/dev/null
         fi
+        if [ -s "$WORK/mufu/mufu.json" ]; then # the MUFU tables' verification (issue #23)
+            echo
+            grep -h -A8 '^MUFU tables of' "$WORK"/logs/*-mufu.log 2>/dev/null
+        fi
     } >"$OUT/.summary.tmp" && mv "$OUT/.summary.tmp" "$OUT/summary.txt"
 }
 collect() { # everything finished so far into $OUT
@@ -158,7 +164,7 @@ collect() { # everything finished so far into $OUT
         [ -f "$f" ] && { echo "==== ${f##*/} (last 300 lines)"; tail -n 300 "$f"; }
     done >"$WORK/sanitize.txt"
     [ -s "$WORK/sanitize.txt" ] && cp "$WORK/sanitize.txt" "$OUT/sanitize.txt"
-    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json ncu/bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
+    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json mufu ncu/bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
     mv "$OUT/.rest.tmp" "$OUT/rest.tgz"
 }
 add_row() { # NAME STATUS RC SECS DEADLINE LEFT COMMAND...: one line of the step log
@@ -245,6 +251,10 @@ step check 40 120 45 -- "$B" check --long --backends 'cuda/*' --json "$OUT/check
 # Seconds: a few thousand %clock64 cycles per probe, 5 launches each, plus the simulator's
 # timing of the same PTX. Early because the model's constants are what it measures.
 step latency 5 30 8 -- "$B" latency --platform cuda --repeats 5 --out "$WORK/latency.json"
+# The simulator's bit-exact .approx (issue #23): ex2, rsqrt, rcp at every table index (~42M
+# results) and 5 x 2^22 verification inputs; seconds of GPU, the rest host-side prediction
+# and gzip. Tables (~3-6 MB gzipped) and mufu.json go into rest.tgz (mufu/).
+step mufu 10 60 20 -- "$B" mufu --platform cuda --out "$WORK/mufu"
 
 # Side by side at fla's benchmark shapes (B, T, H, D), bf16: linattn, then the peers in
 # one process (fla's Triton compile and autotune, ~90 s, paid once), then the ratio table.

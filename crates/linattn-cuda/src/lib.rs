@@ -28,6 +28,7 @@ pub mod feature_map;
 pub mod form;
 pub mod latency_probe;
 pub mod memory;
+pub mod mufu_probe;
 pub mod noncausal;
 pub mod params;
 pub mod registry;

@@ -9,7 +9,8 @@ use crate::executor::Platform;
 use crate::params::ParamSpec;
 use crate::runtime::KernelVariant;
 use crate::{
-    causal_chunked, causal_cumsum, causal_recurrent, decode, feature_map, latency_probe, noncausal,
+    causal_chunked, causal_cumsum, causal_recurrent, decode, feature_map, latency_probe,
+    mufu_probe, noncausal,
 };
 
 /// One kernel file and what is built from it.
@@ -46,7 +47,7 @@ fn no_decoders(_: Platform) -> Vec<Box<dyn Decoder>> {
 }
 
 /// Every form of this crate, in the order backends are listed.
-pub const FORMS: [FormEntry; 7] = [
+pub const FORMS: [FormEntry; 8] = [
     FormEntry {
         name: "noncausal",
         source: noncausal::SOURCE,
@@ -103,6 +104,15 @@ pub const FORMS: [FormEntry; 7] = [
         decoders: no_decoders,
         variants: latency_probe::kernel_variants,
         kernel_params: &latency_probe::KERNEL_PARAMS,
+    },
+    // Not a form: the approximate functions' bits, for the simulator's MUFU tables.
+    FormEntry {
+        name: "mufu_probe",
+        source: mufu_probe::SOURCE,
+        backends: no_backends,
+        decoders: no_decoders,
+        variants: mufu_probe::kernel_variants,
+        kernel_params: &mufu_probe::KERNEL_PARAMS,
     },
 ];
 

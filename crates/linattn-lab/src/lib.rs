@@ -17,6 +17,8 @@ mod exit;
 mod kernels;
 mod kv_cache;
 mod latency;
+mod mufu;
+mod mufu_verify;
 mod npy;
 mod plot;
 pub mod profile;
@@ -91,6 +93,9 @@ enum Command {
     /// instruction class beside the performance model's constant. On a GPU a measurement; on
     /// the simulator a read-back of the model.
     Latency(latency::LatencyArgs),
+    /// Capture the GPU's MUFU results (ex2, rsqrt, rcp) as the simulator's tables, and verify
+    /// that they predict the device bit for bit (issue #23).
+    Mufu(mufu::MufuArgs),
     /// How concentrated attention rows are (SPEC §7): S(a) by streamed Monte Carlo against
     /// the closed forms, over n and γ; table, JSON, SVG.
     Sparsity(Box<sparsity::SparsityArgs>),
@@ -110,7 +115,8 @@ impl Command {
             | Command::Bench(_)
             | Command::Profile(_)
             | Command::Kernels(_)
-            | Command::Latency(_) => true,
+            | Command::Latency(_)
+            | Command::Mufu(_) => true,
             Command::Attend(args) => kernel_family(args.backend()),
             Command::Decode(args) => kernel_family(args.backend()),
             Command::Compare(_) | Command::Report(_) | Command::Sparsity(_) => false,
@@ -143,6 +149,7 @@ pub fn run_cli() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Kernels(args) => kernels::run(args),
         Command::Latency(args) => latency::run(args),
+        Command::Mufu(args) => mufu::run(args),
         Command::Profile(args) => profile::run(*args),
         Command::Sparsity(args) => sparsity::run(*args),
     };

@@ -88,7 +88,12 @@ fn inputs_at(op: MufuOp, k: usize) -> Vec<f32> {
 #[test]
 fn simulated_instructions_return_the_planted_bits() {
     let tables = installed();
-    for form in [MufuForm::Ex2Ftz, MufuForm::Ex2, MufuForm::Rsqrt, MufuForm::RcpFtz] {
+    for form in [
+        MufuForm::Ex2Ftz,
+        MufuForm::Ex2,
+        MufuForm::Rsqrt,
+        MufuForm::RcpFtz,
+    ] {
         let op = form.op();
         let stride = op.full_entries() / ENTRIES as u32;
         for (k, dev) in planted(op) {
@@ -145,7 +150,12 @@ fn special_inputs_follow_the_isa_and_uncaptured_entries_fall_back() {
     ];
     for (form, x, want) in cases {
         let got = tables.predict(form, x).unwrap();
-        assert_eq!(got.to_bits(), want.to_bits(), "{}({x:e}) = {got:e}", form.ptx());
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{}({x:e}) = {got:e}",
+            form.ptx()
+        );
         let sim = simulate(Numerics::AsCompiled, form, &[x])[0];
         assert_eq!(sim, want.to_bits(), "simulated {}({x:e})", form.ptx());
     }
@@ -210,7 +220,10 @@ fn files_round_trip_and_damaged_ones_are_refused() {
     let p = dir.join("flipped.mufu");
     std::fs::write(&p, &flipped).unwrap();
     let err = read_table(&p).unwrap_err().to_string();
-    assert!(err.contains("decompress") || err.contains("sha256"), "{err}");
+    assert!(
+        err.contains("decompress") || err.contains("sha256"),
+        "{err}"
+    );
     // The payload of another table under this header: the digest no longer matches.
     let text = String::from_utf8_lossy(&good[..header_end]).replace("op=rcp", "op=ex2");
     let mut relabelled = text.into_bytes();
@@ -224,7 +237,10 @@ fn files_round_trip_and_damaged_ones_are_refused() {
         write_table(&mixed.join(format!("{}.mufu", op.name())), &t).unwrap();
     }
     let err = MufuTables::load_dir(&mixed).unwrap_err().to_string();
-    assert!(err.contains("rsqrt.mufu") && err.contains("holds the rcp table"), "{err}");
+    assert!(
+        err.contains("rsqrt.mufu") && err.contains("holds the rcp table"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -59,7 +59,7 @@ pub fn write_table(path: &Path, table: &MufuTable) -> Result<(), MufuError> {
         source,
     };
     let payload: Vec<u8> = table.deviations.iter().map(|&d| d as u8).collect();
-    let mut gz = GzEncoder::new(Vec::new(), Compression::best());
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
     gz.write_all(&payload).map_err(io)?;
     let gz = gz.finish().map_err(io)?;
     let source = table.source.replace(['\n', '\r'], " ");
@@ -114,7 +114,10 @@ pub fn parse_table(bytes: &[u8]) -> Result<MufuTable, String> {
         return Err(format!("first line is not '{MAGIC}'"));
     }
     let fields: Vec<(&str, &str)> = lines
-        .map(|l| l.split_once('=').ok_or(format!("header line '{l}' is not key=value")))
+        .map(|l| {
+            l.split_once('=')
+                .ok_or(format!("header line '{l}' is not key=value"))
+        })
         .collect::<Result<_, _>>()?;
     let field = |key: &str| {
         fields
@@ -128,12 +131,20 @@ pub fn parse_table(bytes: &[u8]) -> Result<MufuTable, String> {
             .parse::<u64>()
             .map_err(|_| format!("'{key}' is not a number"))
     };
-    let op = MufuOp::from_name(field("op")?)
-        .ok_or_else(|| format!("unknown op '{}' (ex2, rsqrt, rcp)", field("op").unwrap_or("")))?;
+    let op = MufuOp::from_name(field("op")?).ok_or_else(|| {
+        format!(
+            "unknown op '{}' (ex2, rsqrt, rcp)",
+            field("op").unwrap_or("")
+        )
+    })?;
     let entries = number("entries")?;
     let stride = u32::try_from(number("stride")?).map_err(|_| "stride is out of range")?;
-    let grid = Ex2Grid::parse(field("ex2_grid")?)
-        .ok_or_else(|| format!("ex2_grid '{}' is not like 24-truncate", field("ex2_grid").unwrap_or("")))?;
+    let grid = Ex2Grid::parse(field("ex2_grid")?).ok_or_else(|| {
+        format!(
+            "ex2_grid '{}' is not like 24-truncate",
+            field("ex2_grid").unwrap_or("")
+        )
+    })?;
     let sha = field("payload_sha256")?;
     let gz_len = number("payload_gzip_bytes")?;
     let gz = &bytes[end + 2..];
