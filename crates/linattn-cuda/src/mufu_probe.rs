@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use linattn_core::AttnError;
-/// The tables this probe captures, for the lab (which has no direct simulator dependency).
-pub use linattn_ptxsim::exec::mufu_table as table;
+/// The tables this probe captures and their files, for the lab (which has no direct
+/// simulator dependency).
+pub use linattn_ptxsim::exec::{mufu_file as file, mufu_table as table};
 use linattn_ptxsim::MufuForm;
 
 use crate::executor::{Executor, Launch};

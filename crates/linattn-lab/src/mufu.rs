@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use linattn_core::AttnError;
-use linattn_cuda::mufu_probe::{self, table};
+use linattn_cuda::mufu_probe::{self, file, table};
 use linattn_cuda::Platform;
 use serde::Serialize;
 use table::{MufuForm, MufuOp, MufuTable, MufuTables};
@@ -223,7 +223,7 @@ pub fn run(args: MufuArgs) -> Result<ExitCode, AttnError> {
     for op in MufuOp::ALL {
         let path = table_path(&args.out, op);
         let t = tables.table(op);
-        table::write_table(&path, t).map_err(|e| AttnError::Io(e.to_string()))?;
+        file::write_table(&path, t).map_err(|e| AttnError::Io(e.to_string()))?;
         records.push(TableRecord {
             op: op.name(),
             capture_form: op.capture_form().ptx(),
@@ -269,7 +269,7 @@ pub(crate) fn install_tables(
             "--mufu-tables applies to --numerics as-compiled, not {numerics}"
         )));
     }
-    let tables = MufuTables::load_dir(dir)
+    let tables = file::load_dir(dir)
         .map_err(|e| AttnError::InvalidArgument(format!("--mufu-tables: {e}")))?;
     eprintln!(
         "simulated ex2/rsqrt/rcp .approx from the MUFU tables in {} ({}; ex2 grid {})",

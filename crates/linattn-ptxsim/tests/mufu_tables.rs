@@ -12,7 +12,8 @@ use std::sync::OnceLock;
 
 use common::device;
 use common::lanes::run_lanes_on;
-use linattn_ptxsim::exec::mufu_table::{self, read_table, write_table, Ex2Grid};
+use linattn_ptxsim::exec::mufu_file::{load_dir, read_table, write_table};
+use linattn_ptxsim::exec::mufu_table::{self, Ex2Grid};
 use linattn_ptxsim::{MufuForm, MufuOp, MufuTable, MufuTables, Numerics};
 
 /// Entries of the synthetic tables (every 2^14-th index of ex2 and rsqrt, 2^13-th of rcp).
@@ -51,7 +52,7 @@ fn installed() -> &'static MufuTables {
         for op in MufuOp::ALL {
             write_table(&dir.join(format!("{}.mufu", op.name())), &synthetic(op)).unwrap();
         }
-        let tables = MufuTables::load_dir(&dir).unwrap();
+        let tables = load_dir(&dir).unwrap();
         mufu_table::install(tables).unwrap();
         dir
     });
@@ -236,7 +237,7 @@ fn files_round_trip_and_damaged_ones_are_refused() {
         let t = synthetic(if op == MufuOp::Rsqrt { MufuOp::Rcp } else { op });
         write_table(&mixed.join(format!("{}.mufu", op.name())), &t).unwrap();
     }
-    let err = MufuTables::load_dir(&mixed).unwrap_err().to_string();
+    let err = load_dir(&mixed).unwrap_err().to_string();
     assert!(
         err.contains("rsqrt.mufu") && err.contains("holds the rcp table"),
         "{err}"

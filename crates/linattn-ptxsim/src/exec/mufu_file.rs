@@ -1,5 +1,6 @@
 //! The `.mufu` file of one MUFU table (`exec::mufu_table`): a text header, then the
-//! deviations (one int8 per entry) gzipped.
+//! deviations (one int8 per entry) gzipped; a directory of the three, and installing it from
+//! `LINATTN_MUFU_TABLES`.
 //!
 //! ```text
 //! LINATTN-MUFU 1
@@ -25,7 +26,10 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use sha2::{Digest, Sha256};
 
-use crate::exec::mufu_table::{Ex2Grid, MufuOp, MufuTable};
+use crate::exec::mufu_table::{self, Ex2Grid, MufuOp, MufuTable, MufuTables};
+
+/// The environment variable naming a directory of tables ([`install_from_env`]).
+pub const ENV: &str = "LINATTN_MUFU_TABLES";
 
 const MAGIC: &str = "LINATTN-MUFU 1";
 /// A header is a few hundred bytes; more means this is not one.
@@ -183,4 +187,34 @@ pub fn parse_table(bytes: &[u8]) -> Result<MufuTable, String> {
     table.grid = grid;
     table.source = field("source")?.to_string();
     Ok(table)
+}
+
+/// `ex2.mufu`, `rsqrt.mufu` and `rcp.mufu` from `dir`, each checked to hold its op.
+pub fn load_dir(dir: &Path) -> Result<MufuTables, MufuError> {
+    let load = |op: MufuOp| {
+        let path = dir.join(format!("{}.mufu", op.name()));
+        let table = read_table(&path)?;
+        if table.op != op {
+            return Err(MufuError::Format {
+                path: path.clone(),
+                what: format!("holds the {} table, not {}", table.op.name(), op.name()),
+            });
+        }
+        Ok(table)
+    };
+    Ok(MufuTables {
+        ex2: load(MufuOp::Ex2)?,
+        rsqrt: load(MufuOp::Rsqrt)?,
+        rcp: load(MufuOp::Rcp)?,
+    })
+}
+
+/// Installs the tables in the directory [`ENV`] names, if it is set; Ok(false) if not.
+pub fn install_from_env() -> Result<bool, String> {
+    let Some(dir) = std::env::var_os(ENV) else {
+        return Ok(false);
+    };
+    let tables = load_dir(Path::new(&dir)).map_err(|e| format!("{ENV}: {e}"))?;
+    mufu_table::install(tables)?;
+    Ok(true)
 }

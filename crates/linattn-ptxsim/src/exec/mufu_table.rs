@@ -5,11 +5,11 @@
 //! itself is asked (`linattn mufu`, `kernels/mufu_probe.cu`), under the hypothesis that each
 //! result depends on a few input bits only:
 //!
-//! * `MUFU.RCP` (`rcp.approx.ftz.f32`): the 23 mantissa bits; 1/(2^e·1.m) = 2^-e · T[m].
+//! * `MUFU.RCP` (`rcp.approx.ftz.f32`): the 23 mantissa bits; `1/(2^e·1.m) = 2^-e · T[m]`.
 //! * `MUFU.RSQ` (`rsqrt.approx.ftz.f32`): the mantissa and the exponent's parity p;
-//!   rsqrt(2^(2k+p)·1.m) = 2^-k · T[p·2^23 + m].
+//!   `rsqrt(2^(2k+p)·1.m) = 2^-k · T[p·2^23 + m]`.
 //! * `MUFU.EX2` (`ex2.approx.ftz.f32`): the fraction f of x = n + f in fixed point;
-//!   2^x = 2^n · T[f quantised], T captured at f = i/2^24 (all exact f32). How many fraction
+//!   `2^x = 2^n · T[f quantised]`, T captured at f = i/2^24 (all exact f32). How many fraction
 //!   bits the unit keeps, and whether it truncates or rounds, is an [`Ex2Grid`] chosen by the
 //!   capture's verification.
 //!
@@ -21,20 +21,15 @@
 //! subnormal inputs flushed (±inf, as an H100 measured, issue #23).
 //!
 //! In `Numerics::AsCompiled`, once tables are [`install`]ed (`linattn check --mufu-tables`,
-//! or [`ENV`]), the four forms the kernels use take their results from here
-//! (`exec::alu::float_arith`); any other mode, form or uncaptured index is unchanged.
+//! or `LINATTN_MUFU_TABLES`, both read by `exec::mufu_file`), the four forms the kernels
+//! use take their results from here (`exec::alu::float_arith`); any other mode, form or
+//! uncaptured index is unchanged.
 
-use std::path::Path;
 use std::sync::OnceLock;
 
 use crate::exec::float;
 use crate::exec::numerics::Numerics;
 use crate::ir::{FloatMode, Rounding, UnOp};
-
-pub use crate::exec::mufu_file::{read_table, write_table, MufuError};
-
-/// The environment variable naming a directory of tables ([`install_from_env`]).
-pub const ENV: &str = "LINATTN_MUFU_TABLES";
 
 /// One MUFU function, captured through the PTX form that maps onto it alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -376,26 +371,6 @@ pub struct MufuTables {
 }
 
 impl MufuTables {
-    /// `ex2.mufu`, `rsqrt.mufu` and `rcp.mufu` from `dir`, each checked to hold its op.
-    pub fn load_dir(dir: &Path) -> Result<MufuTables, MufuError> {
-        let load = |op: MufuOp| {
-            let path = dir.join(format!("{}.mufu", op.name()));
-            let table = read_table(&path)?;
-            if table.op != op {
-                return Err(MufuError::Format {
-                    path: path.clone(),
-                    what: format!("holds the {} table, not {}", table.op.name(), op.name()),
-                });
-            }
-            Ok(table)
-        };
-        Ok(MufuTables {
-            ex2: load(MufuOp::Ex2)?,
-            rsqrt: load(MufuOp::Rsqrt)?,
-            rcp: load(MufuOp::Rcp)?,
-        })
-    }
-
     pub fn table(&self, op: MufuOp) -> &MufuTable {
         match op {
             MufuOp::Ex2 => &self.ex2,
@@ -442,16 +417,6 @@ pub fn install(tables: MufuTables) -> Result<(), String> {
         Err(tables) if INSTALLED.get() == Some(&tables) => Ok(()),
         Err(_) => Err("other MUFU tables are already in use in this process".into()),
     }
-}
-
-/// Installs the tables in the directory [`ENV`] names, if it is set; Ok(false) if not.
-pub fn install_from_env() -> Result<bool, String> {
-    let Some(dir) = std::env::var_os(ENV) else {
-        return Ok(false);
-    };
-    let tables = MufuTables::load_dir(Path::new(&dir)).map_err(|e| format!("{ENV}: {e}"))?;
-    install(tables)?;
-    Ok(true)
 }
 
 /// The installed tables, where a device in `numerics` uses them (as-compiled only).
