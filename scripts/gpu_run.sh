@@ -14,19 +14,21 @@
 #   mma-probe   linattn mma-probe: how the tensor cores sum f16/bf16 mma   (table and verdict
 #               (which accumulation model the simulator should default to)  in summary.txt,
 #                                                                          JSON in rest.tgz)
+#   mufu        linattn mufu: the MUFU tables of the simulator's .approx   (tables and mufu.json
+#               functions, verified against 5 x 2^22 random inputs          in rest.tgz, mufu/)
 #   lin-*       linattn bench at fla's benchmark shapes, one per shape   -> side-by-side.tgz
 #   peers       fla chunk / fused-recurrent and SDPA flash, one process   (with ratios.txt:
 #   ratios      linattn chunked bf16 / fla chunk per shape and mode        the table)
 #   ncu         Nsight Compute counters of the hot kernels (N=4096)      -> ncu.csv
 #   memcheck    compute-sanitizer memcheck over linattn check, 5 backends -> sanitize.txt
 #   racecheck   racecheck over one linattn bench run per backend, N=1100
-#   sweep       linattn bench B=4 H=16 D=64, N=2^10..2^16                -> sweep.json
 #   decode      linattn bench --mode decode, context 2^8..2^16           (in rest.tgz)
 #   decode-b32  the same at B = H = 32, D = M = 128, context 2^8            (in rest.tgz)
+#   sweep       linattn bench B=4 H=16 D=64, N=2^10..2^16                -> sweep.json
 # $OUT gets at most 7 files, rewritten as each step ends (a kill keeps what finished):
 # summary.txt (the step log, the ratio table, the check verdict), check.json,
 # side-by-side.tgz, ncu.csv, sanitize.txt, sweep.json, rest.tgz (every step's full log,
-# latency.json, mma-probe.json, decode results, the environment). Exit status: 0 when no step failed or timed out (budget
+# latency.json, mma-probe.json, mufu/, decode results, the environment). Exit status: 0 when no step failed or timed out (budget
 # skips are not failures), 1 otherwise, 2 for a budget too small for the first step or a bad
 # pack (named before anything runs).
 set -uo pipefail
@@ -152,6 +154,10 @@ write_summary() { # atomic, so a kill never leaves half a summary
             echo
             grep -h -A34 '^mma probe on' "$WORK"/logs/*-mma-probe.log 2>/dev/null
         fi
+        if [ -s "$WORK/mufu/mufu.json" ]; then # the MUFU tables' verification (issue #23)
+            echo
+            grep -h -A8 '^MUFU tables of' "$WORK"/logs/*-mufu.log 2>/dev/null
+        fi
     } >"$OUT/.summary.tmp" && mv "$OUT/.summary.tmp" "$OUT/summary.txt"
 }
 collect() { # everything finished so far into $OUT
@@ -165,7 +171,7 @@ collect() { # everything finished so far into $OUT
         [ -f "$f" ] && { echo "==== ${f##*/} (last 300 lines)"; tail -n 300 "$f"; }
     done >"$WORK/sanitize.txt"
     [ -s "$WORK/sanitize.txt" ] && cp "$WORK/sanitize.txt" "$OUT/sanitize.txt"
-    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json mma-probe.json ncu/bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
+    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json mma-probe.json mufu ncu/bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
     mv "$OUT/.rest.tmp" "$OUT/rest.tgz"
 }
 add_row() { # NAME STATUS RC SECS DEADLINE LEFT COMMAND...: one line of the step log
@@ -255,6 +261,10 @@ step latency 5 30 8 -- "$B" latency --platform cuda --repeats 5 --out "$WORK/lat
 # Two launches of a few hundred test vectors, scored on the host: seconds. Early because its
 # answer decides the simulator's default mma model (issue #23 part 6).
 step mma-probe 5 20 3 -- "$B" mma-probe --platform cuda --json "$WORK/mma-probe.json"
+# The simulator's bit-exact .approx (issue #23): ex2, rsqrt, rcp at every table index (~42M
+# results) and 5 x 2^22 verification inputs; seconds of GPU, the rest host-side prediction
+# and gzip. Tables (~3-6 MB gzipped) and mufu.json go into rest.tgz (mufu/).
+step mufu 10 60 20 -- "$B" mufu --platform cuda --out "$WORK/mufu"
 
 # Side by side at fla's benchmark shapes (B, T, H, D), bf16: linattn, then the peers in
 # one process (fla's Triton compile and autotune, ~90 s, paid once), then the ratio table.
@@ -294,14 +304,15 @@ step racecheck 20 60 30 needs=compute-sanitizer -- compute-sanitizer --tool race
     "$B" bench --backends "$HOT" --causality causal,non-causal --n 1100 --batch 1 --heads 2 --dk 64 \
     --mode forward+backward --warmup 0 --repeats 1 --no-progress --deadline @DEADLINE@ --out "$WORK/racecheck-bench.json"
 
-step sweep 20 100 90 -- "$B" bench --backends "$HOT,cuda/softmax/f16" --causality causal,non-causal \
-    --n-min 2^10 --n-max 2^16 --batch 4 --heads 16 --dk 64 --mode forward,forward+backward \
-    --cell-seconds 0.2 --no-progress --deadline @DEADLINE@ --out "$OUT/sweep.json"
 step decode 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32,cuda/decode/f16,cpu/decode/f32 \
     --n-min 2^8 --n-max 2^16 --no-progress --deadline @DEADLINE@ --out "$WORK/decode"
 # The state update at scale (#21's target: >= 70% of HBM at B = H = 32, D = M = 128).
 step decode-b32 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32 --batch 32 --heads 32 \
     --dk 128 --n 2^8 --no-progress --deadline @DEADLINE@ --out "$WORK/decode-b32"
+# Last: the sweep takes what is left (it stops at its deadline with the cells it has).
+step sweep 20 100 90 -- "$B" bench --backends "$HOT,cuda/softmax/f16" --causality causal,non-causal \
+    --n-min 2^10 --n-max 2^16 --batch 4 --heads 16 --dk 64 --mode forward,forward+backward \
+    --cell-seconds 0.2 --no-progress --deadline @DEADLINE@ --out "$OUT/sweep.json"
 
 if [ "$DRY_RUN" = 1 ]; then
     worst=$((sim_elapsed + RESERVE))

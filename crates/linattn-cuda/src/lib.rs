@@ -32,6 +32,7 @@ pub mod latency_probe;
 pub mod limits;
 pub mod memory;
 pub mod mma_probe;
+pub mod mufu_probe;
 pub mod noncausal;
 pub mod params;
 pub mod registry;

@@ -10,7 +10,7 @@ use crate::params::ParamSpec;
 use crate::runtime::KernelVariant;
 use crate::{
     causal_chunked, causal_cumsum, causal_recurrent, decode, feature_map, latency_probe, mma_probe,
-    noncausal,
+    mufu_probe, noncausal,
 };
 
 /// One kernel file and what is built from it.
@@ -113,6 +113,15 @@ pub const FORMS: [FormEntry; 8] = [
         decoders: no_decoders,
         variants: mma_probe::kernel_variants,
         kernel_params: &mma_probe::KERNEL_PARAMS,
+    },
+    // Not a form: the approximate functions' bits, for the simulator's MUFU tables.
+    FormEntry {
+        name: "mufu_probe",
+        source: mufu_probe::SOURCE,
+        backends: no_backends,
+        decoders: no_decoders,
+        variants: mufu_probe::kernel_variants,
+        kernel_params: &mufu_probe::KERNEL_PARAMS,
     },
 ];
 

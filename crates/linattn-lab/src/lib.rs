@@ -18,6 +18,8 @@ mod kernels;
 mod kv_cache;
 mod latency;
 mod mma_probe;
+mod mufu;
+mod mufu_verify;
 mod npy;
 mod plot;
 pub mod profile;
@@ -95,6 +97,9 @@ enum Command {
     /// How the tensor cores sum: mma.sync on test vectors (kernels/mma_probe.cu), scored
     /// against candidate accumulation models (exact; block × kept bits × RZ/RN).
     MmaProbe(mma_probe::MmaProbeArgs),
+    /// Capture the GPU's MUFU results (ex2, rsqrt, rcp) as the simulator's tables, and verify
+    /// that they predict the device bit for bit (issue #23).
+    Mufu(mufu::MufuArgs),
     /// How concentrated attention rows are (SPEC §7): S(a) by streamed Monte Carlo against
     /// the closed forms, over n and γ; table, JSON, SVG.
     Sparsity(Box<sparsity::SparsityArgs>),
@@ -115,7 +120,8 @@ impl Command {
             | Command::Profile(_)
             | Command::Kernels(_)
             | Command::Latency(_)
-            | Command::MmaProbe(_) => true,
+            | Command::MmaProbe(_)
+            | Command::Mufu(_) => true,
             Command::Attend(args) => kernel_family(args.backend()),
             Command::Decode(args) => kernel_family(args.backend()),
             Command::Compare(_) | Command::Report(_) | Command::Sparsity(_) => false,
@@ -149,6 +155,7 @@ pub fn run_cli() -> ExitCode {
         Command::Kernels(args) => kernels::run(args),
         Command::Latency(args) => latency::run(args),
         Command::MmaProbe(args) => mma_probe::run(args),
+        Command::Mufu(args) => mufu::run(args),
         Command::Profile(args) => profile::run(*args),
         Command::Sparsity(args) => sparsity::run(*args),
     };

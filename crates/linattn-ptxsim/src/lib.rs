@@ -50,6 +50,7 @@ pub use arch::SimArch;
 pub use counters::Counters;
 pub use device::{Arg, Device, LaunchConfig, LaunchStats, Module};
 pub use error::{Checker, Checks, Fault, Schedule, SimError, Site};
+pub use exec::mufu_table::{MufuForm, MufuOp, MufuTable, MufuTables};
 pub use exec::numerics::{MmaModel, Numerics};
 pub use instr_class::InstrClass;
 pub use parse::Placement;

@@ -196,6 +196,8 @@ impl SimExecutor {
         let memory = memory_bytes();
         let numerics = *NUMERICS.get_or_init(Numerics::default);
         let placement = *PLACEMENT.get_or_init(Placement::default);
+        // LINATTN_MUFU_TABLES: the GPU's own .approx bits in as-compiled numerics.
+        linattn_ptxsim::exec::mufu_file::install_from_env().map_err(AttnError::InvalidArgument)?;
         let mut device = Device::new(sim_arch, memory)
             .with_checks(checks())
             .with_numerics(numerics)

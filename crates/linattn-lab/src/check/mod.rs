@@ -85,6 +85,11 @@ pub struct CheckArgs {
     /// truncating model) or h100 (the H100 candidate). Default: the numerics mode's own.
     #[arg(long, value_name = "MODEL", value_parser = parse_mma_model)]
     mma_model: Option<MmaModel>,
+    /// A directory of MUFU tables (`linattn mufu --platform cuda`): with `--numerics
+    /// as-compiled`, the simulated ex2, rsqrt and rcp `.approx` results are the captured
+    /// GPU's own bits. Also `LINATTN_MUFU_TABLES`.
+    #[arg(long, value_name = "DIR")]
+    mufu_tables: Option<PathBuf>,
     /// The order in which the simulator (`sim/*`) runs the warps of a CTA between
     /// synchronisation points: in-order (default), reversed, highest-pc. Races are reported
     /// in every order; another order shows what an unordered access would compute.
@@ -136,6 +141,9 @@ impl CheckArgs {
 pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
     linattn_cuda::executor::sim::set_numerics(args.numerics)?;
     linattn_cuda::executor::sim::set_mma_model(args.mma_model)?;
+    if let Some(dir) = &args.mufu_tables {
+        crate::mufu::install_tables(dir, args.numerics)?;
+    }
     let schedule = match &args.schedule {
         Some(name) => name
             .parse()

@@ -9,6 +9,8 @@ pub(crate) mod float;
 pub(crate) mod global_race;
 pub(crate) mod memory;
 pub mod mma_accumulate;
+pub mod mufu_file;
+pub mod mufu_table;
 pub mod numerics;
 pub(crate) mod race;
 pub mod schedule;

@@ -5,6 +5,7 @@
 use std::sync::OnceLock;
 
 use crate::exec::float;
+use crate::exec::mufu_table;
 use crate::exec::numerics::{self, Numerics};
 use crate::exec::warp::{each, Lanes32, Uniforms, Warp};
 use crate::ir::{BinOp, FloatMode, Reg, Rounding, Src, Ty, UnOp};
@@ -49,6 +50,9 @@ pub fn unary(w: &mut Warp, op: UnOp, mode: FloatMode, d: Reg, a: &Src, mask: u32
     let out: Lanes32 = if u.numerics == Numerics::Pessimistic && numerics::is_approx_unary(op, mode)
     {
         each(|l| numerics::pessimistic_unary(op, f32::from_bits(x[l]), mode).to_bits())
+    } else if let Some(tables) = mufu_table::for_numerics(u.numerics) {
+        // As-compiled with captured MUFU tables: the GPU's own bits (exec/mufu_table.rs).
+        each(|l| tables.unary(op, f32::from_bits(x[l]), mode).to_bits())
     } else {
         each(|l| float::unary(op, f32::from_bits(x[l]), mode).to_bits())
     };
