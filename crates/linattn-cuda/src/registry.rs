@@ -47,7 +47,7 @@ fn no_decoders(_: Platform) -> Vec<Box<dyn Decoder>> {
 }
 
 /// Every form of this crate, in the order backends are listed.
-pub const FORMS: [FormEntry; 8] = [
+pub const FORMS: [FormEntry; 9] = [
     FormEntry {
         name: "noncausal",
         source: noncausal::SOURCE,
