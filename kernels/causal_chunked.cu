@@ -547,22 +547,25 @@ __device__ __forceinline__ float cc_walk_phi(int map, float x) {
 // and its DRAM latency hides behind it. Lane = (fp = lane & 7: features 2fp, 2fp+1 of the
 // warp's group, tw = lane >> 3), step s: tokens tg·8 + 2tw and +1 of the warp's token group
 // tg (raw[2s], raw[2s+1]); 8 lanes read one 32-byte sector of a token row.
-__device__ __forceinline__ void cc_walk_fetch(cc_u32 (&raw)[2 * CC_WALK_STEPS],
+// STEPS = 8 / (warps / 4): 4 in the walks (8 warps), 8 in cc_forward (4 warps: warp w >> 2 = 0
+// holds every token group of feature group w).
+template <int STEPS = CC_WALK_STEPS>
+__device__ __forceinline__ void cc_walk_fetch(cc_u32 (&raw)[2 * STEPS],
                                               const la_storage_t* __restrict__ src,
                                               la_index_t head_row0, int tok0, int n, int col0,
                                               int src_cols) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
-    const int tok = (warp >> 2) * CC_WALK_STEPS * 8 + 2 * tw;  // the lane's first token
+    const int tok = (warp >> 2) * STEPS * 8 + 2 * tw;  // the lane's first token
     const cc_u32* p = (const cc_u32*)(src + (head_row0 + tok0 + tok) * src_cols + col0 +
                                       (warp & 3) * 16 + 2 * fp);
     const la_index_t row = (la_index_t)src_cols / 2;  // one token row, in pairs
     if (tok0 + CC_L <= n) {  // whole chunk (every one but a ragged tail): no bounds
 #pragma unroll
-        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) raw[s] = p[((s >> 1) * 8 + (s & 1)) * row];
+        for (int s = 0; s < 2 * STEPS; ++s) raw[s] = p[((s >> 1) * 8 + (s & 1)) * row];
         return;
     }
 #pragma unroll
-    for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {  // every load issued before any use
+    for (int s = 0; s < 2 * STEPS; ++s) {  // every load issued before any use
         const int r = (s >> 1) * 8 + (s & 1);
         raw[s] = tok0 + tok + r < n ? p[r * row] : 0u;
     }
@@ -576,20 +579,21 @@ __device__ __forceinline__ void cc_walk_fetch(cc_u32 (&raw)[2 * CC_WALK_STEPS],
 // col_unscale[feature]; SCALE has a barrier (every thread calls it). Same values and the
 // same bank pattern per store as cc_tile_cols. Every element is converted, mapped and
 // weighted before any is stored: independent chains, one after the other in the code.
-template <bool LO, bool W, bool SCALE>
+template <bool LO, bool W, bool SCALE, int STEPS = CC_WALK_STEPS>
 __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
-                                            const cc_u32 (&raw)[2 * CC_WALK_STEPS], int tok0, int n,
+                                            const cc_u32 (&raw)[2 * STEPS], int tok0, int n,
                                             int phi, const float* w, float* col_unscale,
                                             float* col_max) {
+    static_assert(!SCALE || STEPS == CC_WALK_STEPS, "SCALE pairs the two token halves of 8 warps");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
-    const int f = (warp & 3) * 16 + 2 * fp, tok = (warp >> 2) * CC_WALK_STEPS * 8 + 2 * tw;
-    float2 x[2 * CC_WALK_STEPS];
+    const int f = (warp & 3) * 16 + 2 * fp, tok = (warp >> 2) * STEPS * 8 + 2 * tw;
+    float2 x[2 * STEPS];
 #pragma unroll
-    for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) x[s] = make_float2(cc_lo(raw[s]), cc_hi(raw[s]));
+    for (int s = 0; s < 2 * STEPS; ++s) x[s] = make_float2(cc_lo(raw[s]), cc_hi(raw[s]));
     if (phi != LA_MAP_IDENTITY) {
         const bool full = tok0 + CC_L <= n;
 #pragma unroll
-        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+        for (int s = 0; s < 2 * STEPS; ++s) {
             if (full || tok0 + tok + (s >> 1) * 8 + (s & 1) < n) {  // zero past n, not φ(0)
                 x[s].x = cc_walk_phi(phi, x[s].x);
                 x[s].y = cc_walk_phi(phi, x[s].y);
@@ -598,7 +602,7 @@ __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
     }
     if (W) {
 #pragma unroll
-        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+        for (int s = 0; s < 2 * STEPS; ++s) {
             const float ws = w[tok + (s >> 1) * 8 + (s & 1)];
             x[s].x *= ws;
             x[s].y *= ws;
@@ -607,7 +611,7 @@ __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
     if (SCALE) {
         float mx = 0.0f, my = 0.0f;
 #pragma unroll
-        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+        for (int s = 0; s < 2 * STEPS; ++s) {
             mx = fmaxf(mx, fabsf(x[s].x));
             my = fmaxf(my, fabsf(x[s].y));
         }
@@ -631,13 +635,13 @@ __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
             col_unscale[f + 1] = cc_pow2(-ey);
         }
 #pragma unroll
-        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+        for (int s = 0; s < 2 * STEPS; ++s) {
             x[s].x *= sx;
             x[s].y *= sy;
         }
     }
 #pragma unroll
-    for (int s = 0; s < CC_WALK_STEPS; ++s)
+    for (int s = 0; s < STEPS; ++s)
         cc_tile_cols_block(dst, LO ? dst_lo : nullptr, f, tok + 8 * s, x[2 * s], x[2 * s + 1], fp >= 4);
 }
 
@@ -927,9 +931,93 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
     }
 }
 
+// cc_tile_rows of a whole [N][COLS] row (col0 = 0) in two halves, so that every load of the
+// tile is issued before the first is used (one DRAM latency per tile, not one per element
+// pair): cc_rows_fetch reads 16 bytes per load into registers, cc_rows_put applies φ (tokens
+// ≥ n stay 0) and stores them. Thread x, load s: token (x + s·CC_THREADS) / (COLS/8),
+// elements 8·((x + s·CC_THREADS) mod (COLS/8)) .. +7; 8 lanes fill a 128-byte row segment
+// (one wavefront per quarter warp).
+#define CC_ROWS_LOADS(COLS) (CC_L * (COLS) / 8 / CC_THREADS)
+template <int COLS>
+__device__ __forceinline__ void cc_rows_fetch(uint4 (&raw)[CC_ROWS_LOADS(COLS)],
+                                              const la_storage_t* __restrict__ src,
+                                              la_index_t head_row0, int tok0, int n) {
+#pragma unroll
+    for (int s = 0; s < CC_ROWS_LOADS(COLS); ++s) {
+        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (COLS / 8), c = (idx % (COLS / 8)) * 8;
+        raw[s] = tok0 + r < n ? *(const uint4*)(src + (head_row0 + tok0 + r) * COLS + c)
+                              : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+__device__ __forceinline__ cc_u32 cc_phi_word(int phi, cc_u32 x) {
+    return cc_pack(cc_walk_phi(phi, cc_lo(x)), cc_walk_phi(phi, cc_hi(x)));
+}
+
+template <int COLS>
+__device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&raw)[CC_ROWS_LOADS(COLS)],
+                                            int tok0, int n, int phi) {
+#pragma unroll
+    for (int s = 0; s < CC_ROWS_LOADS(COLS); ++s) {
+        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (COLS / 8), c = (idx % (COLS / 8)) * 8;
+        uint4 x = raw[s];
+        if (phi != LA_MAP_IDENTITY && tok0 + r < n) {  // zero past n, not φ(0)
+            x.x = cc_phi_word(phi, x.x);
+            x.y = cc_phi_word(phi, x.y);
+            x.z = cc_phi_word(phi, x.z);
+            x.w = cc_phi_word(phi, x.w);
+        }
+        *(uint4*)(dst + r * ld + c) = x;
+    }
+}
+
 // ---- pass 2: outputs ------------------------------------------------------------------------
 
 #define CC_FWD_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4 + CC_D * 4)
+
+// q̃, k̃ (natural, [64][LDD]), the v slice (transposed, [64 e][LDT]) and z⁰ of one chunk into
+// shared memory, every global load issued before the first store (one DRAM latency for the
+// three tiles; they took one per element pair, a chain of ~100 at D = 128).
+__device__ __forceinline__ void cc_forward_tiles(cc_u16* s_q, cc_u16* s_k, cc_u16* s_vt, float* s_z,
+                                                 const la_storage_t* __restrict__ q,
+                                                 const la_storage_t* __restrict__ k,
+                                                 const la_storage_t* __restrict__ v,
+                                                 const float* __restrict__ state,
+                                                 la_index_t head_row0, int tok0, int n, int e0, int map) {
+    static_assert(CC_D <= CC_THREADS, "one thread per element of z");
+    constexpr int VSTEPS = CC_L / 8;  // 4 warps: each holds a feature group's every token group
+    uint4 raw_q[CC_ROWS_LOADS(CC_D)], raw_k[CC_ROWS_LOADS(CC_D)];
+    cc_u32 raw_v[2 * VSTEPS];
+    cc_rows_fetch<CC_D>(raw_q, q, head_row0, tok0, n);
+    cc_rows_fetch<CC_D>(raw_k, k, head_row0, tok0, n);
+    cc_walk_fetch<VSTEPS>(raw_v, v, head_row0, tok0, n, e0, CC_M);
+    const float z = threadIdx.x < CC_D ? state[(la_index_t)CC_D * CC_M + threadIdx.x] : 0.0f;
+    cc_rows_put<CC_D>(s_q, CC_LDD, raw_q, tok0, n, map);
+    cc_rows_put<CC_D>(s_k, CC_LDD, raw_k, tok0, n, map);
+    cc_walk_put<false, false, false, VSTEPS>(s_vt, nullptr, raw_v, tok0, n, LA_MAP_IDENTITY, nullptr,
+                                             nullptr, nullptr);
+    if (threadIdx.x < CC_D) s_z[threadIdx.x] = z;
+}
+
+// The fp32 slice Sᵀ[e0 .. e0+63][0 .. D) of a chunk state into dst[e][LDD], 16 bytes per load,
+// all loads before the first store; returns this thread's max |x| (cc_state_tile, batched).
+__device__ __forceinline__ float cc_state_rows(float* dst, const float* __restrict__ state, int e0) {
+    constexpr int LOADS = CC_TILE * CC_D / 4 / CC_THREADS;
+    float4 x[LOADS];
+#pragma unroll
+    for (int s = 0; s < LOADS; ++s) {
+        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (CC_D / 4), c = (idx % (CC_D / 4)) * 4;
+        x[s] = *(const float4*)(state + (la_index_t)(e0 + r) * CC_D + c);
+    }
+    float max_abs = 0.0f;
+#pragma unroll
+    for (int s = 0; s < LOADS; ++s) {
+        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (CC_D / 4), c = (idx % (CC_D / 4)) * 4;
+        *(float4*)(dst + r * CC_LDD + c) = x[s];
+        max_abs = fmaxf(max_abs, fmaxf(fmaxf(fabsf(x[s].x), fabsf(x[s].y)), fmaxf(fabsf(x[s].z), fabsf(x[s].w))));
+    }
+    return max_abs;
+}
 
 // O[:, e0:e0+64] and den for one chunk (GO = false: cc_forward), or, in the backward, the
 // partial G_i·O_i over this slice of M from the fp32 O before any rounding (GO = true:
@@ -955,11 +1043,8 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     const la_index_t head_row0 = (la_index_t)bh * n;
     const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
     if (threadIdx.x == 0) s_max = 0;
-    cc_tile_rows<CC_D>(s_q, CC_LDD, q, head_row0, tok0, n, 0, CC_D, map, nullptr);
-    cc_tile_rows<CC_D>(s_k, CC_LDD, k, head_row0, tok0, n, 0, CC_D, map, nullptr);
-    cc_tile_cols<CC_TILE>(s_vt, v, head_row0, tok0, n, e0, CC_M, LA_MAP_IDENTITY, nullptr);
-    float max_abs = cc_state_tile<CC_TILE, CC_D, false>(s_s, CC_LDD, state, e0, CC_D);
-    for (int d = threadIdx.x; d < CC_D; d += CC_THREADS) s_z[d] = state[(la_index_t)CC_D * CC_M + d];
+    cc_forward_tiles(s_q, s_k, s_vt, s_z, q, k, v, state, head_row0, tok0, n, e0, map);
+    const float max_abs = cc_state_rows(s_s, state, e0);
     __syncthreads();  // s_max = 0 visible before the atomics
     const float scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
 
