@@ -130,10 +130,11 @@
 #define CC_LDT (CC_L + CC_PAD)    // stride of token-contiguous (transposed) 16-bit tiles
 #define CC_LDD (CC_D + CC_PAD)    // stride of D-contiguous rows
 #define CC_LDM (CC_M + CC_PAD)    // stride of M-contiguous rows
-// Words per chunk state: the D×M matrix, the D vector z (fp32), then 4 words: in the packed
+// Words per chunk state: the D×M matrix, the D vector z (fp32), then 8 words: in the packed
 // form (cc_forward_h packed ≠ 0, read by cc_forward) the power-of-two exponent of each 64×64
-// tile (cc_state_exp), unused in the fp32 form. 4 keeps every chunk's base 16-byte aligned.
-#define CC_STATE_STRIDE ((la_index_t)CC_D * CC_M + CC_D + 4)
+// tile (cc_state_exp, ≤ 4), unused in the fp32 form. 8 keeps every chunk's base on a 32-byte
+// sector (with 4, every other chunk's rows straddled sectors: +25% sectors in the walks).
+#define CC_STATE_STRIDE ((la_index_t)CC_D * CC_M + CC_D + 8)
 // The packed form: matrix element (e, d) of tile (e / 64, d / 64) is x·2^s = hi + lo, both
 // 16-bit, s = cc_split_exp(max |x| over the tile) (the split cc_mma_split makes of an fp32
 // tile). Row e holds D/4 16-byte records; record 4ks + t of a row is the B fragment pair

@@ -183,7 +183,8 @@ pub struct LaunchPlan {
     /// B·H.
     pub heads: usize,
     /// 32-bit words per chunk state: the D·M matrix (fp32, or 16-bit hi + lo pairs in the
-    /// packed form), the D vector, then 4 words (the packed form's tile exponents).
+    /// packed form), the D vector, then 8 words (the packed form's tile exponents; 8 keeps
+    /// each chunk's base on a 32-byte sector).
     pub state_stride: usize,
     /// fp32 elements of one state buffer (all heads, all chunks).
     pub state_len: usize,
@@ -222,7 +223,7 @@ impl LaunchPlan {
         let num_chunks = shape.seq.div_ceil(CHUNK);
         // Kernels take N and the chunk count as int and index in 64 bits.
         as_i32("sequence length N", shape.seq)?;
-        let state_stride = d * m + d + 4;
+        let state_stride = d * m + d + 8;
         let state_len = heads
             .checked_mul(num_chunks)
             .and_then(|x| x.checked_mul(state_stride))

@@ -42,9 +42,10 @@ fn grids_tile_value_and_key_dims_by_64() {
     assert_eq!(plan.heads, 6);
     assert_eq!(plan.grid_value_tiles, (3, 6, 1)); // M/64 = 1
     assert_eq!(plan.grid_key_tiles, (3, 6, 2)); // D/64 = 2
-    // one state per chunk: D·M matrix + D vector + 4 words (the packed form's exponents)
-    assert_eq!(plan.state_stride, 128 * 64 + 128 + 4);
-    assert_eq!(plan.state_len, 6 * 3 * (128 * 64 + 128 + 4));
+
+    // One state per chunk: D·M matrix + D vector + 8 words (the packed form's exponents).
+    assert_eq!(plan.state_stride, 128 * 64 + 128 + 8);
+    assert_eq!(plan.state_len, 6 * 3 * (128 * 64 + 128 + 8));
     assert_eq!(plan.state_bytes(), 4 * plan.state_len as u64);
     // walks: (D/64, B·H, M/64)
     assert_eq!(plan.grid_walk, (2, 6, 1));
@@ -81,7 +82,14 @@ fn shared_memory_matches_the_kernel_layouts() {
     assert_eq!(small.smem_walk, large.smem_walk);
     // Every sm_80+ part opts in to ≥ 99 KB per block (sm_86/89); static shared ≤ 1 KB.
     for p in [small, large] {
-        for bytes in [p.smem_forward, p.smem_go, p.smem_dq, p.smem_dk, p.smem_dv, p.smem_walk] {
+        for bytes in [
+            p.smem_forward,
+            p.smem_go,
+            p.smem_dq,
+            p.smem_dk,
+            p.smem_dv,
+            p.smem_walk,
+        ] {
             assert!(bytes + 1024 <= 99 * 1024, "{bytes} B of shared memory");
         }
     }
