@@ -22,7 +22,9 @@
 // ---- parallelisation: two passes (fla's chunk_h, then chunk_o; kernels/CHUNKED-DESIGN.md) ----
 //   1. cc_forward_h  one CTA per (D/64 tile d, b·h, M/64 tile e) walks the chunks in order,
 //                    the running 64×64 fp32 state slice S⁰ᵀ[e][d] in registers, and writes
-//                    each chunk's entering state S⁰_c, z⁰_c once (Sᵀ[e][d], then z[d]).
+//                    each chunk's entering state S⁰_c, z⁰_c once (Sᵀ[e][d], then z[d]); for
+//                    cc_forward packed (16-bit hi + lo with a power of two per tile: the
+//                    split cc_forward made itself, at the fp32 state's bytes).
 //                                                               grid (D/64, B·H, M/64)
 //   2. cc_forward    per chunk and 64-wide slice of M: O, den.  grid (NC, B·H, M/64)
 //   The walk is sequential in NC = N/64 over B·H·D·M/4096 CTAs (128 at B·H = 32, D = M =
@@ -81,7 +83,9 @@
 //   The fp32 states are NOT rounded to 16 bits: for the mma each state tile is scaled by a
 //   power of two 2^s (max |x·2^s| < 2^14) and split x·2^s = hi + lo, two mma's, product
 //   rescaled by 2^−s: state magnitude (which grows with N; z overflows fp16 past 65504) costs
-//   neither range nor accuracy. The intra-chunk matrices built in registers (P in the
+//   neither range nor accuracy. cc_forward reads that split as the walk wrote it (one 2^s
+//   per 64×64 tile, where it took one per 64 × D slice), the gradient kernels split the fp32
+//   state themselves. The intra-chunk matrices built in registers (P in the
 //   forward, A in dQ and dK, Pᵀ/den in dV) are split hi + lo as well: those terms cancel
 //   against the inter-chunk ones (Σ_j A_ij ≈ 0 since k̃ ≈ 1 + elu(k), and v_j − O_i ≈ 0 for
 //   the first tokens), so their 16-bit rounding, not storage, would dominate bf16 dQ.
@@ -99,7 +103,7 @@
 //   D = C and M ∈ {64, 128}, compile-time (CC_D, CC_M). Any N ≥ 1: the tail chunk is
 //   zero-padded on load and masked on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
 //   Dynamic shared memory ≤ 88,320 B per CTA (cc_backward_dq at M = 128; ≤ 79,360 B elsewhere;
-//   27,648 B in the state walks cc_forward_h, cc_backward_h) plus
+//   ≤ 44,544 B in cc_forward, 4 CTAs per SM; 27,648 B in the state walks) plus
 //   ≤ 1,024 B static: the host opts in above 48 KB (fits every sm_80+ part, 99 KB+ opt-in).
 //   Storage (LA_STORAGE) and CC_D, CC_M are defines; the map (codes of LA_MAP) and decay
 //   (log2 λ, 0 = no decay; the walks also take λ^L) are kernel arguments, so one program per
@@ -126,7 +130,20 @@
 #define CC_LDT (CC_L + CC_PAD)    // stride of token-contiguous (transposed) 16-bit tiles
 #define CC_LDD (CC_D + CC_PAD)    // stride of D-contiguous rows
 #define CC_LDM (CC_M + CC_PAD)    // stride of M-contiguous rows
-#define CC_STATE_STRIDE ((la_index_t)CC_D * CC_M + CC_D)  // fp32 per chunk: matrix then vector
+// Words per chunk state: the D×M matrix, the D vector z (fp32), then 8 words: in the packed
+// form (cc_forward_h packed ≠ 0, read by cc_forward) the power-of-two exponent of each 64×64
+// tile (cc_state_exp, ≤ 4), unused in the fp32 form. 8 keeps every chunk's base on a 32-byte
+// sector (with 4, every other chunk's rows straddled sectors: +25% sectors in the walks).
+#define CC_STATE_STRIDE ((la_index_t)CC_D * CC_M + CC_D + 8)
+// The packed form: matrix element (e, d) of tile (e / 64, d / 64) is x·2^s = hi + lo, both
+// 16-bit, s = cc_split_exp(max |x| over the tile) (the split cc_mma_split makes of an fp32
+// tile). Row e holds D/4 16-byte records; record 4ks + t of a row is the B fragment pair
+// lane t of an m16n8k16 mma reads at k-step ks (d = 16ks + 2t, +1 and 16ks + 2t + 8, +9):
+// {hi(d 2t, 2t+1), hi(2t+8, 2t+9), lo(2t, 2t+1), lo(2t+8, 2t+9)}.
+__device__ __forceinline__ int* cc_state_exp(float* state) { return (int*)(state + CC_D * CC_M + CC_D); }
+__device__ __forceinline__ const int* cc_state_exp(const float* state) {
+    return (const int*)(state + CC_D * CC_M + CC_D);
+}
 
 typedef unsigned int cc_u32;
 typedef unsigned short cc_u16;
@@ -208,24 +225,37 @@ __device__ __forceinline__ void cc_acc_to_a_split(cc_u32 (&hi)[4], cc_u32 (&lo)[
 
 // The loop of a product A·B with A the warp's 16-bit [m][k] tile (KS k-steps of 16): for
 // each k-step ks, A's fragment a, then f(n, ks, a) for each n-tile n < NT of the output.
-template <int NT, int KS, typename F>
+// KS_UNROLL = 1: the k-step loop is not unrolled (cc_forward's P, for registers).
+template <int NT, int KS, int KS_UNROLL = KS, typename F>
 __device__ __forceinline__ void cc_each_fragment(const cc_u16* A, int lda, F f) {
+    static_assert(KS_UNROLL == KS || KS_UNROLL == 1, "all k-steps unrolled or none");
+    if constexpr (KS_UNROLL == KS) {
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-        cc_u32 a[4];
-        cc_load_a(a, A, lda, ks);
+        for (int ks = 0; ks < KS; ++ks) {
+            cc_u32 a[4];
+            cc_load_a(a, A, lda, ks);
 #pragma unroll
-        for (int n = 0; n < NT; ++n) f(n, ks, a);
+            for (int n = 0; n < NT; ++n) f(n, ks, a);
+        }
+    } else {
+#pragma unroll 1
+        for (int ks = 0; ks < KS; ++ks) {
+            cc_u32 a[4];
+            cc_load_a(a, A, lda, ks);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) f(n, ks, a);
+        }
     }
 }
 
 // acc[n-tile] += A(16×16·KS, [m][k]) · B where B is a 16-bit [n][k] tile, for n-tiles in
 // [nt_lo, nt_hi) only (causal masks make the others zero; bounds are warp-uniform).
-template <int NT, int KS>
+// KS_UNROLL: cc_each_fragment's.
+template <int NT, int KS, int KS_UNROLL = KS>
 __device__ __forceinline__ void cc_mma_ss(float (&acc)[NT][4], const cc_u16* A, int lda,
                                           const cc_u16* B, int ldb, int nt_lo, int nt_hi) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    cc_each_fragment<NT, KS>(A, lda, [&](int n, int ks, const cc_u32(&a)[4]) {
+    cc_each_fragment<NT, KS, KS_UNROLL>(A, lda, [&](int n, int ks, const cc_u32(&a)[4]) {
         if (n < nt_lo || n >= nt_hi) return;
         const cc_u16* p = B + (n * 8 + g) * ldb + ks * 16 + 2 * t;
         cc_mma(acc[n], a, *(const cc_u32*)p, *(const cc_u32*)(p + 8));
@@ -547,22 +577,25 @@ __device__ __forceinline__ float cc_walk_phi(int map, float x) {
 // and its DRAM latency hides behind it. Lane = (fp = lane & 7: features 2fp, 2fp+1 of the
 // warp's group, tw = lane >> 3), step s: tokens tg·8 + 2tw and +1 of the warp's token group
 // tg (raw[2s], raw[2s+1]); 8 lanes read one 32-byte sector of a token row.
-__device__ __forceinline__ void cc_walk_fetch(cc_u32 (&raw)[2 * CC_WALK_STEPS],
+// STEPS = 8 / (warps / 4): 4 in the walks (8 warps), 8 in cc_forward (4 warps: warp w >> 2 = 0
+// holds every token group of feature group w).
+template <int STEPS = CC_WALK_STEPS>
+__device__ __forceinline__ void cc_walk_fetch(cc_u32 (&raw)[2 * STEPS],
                                               const la_storage_t* __restrict__ src,
                                               la_index_t head_row0, int tok0, int n, int col0,
                                               int src_cols) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
-    const int tok = (warp >> 2) * CC_WALK_STEPS * 8 + 2 * tw;  // the lane's first token
+    const int tok = (warp >> 2) * STEPS * 8 + 2 * tw;  // the lane's first token
     const cc_u32* p = (const cc_u32*)(src + (head_row0 + tok0 + tok) * src_cols + col0 +
                                       (warp & 3) * 16 + 2 * fp);
     const la_index_t row = (la_index_t)src_cols / 2;  // one token row, in pairs
     if (tok0 + CC_L <= n) {  // whole chunk (every one but a ragged tail): no bounds
 #pragma unroll
-        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) raw[s] = p[((s >> 1) * 8 + (s & 1)) * row];
+        for (int s = 0; s < 2 * STEPS; ++s) raw[s] = p[((s >> 1) * 8 + (s & 1)) * row];
         return;
     }
 #pragma unroll
-    for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {  // every load issued before any use
+    for (int s = 0; s < 2 * STEPS; ++s) {  // every load issued before any use
         const int r = (s >> 1) * 8 + (s & 1);
         raw[s] = tok0 + tok + r < n ? p[r * row] : 0u;
     }
@@ -576,20 +609,21 @@ __device__ __forceinline__ void cc_walk_fetch(cc_u32 (&raw)[2 * CC_WALK_STEPS],
 // col_unscale[feature]; SCALE has a barrier (every thread calls it). Same values and the
 // same bank pattern per store as cc_tile_cols. Every element is converted, mapped and
 // weighted before any is stored: independent chains, one after the other in the code.
-template <bool LO, bool W, bool SCALE>
+template <bool LO, bool W, bool SCALE, int STEPS = CC_WALK_STEPS>
 __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
-                                            const cc_u32 (&raw)[2 * CC_WALK_STEPS], int tok0, int n,
+                                            const cc_u32 (&raw)[2 * STEPS], int tok0, int n,
                                             int phi, const float* w, float* col_unscale,
                                             float* col_max) {
+    static_assert(!SCALE || STEPS == CC_WALK_STEPS, "SCALE pairs the two token halves of 8 warps");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
-    const int f = (warp & 3) * 16 + 2 * fp, tok = (warp >> 2) * CC_WALK_STEPS * 8 + 2 * tw;
-    float2 x[2 * CC_WALK_STEPS];
+    const int f = (warp & 3) * 16 + 2 * fp, tok = (warp >> 2) * STEPS * 8 + 2 * tw;
+    float2 x[2 * STEPS];
 #pragma unroll
-    for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) x[s] = make_float2(cc_lo(raw[s]), cc_hi(raw[s]));
+    for (int s = 0; s < 2 * STEPS; ++s) x[s] = make_float2(cc_lo(raw[s]), cc_hi(raw[s]));
     if (phi != LA_MAP_IDENTITY) {
         const bool full = tok0 + CC_L <= n;
 #pragma unroll
-        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+        for (int s = 0; s < 2 * STEPS; ++s) {
             if (full || tok0 + tok + (s >> 1) * 8 + (s & 1) < n) {  // zero past n, not φ(0)
                 x[s].x = cc_walk_phi(phi, x[s].x);
                 x[s].y = cc_walk_phi(phi, x[s].y);
@@ -598,7 +632,7 @@ __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
     }
     if (W) {
 #pragma unroll
-        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+        for (int s = 0; s < 2 * STEPS; ++s) {
             const float ws = w[tok + (s >> 1) * 8 + (s & 1)];
             x[s].x *= ws;
             x[s].y *= ws;
@@ -607,7 +641,7 @@ __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
     if (SCALE) {
         float mx = 0.0f, my = 0.0f;
 #pragma unroll
-        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+        for (int s = 0; s < 2 * STEPS; ++s) {
             mx = fmaxf(mx, fabsf(x[s].x));
             my = fmaxf(my, fabsf(x[s].y));
         }
@@ -631,13 +665,13 @@ __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
             col_unscale[f + 1] = cc_pow2(-ey);
         }
 #pragma unroll
-        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+        for (int s = 0; s < 2 * STEPS; ++s) {
             x[s].x *= sx;
             x[s].y *= sy;
         }
     }
 #pragma unroll
-    for (int s = 0; s < CC_WALK_STEPS; ++s)
+    for (int s = 0; s < STEPS; ++s)
         cc_tile_cols_block(dst, LO ? dst_lo : nullptr, f, tok + 8 * s, x[2 * s], x[2 * s + 1], fp >= 4);
 }
 
@@ -693,6 +727,38 @@ __device__ __forceinline__ void cc_walk_store(float* __restrict__ dst, const flo
                      "f"(x[nt][2]), "f"(x[nt][3])
                      : "memory");
     }
+}
+
+// cc_walk_store in the packed form: x·2^ex split hi + lo into the 16-byte records of
+// CC_STATE_STRIDE's comment (a warp's 32 columns are k-steps 2 of them; the lanes t of a
+// quad write one row's 64 contiguous bytes of a k-step pair).
+__device__ __forceinline__ void cc_walk_store_packed(float* __restrict__ dst, const float (&x)[4][4],
+                                                     int row0, int col0, int ex) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const float sc = cc_pow2(ex);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const float a0 = x[2 * k][2 * h] * sc, a1 = x[2 * k][2 * h + 1] * sc;
+            const float b0 = x[2 * k + 1][2 * h] * sc, b1 = x[2 * k + 1][2 * h + 1] * sc;
+            const cc_u32 ha = cc_pack(a0, a1), hb = cc_pack(b0, b1);
+            const cc_u32 la = cc_pack(a0 - cc_lo(ha), a1 - cc_hi(ha));
+            const cc_u32 lb = cc_pack(b0 - cc_lo(hb), b1 - cc_hi(hb));
+            float* p = dst + (la_index_t)(row0 + g + 8 * h) * CC_D + col0 + 16 * k + 4 * t;
+            asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(ha), "r"(hb), "r"(la),
+                         "r"(lb)
+                         : "memory");
+        }
+}
+
+// Max |x| over a lane's 16 accumulators, as a tree (4 dependent steps, not 16).
+__device__ __forceinline__ float cc_walk_max(const float (&x)[4][4]) {
+    float m[4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+        m[nt] = fmaxf(fmaxf(fabsf(x[nt][0]), fabsf(x[nt][1])), fmaxf(fabsf(x[nt][2]), fabsf(x[nt][3])));
+    return fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3]));
 }
 
 // run ← run · λ^L + Δ, element by element: the recurrence over chunks, fp32, as one fma
@@ -774,19 +840,27 @@ __device__ __forceinline__ void cc_walk_put_terms(float* neg_go, float* w, cc_wa
 // in S⁰ was (after gd from the fp32 O) the largest error of bf16 dQ: 2.8e-3 → 1.75e-3 at
 // N = 1000, against 1.66e-3 for rounding the exact dQ to bf16. split = 0 (the forward): hi
 // only; O's error there is its bf16 storage either way.
+// packed ≠ 0 (the forward, for cc_forward): S⁰ in the packed form of CC_STATE_STRIDE's
+// comment, split with the tile's power of two (its max from every warp through shared memory,
+// at the barrier the chunk had anyway), so cc_forward needs neither the fp32 tile in shared
+// memory nor a block max; packed = 0: fp32 (cc_backward_go and cc_backward_dq read it).
 // grid (D/64, B·H, M/64), CC_WALK_THREADS; warp w rows (values e) 16(w mod 4) .. +15 of the
 // e-tile, columns (features d) 32(w / 4) .. +31 of the d-tile; warps 0 and 4 of e-tile 0
 // also run z of their columns (an all-ones mma); dynamic shared CC_WALK_SMEM. Limits: the
 // file's; the walk is sequential in NC = ⌈N/64⌉ (B·H·D·M/4096 CTAs).
 extern "C" __global__ void __launch_bounds__(CC_WALK_THREADS)
 cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v,
-             float* __restrict__ states, int split, int n, int num_chunks, float log2_decay,
-             float chunk_decay, int map) {
+             float* __restrict__ states, int split, int packed, int n, int num_chunks,
+             float log2_decay, float chunk_decay, int map) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_vt = (cc_u16*)cc_smem;              // [64 e][LDT]
     cc_u16* s_kt = s_vt + CC_TILE * CC_LDT;       // [64 d][LDT], weighted k̃ (hi)
     cc_u16* s_kt_lo = s_kt + CC_TILE * CC_LDT;    // [64 d][LDT], its residue (split)
     __shared__ float s_w[CC_L];
+    // The packed form's tile max, as the int bits of a non-negative float (ordered alike): a
+    // shared atomicMax per lane into slot chunk & 1, read after the next chunk's first barrier
+    // (a warp shuffle tree put 5 shuffle latencies on the walk's critical path per chunk).
+    __shared__ int s_tile_max[2];
 
     const int d0 = blockIdx.x * CC_TILE, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
     const la_index_t head_row0 = (la_index_t)bh * n;
@@ -802,6 +876,7 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
     const bool z_warp = blockIdx.z == 0 && (warp & 3) == 0;
     float run[4][4], z_run[4][2];
     cc_zero(run);
+    if (threadIdx.x < 2) s_tile_max[threadIdx.x] = 0;  // S⁰_0 = 0; read after a barrier
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) z_run[nt][0] = z_run[nt][1] = 0.0f;
     cc_u32 raw_v[2 * CC_WALK_STEPS], raw_k[2 * CC_WALK_STEPS];
@@ -811,7 +886,20 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
     }
     for (int chunk = 0;; ++chunk) {
         float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-        cc_walk_store(dst, run, e0 + rows, d0 + cols, CC_D);
+        if (packed) {
+            // S⁰_c's tile max: every lane's atomicMax after chunk c−1's step, into slot
+            // (c−1) & 1 = (c+1) & 1. This barrier also ends the last chunk's reads of the tiles
+            // and of slot c & 1, which is cleared for this chunk's maxima (their atomics follow
+            // the next barrier). The split and its stores here cost the walk 22% in the model
+            // at (8, 1024, 8, 64); issued after the chunk's mma's they held ptxas to 1 CTA/SM.
+            __syncthreads();
+            const int ex = cc_split_exp(__int_as_float(s_tile_max[(chunk + 1) & 1]));
+            if (threadIdx.x == 0) s_tile_max[chunk & 1] = 0;
+            cc_walk_store_packed(dst, run, e0 + rows, d0 + cols, ex);
+            if (threadIdx.x == 0) cc_state_exp(dst)[blockIdx.z * (CC_D / CC_TILE) + blockIdx.x] = ex;
+        } else {
+            cc_walk_store(dst, run, e0 + rows, d0 + cols, CC_D);
+        }
         if (z_warp && lane_g == 0) {
             float* zp = dst + (la_index_t)CC_D * CC_M + d0 + cols + 2 * lane_t;
 #pragma unroll
@@ -822,7 +910,7 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
         }
         if (chunk + 1 == num_chunks) break;
 
-        __syncthreads();  // the previous chunk's reads of the tiles are done
+        if (!packed) __syncthreads();  // the previous chunk's reads of the tiles are done
         cc_walk_put<false, false, false>(s_vt, nullptr, raw_v, chunk * CC_L, n, LA_MAP_IDENTITY,
                                          nullptr, nullptr, nullptr);
         if (split)
@@ -847,6 +935,7 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
             z_run[nt][0] = __fmaf_rn(z_run[nt][0], chunk_decay, z[nt][0]);
             z_run[nt][1] = __fmaf_rn(z_run[nt][1], chunk_decay, z[nt][1]);
         }
+        if (packed) atomicMax(&s_tile_max[chunk & 1], __float_as_int(cc_walk_max(run)));
     }
 }
 
@@ -929,12 +1018,150 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
 
 // ---- pass 2: outputs ------------------------------------------------------------------------
 
-#define CC_FWD_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4 + CC_D * 4)
+// cc_tile_rows of a whole [N][COLS] row (col0 = 0) in two halves, so that every load of the
+// tile is issued before the first is used (one DRAM latency per tile, not one per element
+// pair): cc_rows_fetch reads 16 bytes per load into registers, cc_rows_put applies φ (tokens
+// ≥ n stay 0) and stores them. Thread x, load s: token (x + s·CC_THREADS) / (COLS/8),
+// elements 8·((x + s·CC_THREADS) mod (COLS/8)) .. +7; 8 lanes fill a 128-byte row segment
+// (one wavefront per quarter warp).
+#define CC_ROWS_LOADS(COLS) (CC_L * (COLS) / 8 / CC_THREADS)
+template <int COLS>
+__device__ __forceinline__ void cc_rows_fetch(uint4 (&raw)[CC_ROWS_LOADS(COLS)],
+                                              const la_storage_t* __restrict__ src,
+                                              la_index_t head_row0, int tok0, int n) {
+#pragma unroll
+    for (int s = 0; s < CC_ROWS_LOADS(COLS); ++s) {
+        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (COLS / 8), c = (idx % (COLS / 8)) * 8;
+        raw[s] = tok0 + r < n ? *(const uint4*)(src + (head_row0 + tok0 + r) * COLS + c)
+                              : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+__device__ __forceinline__ cc_u32 cc_phi_word(int phi, cc_u32 x) {
+    return cc_pack(cc_walk_phi(phi, cc_lo(x)), cc_walk_phi(phi, cc_hi(x)));
+}
+
+template <int COLS>
+__device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&raw)[CC_ROWS_LOADS(COLS)],
+                                            int tok0, int n, int phi) {
+#pragma unroll
+    for (int s = 0; s < CC_ROWS_LOADS(COLS); ++s) {
+        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (COLS / 8), c = (idx % (COLS / 8)) * 8;
+        uint4 x = raw[s];
+        if (phi != LA_MAP_IDENTITY && tok0 + r < n) {  // zero past n, not φ(0)
+            x.x = cc_phi_word(phi, x.x);
+            x.y = cc_phi_word(phi, x.y);
+            x.z = cc_phi_word(phi, x.z);
+            x.w = cc_phi_word(phi, x.w);
+        }
+        *(uint4*)(dst + r * ld + c) = x;
+    }
+}
+
+// cc_backward_go: q̃, k̃, the v slice, the fp32 S⁰ᵀ slice and z⁰. cc_forward: q̃, k̃, the v slice,
+// z⁰ and one 64×64 tile of the packed state (16 KB; at D = 128 it overlays k̃ once P is done).
+#define CC_GO_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4 + CC_D * 4)
+#define CC_FWD_MIN_CTAS 4
+#define CC_FWD_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_D * 4 + (CC_D == 64 ? CC_TILE * CC_TILE * 4 : 0))
+
+// q̃, k̃ (natural, [64][LDD]), the v slice (transposed, [64 e][LDT]) and z⁰ of one chunk into
+// shared memory, every global load issued before the first store (one DRAM latency for the
+// three tiles; they took one per element pair, a chain of ~100 at D = 128).
+__device__ __forceinline__ void cc_forward_tiles(cc_u16* s_q, cc_u16* s_k, cc_u16* s_vt, float* s_z,
+                                                 const la_storage_t* __restrict__ q,
+                                                 const la_storage_t* __restrict__ k,
+                                                 const la_storage_t* __restrict__ v,
+                                                 const float* __restrict__ state,
+                                                 la_index_t head_row0, int tok0, int n, int e0, int map) {
+    static_assert(CC_D <= CC_THREADS, "one thread per element of z");
+    constexpr int VSTEPS = CC_L / 8;  // 4 warps: each holds a feature group's every token group
+    uint4 raw_q[CC_ROWS_LOADS(CC_D)], raw_k[CC_ROWS_LOADS(CC_D)];
+    cc_u32 raw_v[2 * VSTEPS];
+    cc_rows_fetch<CC_D>(raw_q, q, head_row0, tok0, n);
+    cc_rows_fetch<CC_D>(raw_k, k, head_row0, tok0, n);
+    cc_walk_fetch<VSTEPS>(raw_v, v, head_row0, tok0, n, e0, CC_M);
+    const float z = threadIdx.x < CC_D ? state[(la_index_t)CC_D * CC_M + threadIdx.x] : 0.0f;
+    cc_rows_put<CC_D>(s_q, CC_LDD, raw_q, tok0, n, map);
+    cc_rows_put<CC_D>(s_k, CC_LDD, raw_k, tok0, n, map);
+    cc_walk_put<false, false, false, VSTEPS>(s_vt, nullptr, raw_v, tok0, n, LA_MAP_IDENTITY, nullptr,
+                                             nullptr, nullptr);
+    if (threadIdx.x < CC_D) s_z[threadIdx.x] = z;
+}
+
+// The fp32 slice Sᵀ[e0 .. e0+63][0 .. D) of a chunk state into dst[e][LDD], 16 bytes per load,
+// all loads before the first store; returns this thread's max |x| (cc_state_tile, batched).
+__device__ __forceinline__ float cc_state_rows(float* dst, const float* __restrict__ state, int e0) {
+    constexpr int LOADS = CC_TILE * CC_D / 4 / CC_THREADS;
+    float4 x[LOADS];
+#pragma unroll
+    for (int s = 0; s < LOADS; ++s) {
+        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (CC_D / 4), c = (idx % (CC_D / 4)) * 4;
+        x[s] = *(const float4*)(state + (la_index_t)(e0 + r) * CC_D + c);
+    }
+    float max_abs = 0.0f;
+#pragma unroll
+    for (int s = 0; s < LOADS; ++s) {
+        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (CC_D / 4), c = (idx % (CC_D / 4)) * 4;
+        *(float4*)(dst + r * CC_LDD + c) = x[s];
+        max_abs = fmaxf(max_abs, fmaxf(fmaxf(fabsf(x[s].x), fabsf(x[s].y)), fmaxf(fabsf(x[s].z), fabsf(x[s].w))));
+    }
+    return max_abs;
+}
+
+// One 64×64 tile (d-tile h) of the packed state's rows e0 .. e0+63 (CC_STATE_STRIDE's
+// comment), 8 16-byte records per thread, all loaded before any is stored (cc_state_put).
+// Thread x, load s: row (x + 128s) / 16, record (x + 128s) mod 16: 16 lanes read a row's
+// 256 contiguous bytes.
+// A part: loads s0 .. s0 + LOADS − 1 of the 8.
+#define CC_PACKED_LOADS (CC_TILE * CC_TILE / 4 / CC_THREADS)
+template <int LOADS>
+__device__ __forceinline__ void cc_state_fetch(uint4 (&x)[LOADS], const float* __restrict__ state, int e0,
+                                               int h, int s0 = 0) {
+#pragma unroll
+    for (int s = 0; s < LOADS; ++s) {
+        const int idx = threadIdx.x + (s0 + s) * CC_THREADS, r = idx >> 4, c = idx & 15;
+        x[s] = *(const uint4*)(state + (la_index_t)(e0 + r) * CC_D + CC_TILE * h + 4 * c);
+    }
+}
+
+// Stores the fetched tile as dst[row][16 records], record c of row r at c ^ 4(r & 1): the 8
+// lanes of a quarter warp reading records 4ks + t of rows g, g + 1 (cc_mma_packed) then hit
+// 8 different 16-byte bank groups, as do the 8 storing one row here, with no padding (16 KB).
+template <int LOADS>
+__device__ __forceinline__ void cc_state_put(uint4* dst, const uint4 (&x)[LOADS], int s0 = 0) {
+#pragma unroll
+    for (int s = 0; s < LOADS; ++s) {
+        const int idx = threadIdx.x + (s0 + s) * CC_THREADS, r = idx >> 4, c = idx & 15;
+        dst[r * 16 + (c ^ ((r & 1) << 2))] = x[s];
+    }
+}
+
+// acc[nt] += A·(hi + lo) over d-tile h of the staged packed tile: k-steps 4h .. 4h+3 of A (the
+// warp's 16 rows of q̃, [m][k], stride CC_LDD), one 16-byte record per (k-step, n-tile) and
+// two mma's, in cc_mma_split's order (the same sums as it made of the fp32 tile).
+__device__ __forceinline__ void cc_mma_packed(float (&acc)[CC_TILE / 8][4], const cc_u16* A,
+                                              const uint4* st, int h) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 1  // unrolled, ptxas held every k-step's records at once and spilled (D = 128)
+    for (int kk = 0; kk < CC_TILE / 16; ++kk) {
+        cc_u32 a[4];
+        cc_load_a(a, A, CC_LDD, 4 * h + kk);
+#pragma unroll
+        for (int nt = 0; nt < CC_TILE / 8; ++nt) {
+            const int e = nt * 8 + g, c = 4 * kk + t;
+            const uint4 b = st[e * 16 + (c ^ ((e & 1) << 2))];
+            cc_mma(acc[nt], a, b.x, b.y);
+            cc_mma(acc[nt], a, b.z, b.w);
+        }
+    }
+}
 
 // O[:, e0:e0+64] and den for one chunk (GO = false: cc_forward), or, in the backward, the
 // partial G_i·O_i over this slice of M from the fp32 O before any rounding (GO = true:
-// cc_backward_go, writes go[token · CC_MT + blockIdx.z] and neither O nor den).
-// grid (NC, B·H, M/64); dynamic shared CC_FWD_SMEM.
+// cc_backward_go, writes go[token · CC_MT + blockIdx.z] and neither O nor den). The state:
+// packed (cc_forward: 16-byte records staged one 64×64 tile at a time) or fp32 (GO: staged
+// whole, block max, split per fragment). grid (NC, B·H, M/64); dynamic shared CC_FWD_SMEM or
+// CC_GO_SMEM.
 template <bool GO>
 __device__ __forceinline__ void
 cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
@@ -946,22 +1173,41 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     cc_u16* s_q = (cc_u16*)cc_smem;                  // [64 i][LDD]  q̃
     cc_u16* s_k = s_q + CC_L * CC_LDD;               // [64 j][LDD]  k̃
     cc_u16* s_vt = s_k + CC_L * CC_LDD;              // [64 e][LDT]  v slice, transposed
-    float* s_s = (float*)(s_vt + CC_TILE * CC_LDT);  // [64 e][LDD]  S⁰ᵀ slice, fp32
-    float* s_z = s_s + CC_TILE * CC_LDD;             // [D]          z⁰
+    float* s_s = (float*)(s_vt + CC_TILE * CC_LDT);  // GO: [64 e][LDD]  S⁰ᵀ slice, fp32
+    float* s_z = GO ? s_s + CC_TILE * CC_LDD : s_s;  // [D]          z⁰
+    // cc_forward: one packed 64×64 tile, [64 e][16 records] (over k̃ at D = 128, after P).
+    uint4* s_st = CC_D == 128 ? (uint4*)s_k : (uint4*)(s_z + CC_D);
     __shared__ int s_max;
 
     const int chunk = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
     const int tok0 = chunk * CC_L;
     const la_index_t head_row0 = (la_index_t)bh * n;
     const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-    if (threadIdx.x == 0) s_max = 0;
-    cc_tile_rows<CC_D>(s_q, CC_LDD, q, head_row0, tok0, n, 0, CC_D, map, nullptr);
-    cc_tile_rows<CC_D>(s_k, CC_LDD, k, head_row0, tok0, n, 0, CC_D, map, nullptr);
-    cc_tile_cols<CC_TILE>(s_vt, v, head_row0, tok0, n, e0, CC_M, LA_MAP_IDENTITY, nullptr);
-    float max_abs = cc_state_tile<CC_TILE, CC_D, false>(s_s, CC_LDD, state, e0, CC_D);
-    for (int d = threadIdx.x; d < CC_D; d += CC_THREADS) s_z[d] = state[(la_index_t)CC_D * CC_M + d];
-    __syncthreads();  // s_max = 0 visible before the atomics
-    const float scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
+    if (GO && threadIdx.x == 0) s_max = 0;
+    // cc_forward: the tiles' exponents (cc_state_exp; issued with the tile loads, so the
+    // choice of the first tile below waits for nothing more). At D = 128 the tile of the
+    // smaller values (the larger exponent) goes first: the accumulator then only ever
+    // scales down between the two (cc_forward's inter term below).
+    int ex_first = 0, ex_second = 0, h_first = 0;
+    if (!GO) {
+        const int* ex = cc_state_exp(state) + blockIdx.z * (CC_D / CC_TILE);
+        const int ex0 = ex[0], ex1 = CC_D == 128 ? ex[1] : ex0;
+        h_first = ex1 > ex0;
+        ex_first = h_first ? ex1 : ex0;
+        ex_second = h_first ? ex0 : ex1;
+    }
+    cc_forward_tiles(s_q, s_k, s_vt, s_z, q, k, v, state, head_row0, tok0, n, e0, map);
+    float scale = 1.0f;
+    uint4 st[CC_PACKED_LOADS];
+    if (GO) {
+        const float max_abs = cc_state_rows(s_s, state, e0);
+        __syncthreads();  // s_max = 0 visible before the atomics
+        scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
+    } else {
+        cc_state_fetch(st, state, e0, h_first);  // in flight during P at D = 128
+        if (CC_D == 64) cc_state_put(s_st, st);
+        __syncthreads();
+    }
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int row0 = warp * 16;  // this warp's first row within the chunk
@@ -971,7 +1217,7 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     float p[CC_L / 8][4];
     cc_zero(p);
     // Key tiles past this warp's last row (j > row0 + 15) are fully masked: skipped.
-    cc_mma_ss<CC_L / 8, CC_D / 16>(p, a_q, CC_LDD, s_k, CC_LDD, 0, 2 * (warp + 1));
+    cc_mma_ss<CC_L / 8, CC_D / 16, GO ? CC_D / 16 : 1>(p, a_q, CC_LDD, s_k, CC_LDD, 0, 2 * (warp + 1));
     float row_sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int nt = 0; nt < CC_L / 8; ++nt)
@@ -991,7 +1237,41 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     // Inter-chunk: λ^{i+1} q̃_i S⁰ (split fp32 state) and λ^{i+1} q̃_i·z⁰.
     float o[CC_TILE / 8][4];
     cc_zero(o);
-    cc_mma_split<CC_TILE / 8, CC_D / 16>(o, a_q, CC_LDD, s_s, CC_LDD, scale);
+    if (GO) {
+        cc_mma_split<CC_TILE / 8, CC_D / 16>(o, a_q, CC_LDD, s_s, CC_LDD, scale);
+    } else {
+        // The packed state, hi + lo already split by the walk with each tile's power of two:
+        // no fp32 staging, block max or split here. D = 128: two tiles through one buffer,
+        // o ← o·2^(ex_second − ex_first) between them (≤ 1, exact but for underflow; in two
+        // factors when below 2^−120), so o carries the second tile's scale at the end.
+        if (CC_D == 128) {
+            __syncthreads();  // every warp's reads of k̃ (P) are done
+            cc_state_put(s_st, st);
+            __syncthreads();
+        }
+        cc_mma_packed(o, a_q, s_st, h_first);
+        if (CC_D == 128) {
+            // Fetched only now and in two halves (o and P are live: a whole tile in flight
+            // spilled at ptxas' 168 registers), for two DRAM latencies per CTA.
+            uint4 part[CC_PACKED_LOADS / 2];
+            cc_state_fetch(part, state, e0, 1 - h_first);
+            __syncthreads();  // every warp's reads of the first tile are done
+            cc_state_put(s_st, part);
+            cc_state_fetch(part, state, e0, 1 - h_first, CC_PACKED_LOADS / 2);
+            cc_state_put(s_st, part, CC_PACKED_LOADS / 2);
+            __syncthreads();
+            const int diff = ex_second - ex_first, d1 = max(diff, -120);
+            if (diff != 0) {
+                const float f1 = cc_pow2(d1), f2 = cc_pow2(diff - d1);
+#pragma unroll
+                for (int nt = 0; nt < CC_TILE / 8; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) o[nt][c] = o[nt][c] * f1 * f2;
+            }
+            cc_mma_packed(o, a_q, s_st, 1 - h_first);
+        }
+        scale = cc_pow2(CC_D == 128 ? ex_second : ex_first);
+    }
     float qz;
     {
         // lane handles row rl = lane >> 1, half (lane & 1) of D (K feature pairs); pairs reduced
@@ -1094,8 +1374,10 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
 // O[:, e0:e0+64] = num/den for one chunk and den (slice 0 writes it), num_i = λ^{i+1} q̃_iᵀS⁰
 // + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) v_j, den_i = λ^{i+1} q̃_iᵀz⁰ + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) + ε
 // (identity map: den ≡ 1, not written); `states` holds S⁰ (cc_forward_h). grid (NC, B·H,
-// M/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_FWD_SMEM. Limits: the file's.
-extern "C" __global__ void __launch_bounds__(CC_THREADS)
+// M/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_FWD_SMEM (≤ 44.5 KB).
+// 4 CTAs per SM: ≤ 128 registers, which ptxas meets by not holding every batched load at once
+// (unbounded it took 178 at D = 128). Limits: the file's.
+extern "C" __global__ void __launch_bounds__(CC_THREADS, CC_FWD_MIN_CTAS)
 cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
            const la_storage_t* __restrict__ v, const float* __restrict__ states,
            la_storage_t* __restrict__ out, float* __restrict__ den_out, int n, int num_chunks,
@@ -1105,8 +1387,9 @@ cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ 
 }
 
 // Backward pre-pass (normalised maps): the forward recomputed on the S⁰ of the backward's
-// split cc_forward_h, writing go[token · CC_MT + slice] = G·O over the slice from the fp32 O, for
-// gd = −G·O/den (cc_row_grad_terms). Same grid and shared memory as cc_forward. O = num/den
+// split cc_forward_h (fp32 states), writing go[token · CC_MT + slice] = G·O over the slice from
+// the fp32 O, for gd = −G·O/den (cc_row_grad_terms). cc_forward's grid; dynamic shared
+// CC_GO_SMEM (the fp32 state slice is staged and split here). O = num/den
 // uses the den recomputed here (on the split S⁰, z⁰, so it may differ from the saved den in
 // the last bits); the gradient kernels divide by the saved den. Limits: the file's.
 extern "C" __global__ void __launch_bounds__(CC_THREADS)

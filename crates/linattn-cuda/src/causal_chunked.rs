@@ -65,10 +65,11 @@ pub const FUSED_MAPS: [FeatureMap; 3] = [
 crate::kernel_params! {
     /// The argument structs of causal_chunked.cu's entry points.
     pub mod params;
-    /// `cc_forward_h`: pass 1, the walk over chunks writing S⁰, z⁰ of each.
+    /// `cc_forward_h`: pass 1, the walk over chunks writing S⁰, z⁰ of each (`packed`: S⁰
+    /// as 16-bit hi + lo with a power-of-two exponent per tile, for `cc_forward`).
     pub struct ForwardH => "cc_forward_h" {
-        k: Ptr, v: Ptr, states: Ptr, split: bool, n: i32, num_chunks: i32, log2_decay: f32,
-        chunk_decay: f32, map: i32,
+        k: Ptr, v: Ptr, states: Ptr, split: bool, packed: bool, n: i32, num_chunks: i32,
+        log2_decay: f32, chunk_decay: f32, map: i32,
     }
     /// `cc_backward_h`: the reverse walk writing R⁰, r⁰ of each chunk.
     pub struct BackwardH => "cc_backward_h" {
@@ -181,7 +182,9 @@ pub struct LaunchPlan {
     pub num_chunks: usize,
     /// B·H.
     pub heads: usize,
-    /// fp32 per chunk state: D·M matrix then the D vector.
+    /// 32-bit words per chunk state: the D·M matrix (fp32, or 16-bit hi + lo pairs in the
+    /// packed form), the D vector, then 8 words (the packed form's tile exponents; 8 keeps
+    /// each chunk's base on a 32-byte sector).
     pub state_stride: usize,
     /// fp32 elements of one state buffer (all heads, all chunks).
     pub state_len: usize,
@@ -193,7 +196,10 @@ pub struct LaunchPlan {
     pub grid_walk: (u32, u32, u32),
     /// cc_forward_h, cc_backward_h: three 64-row transposed 16-bit tiles.
     pub smem_walk: u32,
+    /// cc_forward: q̃, k̃, the v slice, z⁰ and (D = 64) one packed 64×64 state tile.
     pub smem_forward: u32,
+    /// cc_backward_go: q̃, k̃, the v slice, the fp32 state slice and z⁰.
+    pub smem_go: u32,
     pub smem_dq: u32,
     pub smem_dk: u32,
     pub smem_dv: u32,
@@ -217,7 +223,7 @@ impl LaunchPlan {
         let num_chunks = shape.seq.div_ceil(CHUNK);
         // Kernels take N and the chunk count as int and index in 64 bits.
         as_i32("sequence length N", shape.seq)?;
-        let state_stride = d * m + d;
+        let state_stride = d * m + d + 8;
         let state_len = heads
             .checked_mul(num_chunks)
             .and_then(|x| x.checked_mul(state_stride))
@@ -240,6 +246,13 @@ impl LaunchPlan {
             grid_walk: (u(d / TILE, "D/64")?, bh, u(m / TILE, "M/64")?),
             smem_walk: u(3 * TILE * ld_t * half, "shared bytes")?,
             smem_forward: u(
+                2 * CHUNK * ld_d * half
+                    + TILE * ld_t * half
+                    + d * 4
+                    + if d == 64 { TILE * TILE * 4 } else { 0 },
+                "shared bytes",
+            )?,
+            smem_go: u(
                 2 * CHUNK * ld_d * half + TILE * ld_t * half + TILE * ld_d * 4 + d * 4,
                 "shared bytes",
             )?,
@@ -322,7 +335,7 @@ impl Kernels {
             walk_fwd: kernel(params::ForwardH::SPEC, plan.smem_walk)?,
             walk_bwd: kernel(params::BackwardH::SPEC, plan.smem_walk)?,
             forward: kernel(params::Forward::SPEC, plan.smem_forward)?,
-            forward_go: kernel(params::BackwardGo::SPEC, plan.smem_forward)?,
+            forward_go: kernel(params::BackwardGo::SPEC, plan.smem_go)?,
             dq: kernel(params::BackwardDq::SPEC, plan.smem_dq)?,
             dk: kernel(params::BackwardDk::SPEC, plan.smem_dk)?,
             dv: kernel(params::BackwardDv::SPEC, plan.smem_dv)?,
@@ -384,7 +397,9 @@ impl Plan {
     }
 
     /// Pass 1 of the forward direction: S⁰, z⁰ of every chunk into `states`.
-    /// `split`: k̃ as hi + lo 16-bit operands (the backward's S⁰, z⁰; see `cc_forward_h`).
+    /// `split`: k̃ as hi + lo 16-bit operands (the backward's S⁰, z⁰; see `cc_forward_h`),
+    /// written in fp32 for `cc_backward_go` and `cc_backward_dq`; otherwise packed for
+    /// `cc_forward`.
     fn forward_states<T>(
         &self,
         exec: &Arc<dyn Executor>,
@@ -399,6 +414,7 @@ impl Plan {
             v: ptr(&inputs.v),
             states: ptr(states),
             split,
+            packed: !split,
             n: a.n,
             num_chunks: a.num_chunks,
             log2_decay: a.log2_decay,
@@ -556,7 +572,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                     eps: a.eps,
                     map,
                 };
-                let value_tiles = (p.grid_value_tiles, p.smem_forward);
+                let value_tiles = (p.grid_value_tiles, p.smem_go);
                 plan.launch(exec, &ks.forward_go, value_tiles, &params)?;
             }
             // q: B·H·N·D; d_out: B·H·N·M; go_parts, den: as above; states_rev: state_len.

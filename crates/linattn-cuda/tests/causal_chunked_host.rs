@@ -42,9 +42,10 @@ fn grids_tile_value_and_key_dims_by_64() {
     assert_eq!(plan.heads, 6);
     assert_eq!(plan.grid_value_tiles, (3, 6, 1)); // M/64 = 1
     assert_eq!(plan.grid_key_tiles, (3, 6, 2)); // D/64 = 2
-                                                // one state per chunk: D·M matrix + D vector, fp32
-    assert_eq!(plan.state_stride, 128 * 64 + 128);
-    assert_eq!(plan.state_len, 6 * 3 * (128 * 64 + 128));
+
+    // One state per chunk: D·M matrix + D vector + 8 words (the packed form's exponents).
+    assert_eq!(plan.state_stride, 128 * 64 + 128 + 8);
+    assert_eq!(plan.state_len, 6 * 3 * (128 * 64 + 128 + 8));
     assert_eq!(plan.state_bytes(), 4 * plan.state_len as u64);
     // walks: (D/64, B·H, M/64)
     assert_eq!(plan.grid_walk, (2, 6, 1));
@@ -54,16 +55,25 @@ fn grids_tile_value_and_key_dims_by_64() {
 fn shared_memory_matches_the_kernel_layouts() {
     // Padded strides: tokens 64+8, features D+8 / M+8; 16-bit tiles, fp32 states.
     let small = LaunchPlan::new(&shape(1, 100, 64, 64)).unwrap();
+    // cc_forward: q̃, k̃, v slice, z⁰, and at D = 64 a packed 64×64 state tile (16 KB; at
+    // D = 128 it overlays k̃).
     assert_eq!(
         small.smem_forward,
+        2 * 64 * 72 * 2 + 64 * 72 * 2 + 64 * 4 + 64 * 64 * 4
+    );
+    assert_eq!(
+        small.smem_go,
         2 * 64 * 72 * 2 + 64 * 72 * 2 + 64 * 72 * 4 + 64 * 4
     );
     assert!(
-        small.smem_forward <= 48 * 1024,
+        small.smem_forward <= 48 * 1024 && small.smem_go <= 48 * 1024,
         "D = M = 64 forward fits without opt-in"
     );
     let large = LaunchPlan::new(&shape(1, 100, 128, 128)).unwrap();
-    assert_eq!(large.smem_forward, 79_360);
+    // 4 CTAs per H100 SM (228 KB, 1 KB reserved per CTA) at D = 128.
+    assert_eq!(large.smem_forward, 44_544);
+    assert!(4 * (large.smem_forward + 1024) <= 228 * 1024);
+    assert_eq!(large.smem_go, 79_360);
     assert_eq!(large.smem_dk, 79_104);
     assert_eq!(large.smem_dq, 79_104 + 64 * 72 * 2);
     assert_eq!(large.smem_dv, 78_848);
@@ -72,7 +82,14 @@ fn shared_memory_matches_the_kernel_layouts() {
     assert_eq!(small.smem_walk, large.smem_walk);
     // Every sm_80+ part opts in to ≥ 99 KB per block (sm_86/89); static shared ≤ 1 KB.
     for p in [small, large] {
-        for bytes in [p.smem_forward, p.smem_dq, p.smem_dk, p.smem_dv, p.smem_walk] {
+        for bytes in [
+            p.smem_forward,
+            p.smem_go,
+            p.smem_dq,
+            p.smem_dk,
+            p.smem_dv,
+            p.smem_walk,
+        ] {
             assert!(bytes + 1024 <= 99 * 1024, "{bytes} B of shared memory");
         }
     }
