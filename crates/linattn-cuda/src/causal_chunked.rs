@@ -35,6 +35,7 @@ use linattn_core::{
 use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Kernel, Launch, Platform};
 use crate::form::{DeviceForm, DeviceGrads, DeviceInputs, FormInfo, Forward, Run, Timed};
+use crate::limits::{self, Axis, Grid};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch_kernel, ptr, KernelParams, ParamSpec};
 use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
@@ -52,8 +53,6 @@ pub const THREADS: u32 = 128;
 pub const WALK_THREADS: u32 = 256;
 /// The head dims (D and M alike) the kernels are specialised for.
 pub const HEAD_DIMS: [usize; 2] = [64, 128];
-/// Largest `gridDim.y` (the B·H axis).
-pub const MAX_GRID_Y: usize = 65_535;
 
 /// The fused maps; every other map is refused (it would need the separate φ stage).
 pub const FUSED_MAPS: [FeatureMap; 3] = [
@@ -171,8 +170,29 @@ pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupp
     let shape = &problem.shape;
     check_head_dims(shape.dk, shape.dv, info.precision)?;
     map_code(&problem.map, info.precision)?;
+    limits::check_seq(shape.seq, "the chunked kernels")?;
+    limits::check_grids(&grids(shape))?;
     LaunchPlan::new(shape).map_err(|e| Unsupported::Problem(e.to_string()))?;
     Ok(())
+}
+
+/// The grid of every chunked launch, each axis named for the limit check (`limits`): the
+/// state walks (D/64, B·H, M/64); the chunk kernels (⌈N/64⌉ chunks, B·H, M/64 or D/64).
+/// [`LaunchPlan`] takes its grids from here, so the check and the launch cannot part.
+fn grids(shape: &Shape) -> [Grid; 7] {
+    let chunks = || Axis::covering("N", shape.seq as u64, CHUNK as u64);
+    let bh = || Axis::each("B·H", shape.bh());
+    let value_tiles = || Axis::each("M/64", shape.dv / TILE);
+    let key_tiles = || Axis::each("D/64", shape.dk / TILE);
+    [
+        Grid::of::<params::ForwardH>(key_tiles(), bh(), value_tiles()),
+        Grid::of::<params::BackwardH>(key_tiles(), bh(), value_tiles()),
+        Grid::of::<params::Forward>(chunks(), bh(), value_tiles()),
+        Grid::of::<params::BackwardGo>(chunks(), bh(), value_tiles()),
+        Grid::of::<params::BackwardDv>(chunks(), bh(), value_tiles()),
+        Grid::of::<params::BackwardDq>(chunks(), bh(), key_tiles()),
+        Grid::of::<params::BackwardDk>(chunks(), bh(), key_tiles()),
+    ]
 }
 
 /// Grid, block and shared-memory sizes of every launch for one shape, and the workspace.
@@ -215,11 +235,7 @@ impl LaunchPlan {
             ))));
         }
         let heads = shape.bh();
-        if heads > MAX_GRID_Y {
-            return Err(AttnError::InvalidArgument(format!(
-                "B·H = {heads} exceeds {MAX_GRID_Y} (grid y of the chunked kernels)"
-            )));
-        }
+        let [walk, _, value_tiles, _, _, key_tiles, _] = grids(shape);
         let num_chunks = shape.seq.div_ceil(CHUNK);
         // Kernels take N and the chunk count as int and index in 64 bits.
         as_i32("sequence length N", shape.seq)?;
@@ -231,8 +247,6 @@ impl LaunchPlan {
         let u = |x: usize, what: &str| {
             u32::try_from(x).map_err(|_| AttnError::SizeOverflow(format!("{what} = {x}")))
         };
-        let nc = u(num_chunks, "chunk count")?;
-        let bh = u(heads, "B·H")?;
         const PAD: usize = 8;
         let (ld_t, ld_d, ld_m) = (CHUNK + PAD, d + PAD, m + PAD);
         let half = 2; // bytes of a 16-bit element
@@ -241,9 +255,9 @@ impl LaunchPlan {
             heads,
             state_stride,
             state_len,
-            grid_value_tiles: (nc, bh, u(m / TILE, "M/64")?),
-            grid_key_tiles: (nc, bh, u(d / TILE, "D/64")?),
-            grid_walk: (u(d / TILE, "D/64")?, bh, u(m / TILE, "M/64")?),
+            grid_value_tiles: value_tiles.dims()?,
+            grid_key_tiles: key_tiles.dims()?,
+            grid_walk: walk.dims()?,
             smem_walk: u(3 * TILE * ld_t * half, "shared bytes")?,
             smem_forward: u(
                 2 * CHUNK * ld_d * half

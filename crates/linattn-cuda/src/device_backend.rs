@@ -5,13 +5,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use linattn_core::{
-    Algorithm, AttnError, Backend, BackendInfo, Form, Grads, Inputs, Problem, RunStats,
-    SeededInputs, Tensor, Unsupported,
+    AttnError, Backend, BackendInfo, Grads, Inputs, Problem, RunStats, SeededInputs, Tensor,
+    Unsupported,
 };
 
 use crate::executor::{Executor, Platform};
 use crate::form::{DeviceForm, DeviceGrads, DeviceInputs, Forward, Run};
-use crate::limits;
 use crate::memory::{MemoryMeter, StorageElem};
 
 /// `<platform>/<form>/<precision>`: form `F` with storage `T` on `platform`.
@@ -135,12 +134,6 @@ impl<F: DeviceForm<T>, T: StorageElem> Backend for DeviceBackend<F, T> {
 
     fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
         self.form.check(&self.info, problem)?;
-        // Every other form checks its launch limits in its own `check`; causal_chunked.rs is
-        // being rewritten, so its limits (limits::check_chunked) are applied here until its
-        // `check_problem` calls them.
-        if self.info.algorithm == Algorithm::Linear(Form::Chunked) {
-            limits::check_chunked(&problem.shape)?;
-        }
         self.platform.available()?;
         self.form.device_ready(self.platform.executor()?.as_ref())
     }

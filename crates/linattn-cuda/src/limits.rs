@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use linattn_core::{AttnError, Shape, Unsupported};
+use linattn_core::{AttnError, Unsupported};
 
 use crate::params::KernelParams;
 
@@ -154,34 +154,6 @@ pub fn product(factors: &[usize]) -> u64 {
     factors
         .iter()
         .fold(1u64, |acc, &f| acc.saturating_mul(f as u64))
-}
-
-/// The grids of the chunked form's launches (`causal_chunked::LaunchPlan`'s `grid_*`):
-/// chunk kernels (⌈N/64⌉ chunks, B·H, M/64 or D/64 tiles), state walks (D/64, B·H, M/64).
-/// Kept here while causal_chunked.rs is rewritten; its `LaunchPlan::new` should take its
-/// grids from this function and its `check_problem` call [`check_chunked`].
-pub fn chunked_grids(shape: &Shape) -> Vec<Grid> {
-    use crate::causal_chunked::{params, CHUNK, TILE};
-    let chunks = || Axis::covering("N", shape.seq as u64, CHUNK as u64);
-    let bh = || Axis::each("B·H", shape.bh());
-    let tiles = |what: &str, dim: usize| Axis::each(what, dim / TILE);
-    let value_tiles = || tiles("M/64", shape.dv);
-    let key_tiles = || tiles("D/64", shape.dk);
-    vec![
-        Grid::of::<params::ForwardH>(key_tiles(), bh(), value_tiles()),
-        Grid::of::<params::BackwardH>(key_tiles(), bh(), value_tiles()),
-        Grid::of::<params::Forward>(chunks(), bh(), value_tiles()),
-        Grid::of::<params::BackwardGo>(chunks(), bh(), value_tiles()),
-        Grid::of::<params::BackwardDv>(chunks(), bh(), value_tiles()),
-        Grid::of::<params::BackwardDq>(chunks(), bh(), key_tiles()),
-        Grid::of::<params::BackwardDk>(chunks(), bh(), key_tiles()),
-    ]
-}
-
-/// The chunked form's launch limits: N within [`MAX_SEQ`], every grid within CUDA's.
-pub fn check_chunked(shape: &Shape) -> Result<(), Unsupported> {
-    check_seq(shape.seq, "the chunked kernels")?;
-    check_grids(&chunked_grids(shape))
 }
 
 #[cfg(test)]
