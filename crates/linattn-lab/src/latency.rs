@@ -114,18 +114,6 @@ fn run_probes(
     runs
 }
 
-fn parse_platform(text: Option<&str>) -> Result<Platform, AttnError> {
-    match text {
-        None if linattn_cuda::gpu_available().is_ok() => Ok(Platform::Cuda),
-        None => Ok(Platform::Sim),
-        Some("cuda") => Ok(Platform::Cuda),
-        Some("sim") => Ok(Platform::Sim),
-        Some(other) => Err(AttnError::InvalidArgument(format!(
-            "--platform '{other}': expected cuda or sim"
-        ))),
-    }
-}
-
 fn range_per_link(run: &ProbeRun) -> Option<(f64, f64)> {
     let per = |c: u64| c as f64 / f64::from(run.steps);
     let min = run.cycles.iter().copied().min()?;
@@ -139,7 +127,7 @@ pub fn run(args: LatencyArgs) -> Result<ExitCode, AttnError> {
             "--repeats must be at least 1".into(),
         ));
     }
-    let platform = parse_platform(args.platform.as_deref())?;
+    let platform = crate::registry::probe_platform(args.platform.as_deref())?;
     if let Some(path) = &args.out {
         results::check_writable(path)?;
     }

@@ -114,18 +114,6 @@ struct Row {
     bf16_random: String,
 }
 
-fn parse_platform(text: Option<&str>) -> Result<Platform, AttnError> {
-    match text {
-        None if linattn_cuda::gpu_available().is_ok() => Ok(Platform::Cuda),
-        None => Ok(Platform::Sim),
-        Some("cuda") => Ok(Platform::Cuda),
-        Some("sim") => Ok(Platform::Sim),
-        Some(other) => Err(AttnError::InvalidArgument(format!(
-            "--platform '{other}': expected cuda or sim"
-        ))),
-    }
-}
-
 /// Scores every candidate on `vectors` against the device's bits `d`.
 fn score(input: Input, vectors: &[Vector], d: &[u32]) -> Vec<CandidateRecord> {
     Candidate::all()
@@ -224,7 +212,7 @@ fn table(inputs: &[InputRecord]) -> String {
 }
 
 pub fn run(args: MmaProbeArgs) -> Result<ExitCode, AttnError> {
-    let platform = parse_platform(args.platform.as_deref())?;
+    let platform = crate::registry::probe_platform(args.platform.as_deref())?;
     let sim_chosen = args.numerics != Numerics::Exact || args.mma_model.is_some();
     if platform == Platform::Cuda && sim_chosen {
         return Err(AttnError::InvalidArgument(

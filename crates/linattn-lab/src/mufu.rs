@@ -100,16 +100,6 @@ struct Row {
     mismatches: String,
 }
 
-fn parse_platform(text: &str) -> Result<Platform, AttnError> {
-    match text {
-        "cuda" => Ok(Platform::Cuda),
-        "sim" => Ok(Platform::Sim),
-        other => Err(AttnError::InvalidArgument(format!(
-            "--platform '{other}': expected cuda or sim"
-        ))),
-    }
-}
-
 /// The stride of a table of `entries` for `op`, or why `entries` does not fit it.
 fn stride_of(op: MufuOp, entries: u32) -> Result<u32, AttnError> {
     let full = op.full_entries();
@@ -154,7 +144,7 @@ fn histogram(t: &MufuTable) -> DeviationHistogram {
 }
 
 pub fn run(args: MufuArgs) -> Result<ExitCode, AttnError> {
-    let platform = parse_platform(&args.platform)?;
+    let platform = crate::registry::probe_platform(Some(&args.platform))?;
     let (default_entries, default_samples) = match platform {
         Platform::Cuda => (1 << 24, 1 << 22),
         Platform::Sim => (4096, 4096),

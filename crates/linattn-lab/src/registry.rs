@@ -8,6 +8,7 @@
 //! that lists the known names, never an empty run.
 
 use linattn_core::{AttnError, Backend};
+use linattn_cuda::executor::Platform;
 use linattn_cuda::registry::{backends_of, FormEntry};
 
 /// Every CUDA form of every crate that ships kernels, in one list: the binary's backends,
@@ -116,6 +117,20 @@ pub(crate) fn selected_backends(
 /// `cpu`, `cuda`, ...).
 pub(crate) fn family(name: &str) -> &str {
     name.split_once('/').map_or(name, |(head, _)| head)
+}
+
+/// The platform a probe command (`latency`, `mma-probe`, `mufu`) runs on: `--platform cuda`
+/// or `sim`; unset, the GPU when one is present, else the simulator.
+pub(crate) fn probe_platform(text: Option<&str>) -> Result<Platform, AttnError> {
+    match text {
+        None if linattn_cuda::gpu_available().is_ok() => Ok(Platform::Cuda),
+        None => Ok(Platform::Sim),
+        Some("cuda") => Ok(Platform::Cuda),
+        Some("sim") => Ok(Platform::Sim),
+        Some(other) => Err(AttnError::InvalidArgument(format!(
+            "--platform '{other}': expected cuda or sim"
+        ))),
+    }
 }
 
 #[cfg(test)]
