@@ -12,6 +12,7 @@
 //! `target/tmp/barrier-deletion.txt`.
 
 mod barrier_mutants;
+mod cli_common;
 
 use barrier_mutants::probes::{Dims, Memo, Probe, Verdict, Workspace};
 use barrier_mutants::{barriers, barriers_in, kernel_dir, write_mutant, Barrier};

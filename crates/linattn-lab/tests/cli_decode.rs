@@ -5,9 +5,10 @@
 //! (the staged stream: T = 37 tokens at B = 2, H = 3 after a prefill of 4) equals the oracle
 //! on every executor present.
 
+mod cli_common;
+
 use linattn_core::{Causality, FeatureMap, Inputs, Judge, Precision, Problem, Shape};
 use linattn_testkit::Platform;
-use npyz::WriterBuilder;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -41,29 +42,6 @@ fn main() {
     linattn_testkit::run(trials)
 }
 
-fn npy_bytes<T: npyz::AutoSerialize>(dims: [usize; 4], data: impl Iterator<Item = T>) -> Vec<u8> {
-    let mut buf = std::io::Cursor::new(Vec::new());
-    let shape: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(&shape)
-        .writer(&mut buf)
-        .begin_nd()
-        .unwrap();
-    w.extend(data).unwrap();
-    w.finish().unwrap();
-    buf.into_inner()
-}
-
-fn write_npy(path: &Path, dims: [usize; 4], data: &[f64], f32: bool) {
-    let bytes = if f32 {
-        npy_bytes(dims, data.iter().map(|&x| x as f32))
-    } else {
-        npy_bytes(dims, data.iter().copied())
-    };
-    std::fs::write(path, bytes).unwrap();
-}
-
 fn read_npy(path: &Path) -> Vec<f64> {
     let bytes = std::fs::read(path).unwrap();
     let file = npyz::NpyFile::new(&bytes[..]).unwrap();
@@ -78,7 +56,7 @@ fn read_npy(path: &Path) -> Vec<f64> {
 /// Writes q.npy, k.npy, v.npy of seeded inputs into `dir`.
 fn write_inputs(dir: &Path, x: &Inputs, f32: bool) {
     for (name, t) in [("q", &x.q), ("k", &x.k), ("v", &x.v)] {
-        write_npy(&dir.join(format!("{name}.npy")), t.dims(), t.data(), f32);
+        cli_common::write_npy(&dir.join(format!("{name}.npy")), &t.dims(), t.data(), f32).unwrap();
     }
 }
 

@@ -6,6 +6,7 @@
 //! names the race.
 
 mod barrier_mutants;
+mod cli_common;
 
 use barrier_mutants::probes::{Probe, Verdict, Workspace};
 use barrier_mutants::{copy_kernels, kernel_dir};

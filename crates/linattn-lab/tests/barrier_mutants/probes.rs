@@ -4,7 +4,6 @@
 //! argument; a mutant that breaks that way proves nothing about barriers).
 
 use linattn_core::{Inputs, Judge, Precision, Shape};
-use npyz::WriterBuilder;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -510,32 +509,9 @@ fn seeded_inputs(dims: Dims) -> Result<Vec<Named>, String> {
 /// Writes the tensors as `<name>.npy` into `work`, as f32 or f64.
 fn write_npys(work: &Path, tensors: &[Named], f32: bool) -> Result<(), String> {
     for (name, dims, data) in tensors {
-        let bytes = if f32 {
-            npy_bytes(*dims, data.iter().map(|&x| x as f32))
-        } else {
-            npy_bytes(*dims, data.iter().copied())
-        }?;
-        let path = work.join(format!("{name}.npy"));
-        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::cli_common::write_npy(&work.join(format!("{name}.npy")), dims, data, f32)?;
     }
     Ok(())
-}
-
-fn npy_bytes<T: npyz::AutoSerialize>(
-    dims: [usize; 4],
-    data: impl Iterator<Item = T>,
-) -> Result<Vec<u8>, String> {
-    let mut buf = std::io::Cursor::new(Vec::new());
-    let shape: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(&shape)
-        .writer(&mut buf)
-        .begin_nd()
-        .map_err(|e| e.to_string())?;
-    w.extend(data).map_err(|e| e.to_string())?;
-    w.finish().map_err(|e| e.to_string())?;
-    Ok(buf.into_inner())
 }
 
 fn read_npy(path: &Path) -> Result<Vec<f64>, String> {
