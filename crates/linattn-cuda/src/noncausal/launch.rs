@@ -1,286 +1,31 @@
-//! `cuda/noncausal/{f32,f16,bf16}`: non-causal linear attention on the GPU
-//! (kernels/noncausal.cu), `Form::Noncausal` with the memory-efficient backward of SPEC §4.
-//!
-//! Forward: S, z reduced over N (split over blocks for long N, fp32 partials, then a
-//! deterministic reduce), then `O = φ(Q)S / (φ(Q)z + ε)` (no division for identity and
-//! efficient attention); decay weights key j by `λ^{N−1−j}`. Elementwise maps are fused;
-//! other maps run the φ stage of [`crate::feature_map`] first. Backward: R, r by the same
-//! reduction, then ∂Q, ∂K, ∂V as row-parallel products with S, z, R, r.
-//!
-//! Device memory (`RunStats::device_bytes`, exact from the allocations): forward — O, the
-//! C·M+C state per head, split partials, fp32 features for non-elementwise maps; backward —
-//! the forward's held O/state, R/r, partials, 2 fp32 per row (1/den, gd), the gradients,
-//! fp32 ∂φ for non-elementwise maps, and for f16/bf16 an fp32 recomputation of O (the
-//! gd term needs O at full precision).
+//! The non-causal forward and backward as launches: the S, z (or R, r) reduction over N,
+//! the backward's row terms, and the row products with a state.
 
 use std::sync::Arc;
 
-use linattn_core::{
-    check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, Form, Precision,
-    Problem, Unsupported,
-};
+use linattn_core::{AttnError, Precision};
 
-use crate::device_backend::DeviceBackend;
-use crate::executor::{Executor, Launch, Platform};
+use super::geometry::{accumulate_grid, max_splits, row_terms_grid, rowgemm_grid, Dims};
+use super::kernel_args::{params, KIND_F32, KIND_MAPPED, KIND_STORAGE, THREADS};
+use super::kernel_args::{MODE_GRAD_K, MODE_GRAD_Q, MODE_GRAD_V, MODE_OUTPUT};
+use crate::executor::{Executor, Launch};
 use crate::feature_map::{log_scales, DeviceFeatures, FeatureStage};
-use crate::form::{DeviceForm, DeviceGrads, FormInfo, Forward, Run, Timed};
-use crate::limits::{self, product, Axis, Grid, GRID_YZ_MAX};
+use crate::form::{DeviceGrads, Forward, Run};
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch, ptr, Ptr};
-use crate::runtime::{
-    as_i32, blocks_for, check_head_dim, map_define, storage_define, KernelVariant,
-};
-
-/// kernels/noncausal.cu.
-pub const SOURCE: &str = include_str!("../../../kernels/noncausal.cu");
-
-crate::kernel_params! {
-    /// The argument structs of noncausal.cu's entry points.
-    pub mod params;
-    /// `nc_accumulate`: Σ_j bw_j A_jᵀ⊗B_j and Σ_j vw_j A_j over a split of N.
-    pub struct Accumulate => "nc_accumulate" {
-        a: Ptr, a_kind: i32, b: Ptr, b_row_scale: Ptr, v_row_scale: Ptr, partial: Ptr,
-        n: i32, c: i32, m: i32, rows_per_split: i32, log2_decay: f32,
-    }
-    /// `nc_reduce`: the splits' partial states summed.
-    pub struct Reduce => "nc_reduce" {
-        partial: Ptr, state: Ptr, splits: i32, state_len: i64, heads: i64,
-    }
-    /// `nc_backward_row_terms`: 1/den and gd per row.
-    pub struct BackwardRowTerms => "nc_backward_row_terms" {
-        q: Ptr, q_kind: i32, state: Ptr, g: Ptr, o: Ptr, o_f32: bool, q_log_scale: Ptr,
-        k_log_scale: Ptr, eps: f32, inv_den: Ptr, gd: Ptr, rows: i64, n: i32, c: i32, m: i32,
-    }
-    /// `nc_rowgemm`: O, ∂Q̃, ∂K̃ or ∂V as row products with a state.
-    pub struct Rowgemm => "nc_rowgemm" {
-        mode: i32, x: Ptr, x_kind: i32, state: Ptr, c: i32, m: i32, out: Ptr, out_f32: bool,
-        pre: Ptr, inv_den: Ptr, gd: Ptr, q_log_scale: Ptr, k_log_scale: Ptr, eps: f32,
-        normalised: bool, n: i32, log2_decay: f32,
-    }
-}
-
-pub use params::SPECS as KERNEL_PARAMS;
-
-use params::ENTRIES as ENTRY_POINTS;
-
-/// Output tile edge and threads per block of `nc_accumulate` / `nc_rowgemm`.
-const TILE: usize = 64;
-const THREADS: u32 = 256;
-/// Operand kinds and product modes of noncausal.cu.
-const KIND_STORAGE: i32 = 0;
-const KIND_MAPPED: i32 = 1;
-const KIND_F32: i32 = 2;
-const MODE_OUTPUT: i32 = 0;
-const MODE_GRAD_Q: i32 = 1;
-const MODE_GRAD_K: i32 = 2;
-const MODE_GRAD_V: i32 = 3;
-/// Rows of `nc_backward_row_terms` per block: a warp per row.
-const ROW_TERMS_ROWS_PER_BLOCK: usize = THREADS as usize / 32;
-/// Fewest rows a split of N gets: below this the partials cost more than they parallelise.
-const MIN_ROWS_PER_SPLIT: usize = 256;
-
-/// The three backends on `platform`.
-pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
-    vec![
-        DeviceBackend::<_, f32>::boxed(platform, Noncausal),
-        DeviceBackend::<_, half::f16>::boxed(platform, Noncausal),
-        DeviceBackend::<_, half::bf16>::boxed(platform, Noncausal),
-    ]
-}
-
-/// The variant for a storage precision and fused map code (0 identity, 1 elu+1, 2 relu).
-pub fn variant(precision: Precision, map_code: u32) -> Result<KernelVariant, Unsupported> {
-    let (name, value) = storage_define(precision)?;
-    Ok(KernelVariant::new("noncausal.cu", SOURCE)
-        .define(name, value)
-        .define("LA_MAP", map_code)
-        .hot()
-        .entries(&ENTRY_POINTS))
-}
-
-/// Every storage precision × fused map.
-pub fn kernel_variants() -> Vec<KernelVariant> {
-    [Precision::F32, Precision::F16, Precision::BF16]
-        .into_iter()
-        .flat_map(|p| (0..3).filter_map(move |m| variant(p, m).ok()))
-        .collect()
-}
-
-/// What the non-causal kernels accept, independent of the machine.
-pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
-    check_linear_form(info, problem)?;
-    check_head_dim("head dim D", problem.shape.dk)?;
-    check_head_dim("value dim M", problem.shape.dv)?;
-    limits::check_seq(problem.shape.seq, "the non-causal kernels")?;
-    limits::check_grids(&launch_grids(&Dims::of(problem)))?;
-    if FeatureStage::needed(&problem.map) {
-        FeatureStage::check(problem)?;
-    }
-    Ok(())
-}
-
-/// The non-causal form (`Form::Noncausal`): S, z reduced over N, then row products.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Noncausal;
+use crate::runtime::{as_i32, blocks_for, KernelVariant};
 
 /// A staging: the compiled variant and the φ stage of a map that is not fused.
 pub struct Plan {
-    variant: KernelVariant,
-    phi_stage: Option<FeatureStage>,
+    pub(super) variant: KernelVariant,
+    pub(super) phi_stage: Option<FeatureStage>,
 }
 
 /// What the forward keeps for the backward.
 pub struct Saved {
     /// S then z per head: `[BH, C·M + C]` fp32.
-    state: DeviceBuffer<f32>,
-    features: Option<DeviceFeatures>,
-}
-
-impl<T: StorageElem> DeviceForm<T> for Noncausal {
-    type Plan = Plan;
-    type Saved = Saved;
-
-    fn info(&self) -> FormInfo {
-        FormInfo {
-            name: "noncausal".into(),
-            algorithm: Algorithm::Linear(Form::Noncausal),
-            backward: Some(BackwardKind::Efficient),
-        }
-    }
-
-    fn check(&self, info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
-        check_problem(info, problem)
-    }
-
-    fn plan(
-        &self,
-        exec: &Arc<dyn Executor>,
-        problem: &Problem,
-        input_meter: &MemoryMeter,
-    ) -> Result<Plan, AttnError> {
-        let map_code = match map_define(&problem.map) {
-            Some((_, code)) => code.parse().unwrap_or(0),
-            None => 0,
-        };
-        let phi_stage = if FeatureStage::needed(&problem.map) {
-            Some(FeatureStage::new(exec, problem, T::PRECISION, input_meter)?)
-        } else {
-            None
-        };
-        Ok(Plan {
-            variant: variant(T::PRECISION, map_code)?,
-            phi_stage,
-        })
-    }
-
-    fn forward(&self, run: &Run<'_, T>, plan: &Plan) -> Timed<Forward<T, Saved>> {
-        // Allocations are inside the timed region, as they always were for this form.
-        run.timed(|| forward(run, plan))
-    }
-
-    fn backward(
-        &self,
-        run: &Run<'_, T>,
-        plan: &Plan,
-        fwd: &Forward<T, Saved>,
-        d_out: &DeviceBuffer<T>,
-    ) -> Timed<DeviceGrads<T>> {
-        run.timed(|| backward(run, plan, fwd, d_out))
-    }
-}
-
-/// Sizes of a run, as the kernels take them.
-struct Dims {
-    heads: usize,
-    n: usize,
-    d: usize,
-    m: usize,
-    c: usize,
-    eps: f32,
-    log2_decay: f32,
-    normalised: bool,
-}
-
-impl Dims {
-    fn of(problem: &Problem) -> Dims {
-        let shape = &problem.shape;
-        Dims {
-            heads: shape.bh(),
-            n: shape.seq,
-            d: shape.dk,
-            m: shape.dv,
-            c: problem.feature_dim(),
-            eps: problem.eps as f32,
-            log2_decay: if problem.has_decay() {
-                problem.decay.log2() as f32
-            } else {
-                0.0
-            },
-            normalised: problem.map.normalised(),
-        }
-    }
-
-    fn rows(&self) -> usize {
-        self.heads * self.n
-    }
-
-    fn state_len(&self) -> usize {
-        self.c * self.m + self.c
-    }
-
-    /// Output tiles of a C×M state, `nc_accumulate`'s grid x.
-    fn state_tiles(&self) -> usize {
-        self.c.div_ceil(TILE) * self.m.div_ceil(TILE)
-    }
-
-    fn heads_axis(&self) -> Axis {
-        Axis::each("B·H", self.heads)
-    }
-}
-
-/// Most splits of N an `nc_accumulate` grid gets (its grid y).
-fn max_splits(n: usize) -> usize {
-    n.div_ceil(MIN_ROWS_PER_SPLIT)
-        .clamp(1, GRID_YZ_MAX as usize)
-}
-
-/// `nc_accumulate`: (C-tiles × M-tiles, splits of N, B·H).
-fn accumulate_grid(dims: &Dims, splits: usize) -> Grid {
-    Grid::of::<params::Accumulate>(
-        Axis::each("⌈C/64⌉·⌈M/64⌉ state tiles", dims.state_tiles()),
-        Axis::each("splits of N", splits),
-        dims.heads_axis(),
-    )
-}
-
-/// `nc_backward_row_terms`: a warp per row of [B·H·N], 1-D.
-fn row_terms_grid(dims: &Dims) -> Grid {
-    let rows = product(&[dims.heads, dims.n]);
-    let x = Axis::covering("B·H·N", rows, ROW_TERMS_ROWS_PER_BLOCK as u64);
-    Grid::of::<params::BackwardRowTerms>(x, Axis::one(), Axis::one())
-}
-
-/// `nc_rowgemm` writing `width` (`what`: M or C) columns: (N-tiles, column tiles, B·H).
-fn rowgemm_grid(dims: &Dims, what: &str, width: usize) -> Grid {
-    Grid::of::<params::Rowgemm>(
-        Axis::covering("N", dims.n as u64, TILE as u64),
-        Axis::covering(what, width as u64, TILE as u64),
-        dims.heads_axis(),
-    )
-}
-
-/// The grid of every launch a forward and backward of `dims` can make (splits at their
-/// most); `nc_reduce` is grid-stride.
-fn launch_grids(dims: &Dims) -> Vec<Grid> {
-    let mut grids = vec![
-        accumulate_grid(dims, max_splits(dims.n)),
-        rowgemm_grid(dims, "M", dims.m),
-        rowgemm_grid(dims, "C", dims.c),
-    ];
-    if dims.normalised {
-        grids.push(row_terms_grid(dims));
-    }
-    grids
+    pub(super) state: DeviceBuffer<f32>,
+    pub(super) features: Option<DeviceFeatures>,
 }
 
 /// φ(Q) or φ(K) as the kernels read it: fp32 features of the φ stage, or raw storage with
@@ -314,7 +59,10 @@ impl Operand {
     }
 }
 
-fn forward<T: StorageElem>(run: &Run<'_, T>, plan: &Plan) -> Result<Forward<T, Saved>, AttnError> {
+pub(super) fn forward<T: StorageElem>(
+    run: &Run<'_, T>,
+    plan: &Plan,
+) -> Result<Forward<T, Saved>, AttnError> {
     let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
     let dims = Dims::of(run.problem);
     let features = match &plan.phi_stage {
@@ -353,7 +101,7 @@ fn forward<T: StorageElem>(run: &Run<'_, T>, plan: &Plan) -> Result<Forward<T, S
     })
 }
 
-fn backward<T: StorageElem>(
+pub(super) fn backward<T: StorageElem>(
     run: &Run<'_, T>,
     plan: &Plan,
     fwd: &Forward<T, Saved>,
