@@ -44,19 +44,19 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// The synthetic tables, written to a directory and loaded back, installed once.
+/// The synthetic tables, written to a directory and loaded back, installed once (the
+/// directory goes once they are in memory: nothing is left in the temp dir).
 fn installed() -> &'static MufuTables {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
         let dir = scratch("installed");
         for op in MufuOp::ALL {
             write_table(&dir.join(format!("{}.mufu", op.name())), &synthetic(op)).unwrap();
         }
         let tables = load_dir(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
         mufu_table::install(tables).unwrap();
-        dir
     });
-    let _ = dir;
     mufu_table::for_numerics(Numerics::AsCompiled).expect("installed")
 }
 
