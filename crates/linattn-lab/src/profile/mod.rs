@@ -91,7 +91,8 @@ pub struct ProfileArgs {
     checkers: bool,
     /// Simulate only ROWS rows of grid y (the B·H axis of these kernels; first, last and
     /// evenly between, at least 2) of each launch that has more, and scale the counters to
-    /// the whole grid; if the sampled rows' counters differ the launch runs whole. For
+    /// the whole grid; if the sampled rows did different work (memory traffic, barriers,
+    /// mma, branches, or data-dependent arithmetic past 1%) the launch runs whole. For
     /// profiles at real shapes (B = 2, N = 16384, H = 16); the outputs are not computed, so
     /// not with --checkers. Each sampled launch is listed with the rows it ran.
     #[arg(long, value_name = "ROWS", conflicts_with = "checkers")]
@@ -247,8 +248,9 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         print!("{}", render_sampled(&profiles));
         println!(
             "--sample {rows}: launches not listed ran every CTA (grid y of at most {rows} rows); \
-             counters of the listed ones are scaled (warp-level exact when the rows are alike, \
-             lane counts the sampled rows' mean), and the model is computed from them"
+             counters of the listed ones are scaled (exact where the rows agree; lane counts, and \
+             the arithmetic of rows that differed only there, the sampled rows' mean), and the \
+             model is computed from them"
         );
     }
     let profiled = profiles.len();
