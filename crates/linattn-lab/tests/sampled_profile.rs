@@ -1,10 +1,14 @@
-//! `linattn profile --sample`: at a small shape (B = 2, H = 4, N = 256, D = 64, so grid y =
-//! B·H = 8 rows), every launch of the chunked and recurrent backends, forward + backward,
-//! simulated whole and with 2 rows of grid y, launch by launch: the warp-level counters
-//! (warp instructions, requests, sectors, wavefronts, unique DRAM sectors, mma, barriers,
-//! critical path) equal, the lane counts (thread instructions, fp32 flops, bytes asked;
-//! data-dependent branches) and the model's time within 1%; every launch with more than 2
-//! rows actually sampled and scaled, the others run whole. And the CLI says which rows ran.
+//! `linattn profile --sample`: at small shapes (B = 2, H = 4, so grid y = B·H = 8 rows),
+//! every launch of the chunked, recurrent and noncausal backends at N = 256, D = 64, and of
+//! the chunked at N = 1024, D = 128 (where cc_forward rescales its accumulator in the CTAs
+//! whose two state tiles' exponents differ: data-dependent arithmetic), forward + backward,
+//! simulated whole and with 2 rows of grid y, launch by launch: the counters of the work
+//! (requests, sectors, wavefronts, unique DRAM sectors, mma, barriers, shuffles, branches)
+//! equal; the arithmetic warp instructions and the critical path equal unless the launch
+//! says its rows differed there, then within 1%; the lane counts (thread instructions, fp32
+//! flops, bytes asked; data-dependent lane predicates) and the model's time within 1%; every
+//! launch with more than 2 rows actually sampled and scaled, the others run whole. And the
+//! CLI says which rows ran.
 //!
 //! Stamped for the simulator: without NVRTC the trial shows as ignored with the reason.
 //! One trial per process: the sample setting is the shared executor's.
@@ -12,12 +16,27 @@
 use std::process::Command;
 
 use linattn_core::{Causality, FeatureMap, Problem, Shape};
-use linattn_cuda::executor::sim::{self, Counters};
+use linattn_cuda::executor::sim::{self, Counters, InstrClass};
 use linattn_cuda::runtime::Arch;
 use linattn_lab::profile::simulate;
 use linattn_testkit::Platform;
 
-const BACKENDS: [&str; 2] = ["sim/causal_chunked/bf16", "sim/causal_recurrent/bf16"];
+/// (backend, causality, N, D).
+const CASES: [(&str, Causality, usize, usize); 4] = [
+    ("sim/causal_chunked/bf16", Causality::Causal, 256, 64),
+    ("sim/causal_recurrent/bf16", Causality::Causal, 256, 64),
+    ("sim/noncausal/bf16", Causality::NonCausal, 256, 64),
+    ("sim/causal_chunked/bf16", Causality::Causal, 1024, 128),
+];
+
+/// The warp instructions that a warp-uniform branch on data may add or skip, by class
+/// (as `linattn_ptxsim::sample` lets them differ).
+const ARITHMETIC: [InstrClass; 4] = [
+    InstrClass::Fp32,
+    InstrClass::Integer,
+    InstrClass::Conversion,
+    InstrClass::SpecialFunction,
+];
 
 fn main() {
     let mut trials = Vec::new();
@@ -38,7 +57,7 @@ fn main() {
     linattn_testkit::run(trials)
 }
 
-/// The counters that do not follow active lanes (as `linattn_ptxsim::sample` compares them).
+/// The counters that do not follow active lanes.
 fn warp_level(c: &Counters) -> Counters {
     Counters {
         thread_instructions: 0,
@@ -48,6 +67,17 @@ fn warp_level(c: &Counters) -> Counters {
         global_store_bytes: 0,
         ..*c
     }
+}
+
+/// The warp-level counters less the arithmetic and the critical path: the work.
+fn work(c: &Counters) -> Counters {
+    let mut w = warp_level(c);
+    for class in ARITHMETIC {
+        w.warp_by_class[class as usize] = 0;
+    }
+    w.warp_instructions = 0;
+    w.critical_path_cycles = 0;
+    w
 }
 
 fn within(what: &str, full: f64, sampled: f64, tolerance: f64) -> Result<(), String> {
@@ -70,13 +100,9 @@ fn sampled_counters_and_model_equal_the_full_run() -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     let executor = sim::shared().map_err(|e| e.to_string())?;
-    let problem = Problem::new(
-        Shape::new(2, 4, 256, 64, 64),
-        Causality::Causal,
-        FeatureMap::EluPlusOne,
-    );
     let mut sampled_launches = 0;
-    for backend in BACKENDS {
+    for (backend, causality, n, d) in CASES {
+        let problem = Problem::new(Shape::new(2, 4, n, d, d), causality, FeatureMap::EluPlusOne);
         executor.set_sample(None);
         let full = simulate(backend, &problem, true).map_err(|e| e.to_string())?;
         executor.set_sample(Some(2));
@@ -85,49 +111,68 @@ fn sampled_counters_and_model_equal_the_full_run() -> Result<(), String> {
         let sampled = sampled.map_err(|e| e.to_string())?;
         if full.len() != sampled.len() {
             return Err(format!(
-                "{backend}: {} launches whole, {} sampled",
+                "{backend} N={n} D={d}: {} launches whole, {} sampled",
                 full.len(),
                 sampled.len()
             ));
         }
         for (f, s) in full.iter().zip(&sampled) {
-            let what = format!("{backend} {} {}", s.phase, s.entry);
+            let what = format!("{backend} N={n} D={d} {} {}", s.phase, s.entry);
             if f.sampled.is_some() {
                 return Err(format!("{what}: sampled without --sample"));
             }
-            match (&s.sampled, s.grid[1] > 2) {
+            let arithmetic_differed = match (&s.sampled, s.grid[1] > 2) {
                 (Some(rows), true) if rows.scaled && rows.rows == [0, s.grid[1] - 1] => {
-                    sampled_launches += 1
+                    sampled_launches += 1;
+                    !rows.differed.is_empty()
                 }
-                (None, false) => {}
+                (None, false) => false,
                 (other, _) => {
                     return Err(format!("{what}: grid {:?} but sampled {other:?}", s.grid))
                 }
-            }
-            if warp_level(&f.counters) != warp_level(&s.counters) {
+            };
+            let (fc, sc) = (&f.counters, &s.counters);
+            let exact = if arithmetic_differed {
+                work(fc) == work(sc)
+            } else {
+                warp_level(fc) == warp_level(sc)
+            };
+            if !exact {
                 return Err(format!(
-                    "{what}: warp-level counters differ:\nfull    {:?}\nsampled {:?}",
-                    f.counters, s.counters
+                    "{what}: warp-level counters differ:\nfull    {fc:?}\nsampled {sc:?}"
                 ));
             }
-            let (fc, sc) = (&f.counters, &s.counters);
-            within(
-                &format!("{what} thread instructions"),
-                fc.thread_instructions as f64,
-                sc.thread_instructions as f64,
-                0.01,
-            )?;
-            within(
-                &format!("{what} fp32 flops"),
-                fc.fp32_flops as f64,
-                sc.fp32_flops as f64,
-                0.01,
-            )?;
+            let mut estimates = vec![
+                (
+                    "thread instructions",
+                    fc.thread_instructions,
+                    sc.thread_instructions,
+                ),
+                ("fp32 flops", fc.fp32_flops, sc.fp32_flops),
+                (
+                    "warp instructions",
+                    fc.warp_instructions,
+                    sc.warp_instructions,
+                ),
+                (
+                    "critical path",
+                    fc.critical_path_cycles,
+                    sc.critical_path_cycles,
+                ),
+            ];
+            for class in ARITHMETIC {
+                let k = class as usize;
+                estimates.push((class.name(), fc.warp_by_class[k], sc.warp_by_class[k]));
+            }
+            for (name, full, sampled) in estimates {
+                within(&format!("{what} {name}"), full as f64, sampled as f64, 0.01)?;
+            }
             within(&format!("{what} model"), f.model_ns, s.model_ns, 0.01)?;
         }
     }
-    // The chunked backend's 11 launches and the recurrent's 5 on grid y = B·H.
-    if sampled_launches < 10 {
+    // The chunked backend's 8 launches on grid y = B·H at each shape and the recurrent's 5;
+    // the noncausal kernels' grids have at most 2 rows.
+    if sampled_launches < 21 {
         return Err(format!("only {sampled_launches} launches were sampled"));
     }
     Ok(())

@@ -91,9 +91,9 @@ pub struct ProfileArgs {
     checkers: bool,
     /// Simulate only ROWS rows of grid y (the B·H axis of these kernels; first, last and
     /// evenly between, at least 2) of each launch that has more, and scale the counters to
-    /// the whole grid; if the sampled rows' counters differ the launch runs whole. For
-    /// profiles at real shapes (B = 2, N = 16384, H = 16); the outputs are not computed, so
-    /// not with --checkers. Each sampled launch is listed with the rows it ran.
+    /// the whole grid; if the sampled rows did different work (traffic, sync, branches,
+    /// arithmetic past 1%) the launch runs whole. For profiles at real shapes (B = 2, N =
+    /// 16384, H = 16); outputs are not computed (not with --checkers). Sampled launches are listed.
     #[arg(long, value_name = "ROWS", conflicts_with = "checkers")]
     sample: Option<u32>,
     /// An Nsight Compute CSV export (`ncu --csv --metrics ...`) of the same launches on a GPU:
@@ -247,8 +247,8 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         print!("{}", render_sampled(&profiles));
         println!(
             "--sample {rows}: launches not listed ran every CTA (grid y of at most {rows} rows); \
-             counters of the listed ones are scaled (warp-level exact when the rows are alike, \
-             lane counts the sampled rows' mean), and the model is computed from them"
+             counters of the listed ones are scaled (exact where the rows agree; lane counts and \
+             data-dependent arithmetic the sampled rows' mean); the model is computed from them"
         );
     }
     let profiled = profiles.len();
