@@ -27,6 +27,7 @@
 //                    split cc_forward made itself, at the fp32 state's bytes).
 //                                                               grid (D/64, B·H, M/64)
 //   2. cc_forward    per chunk and 64-wide slice of M: O, den.  grid (NC, B·H, M/64)
+//   D, M here are the program's tile widths (CC_D, CC_M: 16 and 32 pad to 64, see limits).
 //   The walk is sequential in NC = N/64 over B·H·D·M/4096 CTAs (128 at B·H = 32, D = M =
 //   128: about one per H100 SM); each chunk's k, v are fetched a chunk ahead, so the walk
 //   runs at the rate it can write states. The outputs pass stays parallel over every chunk.
@@ -1094,7 +1095,7 @@ __device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&r
 }
 
 // cc_backward_go: q̃, k̃, the v slice, the fp32 S⁰ᵀ slice and z⁰. cc_forward: q̃, k̃, the v slice,
-// z⁰ and one 64×64 tile of the packed state (16 KB; at D = 128 it overlays k̃ once P is done).
+// z⁰ and one 64×64 tile of the packed state (16 KB; at D ≥ 128 it overlays k̃ once P is done).
 #define CC_GO_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4 + CC_D * 4)
 // 4 CTAs per SM where shared memory allows it (D ≤ 128: ≤ 44.5 KB); 2 at D = 256 (77.8 KB).
 #define CC_FWD_MIN_CTAS (CC_D == 256 ? 2 : 4)
@@ -1451,9 +1452,10 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
 // O[:, e0:e0+64] = num/den for one chunk and den (slice 0 writes it), num_i = λ^{i+1} q̃_iᵀS⁰
 // + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) v_j, den_i = λ^{i+1} q̃_iᵀz⁰ + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) + ε
 // (identity map: den ≡ 1, not written); `states` holds S⁰ (cc_forward_h). grid (NC, B·H,
-// M/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_FWD_SMEM (≤ 44.5 KB).
-// 4 CTAs per SM: ≤ 128 registers, which ptxas meets by not holding every batched load at once
-// (unbounded it took 178 at D = 128). Limits: the file's.
+// M/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_FWD_SMEM (≤ 44.5 KB at
+// D ≤ 128, 77.8 KB at 256). 4 CTAs per SM (2 at D = 256, CC_FWD_MIN_CTAS): ≤ 128 registers,
+// which ptxas meets by not holding every batched load at once (unbounded it took 178 at
+// D = 128). Limits: the file's.
 extern "C" __global__ void __launch_bounds__(CC_THREADS, CC_FWD_MIN_CTAS)
 cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
            const la_storage_t* __restrict__ v, const float* __restrict__ states,

@@ -44,6 +44,7 @@ use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch_kernel, ptr, KernelParams, ParamSpec};
 use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
 
+mod entries;
 mod plan;
 use plan::{check_head_dims, grids};
 pub use plan::{tile_width, LaunchPlan, CHUNK, HEAD_DIMS, STATIC_SHARED_MAX, TILE, TILE_WIDTHS};
@@ -63,44 +64,7 @@ pub const FUSED_MAPS: [FeatureMap; 3] = [
     FeatureMap::Identity,
 ];
 
-crate::kernel_params! {
-    /// The argument structs of causal_chunked.cu's entry points.
-    pub mod params;
-    /// `cc_forward_h`: pass 1, the walk over chunks writing S⁰, z⁰ of each (`packed`: S⁰
-    /// as 16-bit hi + lo with a power-of-two exponent per tile, for `cc_forward`).
-    pub struct ForwardH => "cc_forward_h" {
-        k: Ptr, v: Ptr, states: Ptr, split: bool, packed: bool, n: i32, num_chunks: i32,
-        log2_decay: f32, chunk_decay: f32, map: i32, d: i32, m: i32,
-    }
-    /// `cc_backward_h`: the reverse walk writing R⁰, r⁰ of each chunk.
-    pub struct BackwardH => "cc_backward_h" {
-        q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, chunk_decay: f32, map: i32, d: i32, m: i32,
-    }
-    /// `cc_forward`: pass 2, O and den per chunk.
-    pub struct Forward => "cc_forward" {
-        q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, eps: f32, map: i32, d: i32, m: i32,
-    }
-    /// `cc_backward_go`: the forward once more, writing only G·O partials.
-    pub struct BackwardGo => "cc_backward_go" {
-        q: Ptr, k: Ptr, v: Ptr, states: Ptr, grad: Ptr, go: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, eps: f32, map: i32, d: i32, m: i32,
-    }
-    /// `cc_backward_dq`: ∂Q per chunk.
-    pub struct BackwardDq => "cc_backward_dq" {
-        q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, out: Ptr,
-        n: i32, num_chunks: i32, log2_decay: f32, map: i32, d: i32, m: i32,
-    }
-    /// `cc_backward_dk`: ∂K per chunk.
-    pub struct BackwardDk => "cc_backward_dk" = BackwardDq;
-    /// `cc_backward_dv`: ∂V per chunk.
-    pub struct BackwardDv => "cc_backward_dv" {
-        q: Ptr, k: Ptr, grad: Ptr, den: Ptr, states: Ptr, dv: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, map: i32, d: i32, m: i32,
-    }
-}
-
+pub use entries::params;
 pub use params::SPECS as KERNEL_PARAMS;
 
 pub use params::ENTRIES as ENTRY_POINTS;
@@ -354,7 +318,8 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
     /// The device is sm_80+ (bf16 mma and cvt) and opts in to the shape's shared memory.
     fn device_ready_for(&self, exec: &dyn Executor, problem: &Problem) -> Result<(), Unsupported> {
         <Self as DeviceForm<T>>::device_ready(self, exec)?;
-        let plan = LaunchPlan::new(&problem.shape).map_err(|e| Unsupported::Problem(e.to_string()))?;
+        let plan =
+            LaunchPlan::new(&problem.shape).map_err(|e| Unsupported::Problem(e.to_string()))?;
         let info = exec.info();
         plan.check_shared(&info.name, info.max_shared_per_block_optin)
     }

@@ -134,8 +134,14 @@ fn head_dims_256_take_four_tiles_and_more_shared_memory() {
     // Strides 264 (features), 72 (tokens); cc_forward's packed tile overlays k̃ (D > 64).
     assert_eq!(p.smem_forward, 2 * 64 * 264 * 2 + 64 * 72 * 2 + 256 * 4);
     assert_eq!(p.smem_forward, 77_824);
-    assert_eq!(p.smem_go, 2 * 64 * 264 * 2 + 64 * 72 * 2 + 64 * 264 * 4 + 256 * 4);
-    assert_eq!(p.smem_dk, 2 * 64 * 264 * 2 + 64 * 72 * 2 + 64 * 264 * 4 + 64 * 4);
+    assert_eq!(
+        p.smem_go,
+        2 * 64 * 264 * 2 + 64 * 72 * 2 + 64 * 264 * 4 + 256 * 4
+    );
+    assert_eq!(
+        p.smem_dk,
+        2 * 64 * 264 * 2 + 64 * 72 * 2 + 64 * 264 * 4 + 64 * 4
+    );
     assert_eq!(p.smem_dq, p.smem_dk + 64 * 72 * 2);
     assert_eq!(p.smem_dq, 153_856);
     assert_eq!(p.smem_dv, 2 * 64 * 264 * 2 + 64 * 72 * 2 + 64 * 264 * 4);
@@ -148,7 +154,10 @@ fn head_dims_256_take_four_tiles_and_more_shared_memory() {
     p.check_shared("A", need).unwrap();
     match p.check_shared("RTX A6000", 99 << 10) {
         Err(Unsupported::Problem(m)) => {
-            assert!(m.contains("RTX A6000") && m.contains(&need.to_string()), "{m}")
+            assert!(
+                m.contains("RTX A6000") && m.contains(&need.to_string()),
+                "{m}"
+            )
         }
         other => panic!("expected a refusal, got {other:?}"),
     }

@@ -46,7 +46,10 @@ fn covers_every_head_dim() {
         assert!(CASES.iter().any(|c| c.0 == dim), "no case with D = {dim}");
         assert!(CASES.iter().any(|c| c.1 == dim), "no case with M = {dim}");
     }
-    assert!(CASES.iter().all(|c| c.2 % 64 != 0), "every case has a tail chunk");
+    assert!(
+        CASES.iter().all(|c| c.2 % 64 != 0),
+        "every case has a tail chunk"
+    );
 }
 
 fn matches_oracle(

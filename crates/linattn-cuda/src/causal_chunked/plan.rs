@@ -4,7 +4,7 @@
 
 use linattn_core::{AttnError, Precision, Shape, Unsupported};
 
-use super::params;
+use super::entries::params;
 use crate::limits::{Axis, Grid};
 use crate::runtime::as_i32;
 
@@ -24,7 +24,11 @@ pub fn tile_width(dim: usize) -> Option<usize> {
     HEAD_DIMS.contains(&dim).then_some(dim.max(TILE))
 }
 
-pub(crate) fn check_head_dims(dk: usize, dv: usize, precision: Precision) -> Result<(), Unsupported> {
+pub(crate) fn check_head_dims(
+    dk: usize,
+    dv: usize,
+    precision: Precision,
+) -> Result<(), Unsupported> {
     if tile_width(dk).is_some() && tile_width(dv).is_some() {
         Ok(())
     } else {
@@ -96,12 +100,10 @@ impl LaunchPlan {
         shape.validate()?;
         let (d, m) = match (tile_width(shape.dk), tile_width(shape.dv)) {
             (Some(d), Some(m)) => (d, m),
-            _ => {
-                return Err(AttnError::Unsupported(Unsupported::Problem(format!(
-                    "chunked tensor-core path needs D, M in {{16, 32, 64, 128, 256}}, got D={}, M={}",
-                    shape.dk, shape.dv
-                ))))
-            }
+            _ => return Err(AttnError::Unsupported(Unsupported::Problem(format!(
+                "chunked tensor-core path needs D, M in {{16, 32, 64, 128, 256}}, got D={}, M={}",
+                shape.dk, shape.dv
+            )))),
         };
         let heads = shape.bh();
         let [walk, _, value_tiles, _, _, key_tiles, _] = grids(shape);
