@@ -276,13 +276,17 @@ __device__ __forceinline__ void cc_mma_ss(float (&acc)[NT][4], const cc_u16* A, 
     });
 }
 
+// The k-step unrolling of a product over a 256-wide dim: none (16 k-steps unrolled with
+// their fragments in flight spilled on sm_80: cc_backward_go, cc_backward_dk); whole below.
+#define CC_KS_UNROLL(KS) ((KS) <= 8 ? (KS) : 1)
+
 // acc += A(16-bit [m][k]) · B where B is an fp32 [n][k] state tile, split hi + lo after
 // scaling by `scale` (a power of two); the caller multiplies the result by 1/scale.
 template <int NT, int KS>
 __device__ __forceinline__ void cc_mma_split(float (&acc)[NT][4], const cc_u16* A, int lda,
                                              const float* B, int ldb, float scale) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    cc_each_fragment<NT, KS>(A, lda, [&](int n, int ks, const cc_u32(&a)[4]) {
+    cc_each_fragment<NT, KS, CC_KS_UNROLL(KS)>(A, lda, [&](int n, int ks, const cc_u32(&a)[4]) {
         const float* p = B + (n * 8 + g) * ldb + ks * 16 + 2 * t;
         const float2 x0 = *(const float2*)p;
         const float2 x1 = *(const float2*)(p + 8);
@@ -1292,7 +1296,8 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     float p[CC_L / 8][4];
     cc_zero(p);
     // Key tiles past this warp's last row (j > row0 + 15) are fully masked: skipped.
-    cc_mma_ss<CC_L / 8, CC_D / 16, GO ? CC_D / 16 : 1>(p, a_q, CC_LDD, s_k, CC_LDD, 0, 2 * (warp + 1));
+    cc_mma_ss<CC_L / 8, CC_D / 16, GO ? CC_KS_UNROLL(CC_D / 16) : 1>(p, a_q, CC_LDD, s_k, CC_LDD, 0,
+                                                                   2 * (warp + 1));
     float row_sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int nt = 0; nt < CC_L / 8; ++nt)
@@ -1641,8 +1646,8 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     // the warp's rows can be unmasked; masked, decayed λ^{i−j}, weighted 1/den_i in fp32.
     float sc[CC_L / 8][4];
     cc_zero(sc);
-    cc_mma_ss<CC_L / 8, WIDTH / 16>(sc, a_rows, LD, s_cols, LD, DQ ? 0 : 2 * warp,
-                                    DQ ? 2 * (warp + 1) : CC_L / 8);
+    cc_mma_ss<CC_L / 8, WIDTH / 16, CC_KS_UNROLL(WIDTH / 16)>(sc, a_rows, LD, s_cols, LD, DQ ? 0 : 2 * warp,
+                                                              DQ ? 2 * (warp + 1) : CC_L / 8);
 #pragma unroll
     for (int nt = 0; nt < CC_L / 8; ++nt)
 #pragma unroll
@@ -1753,7 +1758,14 @@ CC_BACKWARD_QK_ENTRY(cc_backward_dk, CC_GRAD_K)
 // subnormals.
 // grid (NC, B·H, M/64), warp w rows (keys) 16w .. 16w+15; dynamic shared CC_DV_SMEM.
 // `states` holds R⁰ (cc_backward_h), R[d][e]. Limits: the file's.
-extern "C" __global__ void __launch_bounds__(CC_THREADS)
+// At D = 256 (1 CTA per SM by shared memory) the explicit minimum of 1 CTA: without it ptxas
+// (sm_80) stopped at 96 registers and spilled 4 B; elsewhere the bounds it always had.
+#if CC_D == 256
+#define CC_DV_BOUNDS __launch_bounds__(CC_THREADS, 1)
+#else
+#define CC_DV_BOUNDS __launch_bounds__(CC_THREADS)
+#endif
+extern "C" __global__ void CC_DV_BOUNDS
 cc_backward_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
                const la_storage_t* __restrict__ grad, const float* __restrict__ den,
                const float* __restrict__ states, la_storage_t* __restrict__ dv, int n, int num_chunks,

@@ -100,10 +100,12 @@ impl LaunchPlan {
         shape.validate()?;
         let (d, m) = match (tile_width(shape.dk), tile_width(shape.dv)) {
             (Some(d), Some(m)) => (d, m),
-            _ => return Err(AttnError::Unsupported(Unsupported::Problem(format!(
+            _ => {
+                return Err(AttnError::Unsupported(Unsupported::Problem(format!(
                 "chunked tensor-core path needs D, M in {{16, 32, 64, 128, 256}}, got D={}, M={}",
                 shape.dk, shape.dv
-            )))),
+            ))))
+            }
         };
         let heads = shape.bh();
         let [walk, _, value_tiles, _, _, key_tiles, _] = grids(shape);
