@@ -27,6 +27,7 @@
 //                    split cc_forward made itself, at the fp32 state's bytes).
 //                                                               grid (D/64, B·H, M/64)
 //   2. cc_forward    per chunk and 64-wide slice of M: O, den.  grid (NC, B·H, M/64)
+//   D, M here are the program's tile widths (CC_D, CC_M: 16 and 32 pad to 64, see limits).
 //   The walk is sequential in NC = N/64 over B·H·D·M/4096 CTAs (128 at B·H = 32, D = M =
 //   128: about one per H100 SM); each chunk's k, v are fetched a chunk ahead, so the walk
 //   runs at the rate it can write states. The outputs pass stays parallel over every chunk.
@@ -100,14 +101,23 @@
 //   fp16 limit: intra-chunk scores q̃·k̃ must stay below 65504.
 
 // ---- limits ----
-//   D = C and M ∈ {64, 128}, compile-time (CC_D, CC_M). Any N ≥ 1: the tail chunk is
-//   zero-padded on load and masked on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
-//   Dynamic shared memory ≤ 88,320 B per CTA (cc_backward_dq at M = 128; ≤ 79,360 B elsewhere;
-//   ≤ 44,544 B in cc_forward, 4 CTAs per SM; 27,648 B in the state walks) plus
-//   ≤ 1,024 B static: the host opts in above 48 KB (fits every sm_80+ part, 99 KB+ opt-in).
-//   Storage (LA_STORAGE) and CC_D, CC_M are defines; the map (codes of LA_MAP) and decay
-//   (log2 λ, 0 = no decay; the walks also take λ^L) are kernel arguments, so one program per
-//   (precision, D, M).
+//   Head dims D = C and M ∈ {16, 32, 64, 128, 256}, any combination. Programs are compiled
+//   for tile widths CC_D, CC_M ∈ {64, 128, 256} (multiples of the 64-wide tile); the real
+//   row widths d, m are kernel arguments (the global row strides). D, M = 16, 32 run on the
+//   64-wide program: features ≥ d are zero after φ (φ(0) = 1 for elu+1), value columns ≥ m
+//   zero, and every store of O, dQ, dK, dV stops at the row's width. The 128 and 256
+//   programs need d = CC_D, m = CC_M and fold the width in at compile time (cc_width), so
+//   only the 64-wide program pays the column guards. The chunk states stay in the padded
+//   layout (CC_STATE_STRIDE). Any N ≥ 1: the tail chunk is zero-padded on load and masked
+//   on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
+//   Dynamic shared memory ≤ 153,856 B per CTA (cc_backward_dq at M = 256; ≤ 88,320 B at
+//   D, M ≤ 128, ≤ 44,544 B in cc_forward there, 4 CTAs per SM; 27,648 B in the state
+//   walks) plus ≤ 1,280 B static: the host opts in above 48 KB and refuses a device whose
+//   opt-in maximum is below a launch's need (sm_80: 163 KB, sm_90: 227 KB fit every
+//   program; sm_86/89's 99 KB fit D, M ≤ 128 only).
+//   Storage (LA_STORAGE) and CC_D, CC_M are defines; the map (codes of LA_MAP), decay
+//   (log2 λ, 0 = no decay; the walks also take λ^L) and the widths are kernel arguments, so
+//   one program per (precision, CC_D, CC_M).
 
 #ifndef CC_D
 #define CC_D 64
@@ -119,8 +129,8 @@
 #if LA_STORAGE != LA_STORAGE_F16 && LA_STORAGE != LA_STORAGE_BF16
 #error "causal_chunked needs 16-bit storage (LA_STORAGE 1 = fp16 or 2 = bf16)"
 #endif
-#if (CC_D != 64 && CC_D != 128) || (CC_M != 64 && CC_M != 128)
-#error "causal_chunked is specialised for D, M in {64, 128}"
+#if (CC_D != 64 && CC_D != 128 && CC_D != 256) || (CC_M != 64 && CC_M != 128 && CC_M != 256)
+#error "causal_chunked is compiled for tile widths CC_D, CC_M in {64, 128, 256}"
 #endif
 
 #define CC_L 64         // chunk length (tokens)
@@ -130,11 +140,15 @@
 #define CC_LDT (CC_L + CC_PAD)    // stride of token-contiguous (transposed) 16-bit tiles
 #define CC_LDD (CC_D + CC_PAD)    // stride of D-contiguous rows
 #define CC_LDM (CC_M + CC_PAD)    // stride of M-contiguous rows
-// Words per chunk state: the D×M matrix, the D vector z (fp32), then 8 words: in the packed
-// form (cc_forward_h packed ≠ 0, read by cc_forward) the power-of-two exponent of each 64×64
-// tile (cc_state_exp, ≤ 4), unused in the fp32 form. 8 keeps every chunk's base on a 32-byte
-// sector (with 4, every other chunk's rows straddled sectors: +25% sectors in the walks).
-#define CC_STATE_STRIDE ((la_index_t)CC_D * CC_M + CC_D + 8)
+#define CC_DT (CC_D / 64)  // 64-wide tiles of D (of C): 1, 2 or 4
+#define CC_MT (CC_M / 64)  // of M
+// Words per chunk state: the D×M matrix, the D vector z (fp32), then CC_EXP_WORDS: in the
+// packed form (cc_forward_h packed ≠ 0, read by cc_forward) the power-of-two exponent of each
+// 64×64 tile (cc_state_exp, CC_DT·CC_MT ≤ 16), unused in the fp32 form. A multiple of 8 keeps
+// every chunk's base on a 32-byte sector (with 4, every other chunk's rows straddled
+// sectors: +25% sectors in the walks).
+#define CC_EXP_WORDS ((CC_DT * CC_MT + 7) / 8 * 8)
+#define CC_STATE_STRIDE ((la_index_t)CC_D * CC_M + CC_D + CC_EXP_WORDS)
 // The packed form: matrix element (e, d) of tile (e / 64, d / 64) is x·2^s = hi + lo, both
 // 16-bit, s = cc_split_exp(max |x| over the tile) (the split cc_mma_split makes of an fp32
 // tile). Row e holds D/4 16-byte records; record 4ks + t of a row is the B fragment pair
@@ -262,13 +276,17 @@ __device__ __forceinline__ void cc_mma_ss(float (&acc)[NT][4], const cc_u16* A, 
     });
 }
 
+// The k-step unrolling of a product over a 256-wide dim: none (16 k-steps unrolled with
+// their fragments in flight spilled on sm_80: cc_backward_go, cc_backward_dk); whole below.
+#define CC_KS_UNROLL(KS) ((KS) <= 8 ? (KS) : 1)
+
 // acc += A(16-bit [m][k]) · B where B is an fp32 [n][k] state tile, split hi + lo after
 // scaling by `scale` (a power of two); the caller multiplies the result by 1/scale.
 template <int NT, int KS>
 __device__ __forceinline__ void cc_mma_split(float (&acc)[NT][4], const cc_u16* A, int lda,
                                              const float* B, int ldb, float scale) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    cc_each_fragment<NT, KS>(A, lda, [&](int n, int ks, const cc_u32(&a)[4]) {
+    cc_each_fragment<NT, KS, CC_KS_UNROLL(KS)>(A, lda, [&](int n, int ks, const cc_u32(&a)[4]) {
         const float* p = B + (n * 8 + g) * ldb + ks * 16 + 2 * t;
         const float2 x0 = *(const float2*)p;
         const float2 x1 = *(const float2*)(p + 8);
@@ -293,6 +311,18 @@ __device__ __forceinline__ int cc_split_exp(float max_abs) {
 __device__ __forceinline__ float cc_pow2(int s) { return __int_as_float((127 + s) << 23); }
 
 __device__ __forceinline__ float cc_split_scale(float max_abs) { return cc_pow2(cc_split_exp(max_abs)); }
+
+// A tensor's row width (the row stride) in a program of tile width CC: the kernel argument
+// `w` in the 64-wide program (D, M = 16, 32, 64), CC itself in the 128 and 256 programs
+// (the host passes w = CC there), so their strides and column guards fold at compile time.
+template <int CC>
+__device__ __forceinline__ int cc_width(int w) { return CC == 64 ? w : CC; }
+
+// Columns of the 64-wide slice at c0 that exist in a row of width w (64 when all do; only the
+// 64-wide program, c0 = 0, has fewer). Widths are multiples of 16, so every 16-column group
+// a warp or quad touches is wholly inside or wholly outside.
+template <int CC>
+__device__ __forceinline__ int cc_slice_cols(int w, int c0) { return CC == 64 ? w - c0 : CC_TILE; }
 
 // Row r of [rows][cols] 16-bit global data, pair at column c (even): two floats, zero past N.
 __device__ __forceinline__ float2 cc_load_pair(const la_storage_t* __restrict__ src,
@@ -343,6 +373,7 @@ __device__ __forceinline__ float cc_row_dot(const cc_u16* tile, int row, const f
 // Tile of `ROWS`=64 tokens × COLS features, natural layout dst[token][feature] (stride ld),
 // from rows [tok0, tok0+64) of a [N][cols] head; φ = map `phi` applied (identity: none), scaled by row_scale[r]
 // when given; tokens ≥ n are zero (not φ(0)).
+// Columns ≥ src_cols (a row narrower than the tile, the 64-wide program) are zero too.
 template <int COLS>
 __device__ __forceinline__ void cc_tile_rows(cc_u16* dst, int ld, const la_storage_t* __restrict__ src,
                                              la_index_t head_row0, int tok0, int n, int col0,
@@ -350,7 +381,7 @@ __device__ __forceinline__ void cc_tile_rows(cc_u16* dst, int ld, const la_stora
     const int pairs = COLS / 2;
     for (int idx = threadIdx.x; idx < CC_L * pairs; idx += CC_THREADS) {
         const int r = idx / pairs, cp = (idx % pairs) * 2;
-        const bool valid = tok0 + r < n;
+        const bool valid = tok0 + r < n && (COLS != 64 || col0 + cp < src_cols);
         float2 x = cc_load_pair(src, head_row0 + tok0 + r, src_cols, col0 + cp, valid);
         if (valid) {
             x.x = la_phi_of_map(phi, x.x);
@@ -392,10 +423,11 @@ __device__ __forceinline__ void cc_tile_cols_block(cc_u16* dst, cc_u16* dst_lo, 
                        odd_first ? r1.x : r1.y);
 }
 
+// `cols`: the columns from col0 that exist (cc_slice_cols); the others are zero, not φ(0).
 template <int COLS>
 __device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __restrict__ src,
                                              la_index_t head_row0, int tok0, int n, int col0,
-                                             int src_cols, int phi, const float* row_scale,
+                                             int src_cols, int cols, int phi, const float* row_scale,
                                              cc_u16* dst_lo = nullptr) {
     static_assert(CC_L == 64 && COLS % 16 == 0, "8 token groups, 16-feature groups");
     const int lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
@@ -403,7 +435,8 @@ __device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __
     // The 2×2 block of token group tg, feature group fg: φ, row_scale; zero past n.
     auto load = [&](int tg, int fg, float2& r0, float2& r1) {
         const int r = tg * 8 + 2 * tw, c = col0 + fg * 16 + 2 * fp;
-        const bool v0 = tok0 + r < n, v1 = tok0 + r + 1 < n;
+        const bool col_ok = fg * 16 < cols;
+        const bool v0 = col_ok && tok0 + r < n, v1 = col_ok && tok0 + r + 1 < n;
         r0 = cc_load_pair(src, head_row0 + tok0 + r, src_cols, c, v0);
         r1 = cc_load_pair(src, head_row0 + tok0 + r + 1, src_cols, c, v1);
         if (v0) { r0.x = la_phi_of_map(phi, r0.x); r0.y = la_phi_of_map(phi, r0.y); }
@@ -466,7 +499,17 @@ __device__ __forceinline__ float cc_block_max_nonneg(float x, int* slot) {
 }
 
 // Partials of G_i·O_i per token: one per 64-wide slice of M, go[token · CC_MT + slice].
-#define CC_MT (CC_M / CC_TILE)
+// cc_go_t holds a token's CC_MT partials, read in one load; cc_go_sum adds them in order.
+#if CC_MT == 4
+typedef float4 cc_go_t;
+__device__ __forceinline__ float cc_go_sum(cc_go_t x) { return x.x + x.y + x.z + x.w; }
+#elif CC_MT == 2
+typedef float2 cc_go_t;
+__device__ __forceinline__ float cc_go_sum(cc_go_t x) { return x.x + x.y; }
+#else
+typedef float cc_go_t;
+__device__ __forceinline__ float cc_go_sum(cc_go_t x) { return x; }
+#endif
 
 // 1/den and −G·O for the 64 rows of a chunk (identity map: 1 and 0); rows ≥ n: 0 and 0.
 // G·O is the sum of the CC_MT partials cc_backward_go wrote from the fp32 O (not from the
@@ -486,12 +529,7 @@ __device__ __forceinline__ void cc_row_grad_terms(float* den_inv, float* neg_go,
             inv = 1.0f;
         } else if (i < n) {
             const la_index_t tok = head_row0 + i;
-#if CC_MT == 2
-            const float2 gp = *(const float2*)(go_parts + tok * 2);  // both partials, one 8-byte load
-            const float dot = gp.x + gp.y;
-#else
-            const float dot = go_parts[tok];
-#endif
+            const float dot = cc_go_sum(*(const cc_go_t*)(go_parts + tok * CC_MT));  // one load
             inv = 1.0f / den[tok];
             ngo = -dot;
         }
@@ -579,16 +617,23 @@ __device__ __forceinline__ float cc_walk_phi(int map, float x) {
 // tg (raw[2s], raw[2s+1]); 8 lanes read one 32-byte sector of a token row.
 // STEPS = 8 / (warps / 4): 4 in the walks (8 warps), 8 in cc_forward (4 warps: warp w >> 2 = 0
 // holds every token group of feature group w).
+// `cols`: the columns from col0 that exist (cc_slice_cols); a warp whose feature group lies
+// past them loads nothing and holds zeros.
 template <int STEPS = CC_WALK_STEPS>
 __device__ __forceinline__ void cc_walk_fetch(cc_u32 (&raw)[2 * STEPS],
                                               const la_storage_t* __restrict__ src,
                                               la_index_t head_row0, int tok0, int n, int col0,
-                                              int src_cols) {
+                                              int src_cols, int cols) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
     const int tok = (warp >> 2) * STEPS * 8 + 2 * tw;  // the lane's first token
     const cc_u32* p = (const cc_u32*)(src + (head_row0 + tok0 + tok) * src_cols + col0 +
                                       (warp & 3) * 16 + 2 * fp);
     const la_index_t row = (la_index_t)src_cols / 2;  // one token row, in pairs
+    if ((warp & 3) * 16 >= cols) {  // warp-uniform: a feature group past the row's width
+#pragma unroll
+        for (int s = 0; s < 2 * STEPS; ++s) raw[s] = 0u;
+        return;
+    }
     if (tok0 + CC_L <= n) {  // whole chunk (every one but a ragged tail): no bounds
 #pragma unroll
         for (int s = 0; s < 2 * STEPS; ++s) raw[s] = p[((s >> 1) * 8 + (s & 1)) * row];
@@ -609,10 +654,11 @@ __device__ __forceinline__ void cc_walk_fetch(cc_u32 (&raw)[2 * STEPS],
 // col_unscale[feature]; SCALE has a barrier (every thread calls it). Same values and the
 // same bank pattern per store as cc_tile_cols. Every element is converted, mapped and
 // weighted before any is stored: independent chains, one after the other in the code.
+// `cols` as cc_walk_fetch's: the feature groups past it stay zero (φ(0) = 1 for elu+1).
 template <bool LO, bool W, bool SCALE, int STEPS = CC_WALK_STEPS>
 __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
                                             const cc_u32 (&raw)[2 * STEPS], int tok0, int n,
-                                            int phi, const float* w, float* col_unscale,
+                                            int cols, int phi, const float* w, float* col_unscale,
                                             float* col_max) {
     static_assert(!SCALE || STEPS == CC_WALK_STEPS, "SCALE pairs the two token halves of 8 warps");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
@@ -620,7 +666,7 @@ __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
     float2 x[2 * STEPS];
 #pragma unroll
     for (int s = 0; s < 2 * STEPS; ++s) x[s] = make_float2(cc_lo(raw[s]), cc_hi(raw[s]));
-    if (phi != LA_MAP_IDENTITY) {
+    if (phi != LA_MAP_IDENTITY && (warp & 3) * 16 < cols) {
         const bool full = tok0 + CC_L <= n;
 #pragma unroll
         for (int s = 0; s < 2 * STEPS; ++s) {
@@ -777,11 +823,7 @@ __device__ __forceinline__ void cc_walk_step(float (&run)[4][4], const float (&d
 // λ^r/den of its token (cc_walk_put_terms): the same values as cc_row_grad_terms and a
 // weight loop after it, without a DRAM wait per chunk.
 struct cc_walk_terms {
-#if CC_MT == 2
-    float2 go;
-#else
-    float go;
-#endif
+    cc_go_t go;
     float den;
 };
 
@@ -793,11 +835,7 @@ __device__ __forceinline__ cc_walk_terms cc_walk_fetch_terms(const float* __rest
     const int i = tok0 + threadIdx.x;
     if (threadIdx.x < CC_L && i < n && cc_normalised(map)) {
         const la_index_t tok = head_row0 + i;
-#if CC_MT == 2
-        x.go = *(const float2*)(go_parts + tok * 2);  // both partials, one 8-byte load
-#else
-        x.go = go_parts[tok];
-#endif
+        x.go = *(const cc_go_t*)(go_parts + tok * CC_MT);  // every partial, one load
         x.den = den[tok];
     }
     return x;
@@ -811,11 +849,7 @@ __device__ __forceinline__ void cc_walk_put_terms(float* neg_go, float* w, cc_wa
     if (tok0 + r < n && !cc_normalised(map)) {
         inv = 1.0f;
     } else if (tok0 + r < n) {
-#if CC_MT == 2
-        const float dot = x.go.x + x.go.y;
-#else
-        const float dot = x.go;
-#endif
+        const float dot = cc_go_sum(x.go);
         inv = 1.0f / x.den;
         ngo = -dot;
     }
@@ -851,7 +885,7 @@ __device__ __forceinline__ void cc_walk_put_terms(float* neg_go, float* w, cc_wa
 extern "C" __global__ void __launch_bounds__(CC_WALK_THREADS)
 cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v,
              float* __restrict__ states, int split, int packed, int n, int num_chunks,
-             float log2_decay, float chunk_decay, int map) {
+             float log2_decay, float chunk_decay, int map, int d, int m) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_vt = (cc_u16*)cc_smem;              // [64 e][LDT]
     cc_u16* s_kt = s_vt + CC_TILE * CC_LDT;       // [64 d][LDT], weighted k̃ (hi)
@@ -863,6 +897,8 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
     __shared__ int s_tile_max[2];
 
     const int d0 = blockIdx.x * CC_TILE, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
+    const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m);  // row widths of k, v
+    const int d_cols = cc_slice_cols<CC_D>(dw, d0), m_cols = cc_slice_cols<CC_M>(mw, e0);
     const la_index_t head_row0 = (la_index_t)bh * n;
     const int warp = threadIdx.x >> 5, rows = (warp & 3) * 16, cols = (warp >> 2) * 32;
     for (int j = threadIdx.x; j < CC_L; j += CC_WALK_THREADS)
@@ -881,8 +917,8 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
     for (int nt = 0; nt < 4; ++nt) z_run[nt][0] = z_run[nt][1] = 0.0f;
     cc_u32 raw_v[2 * CC_WALK_STEPS], raw_k[2 * CC_WALK_STEPS];
     if (num_chunks > 1) {
-        cc_walk_fetch(raw_v, v, head_row0, 0, n, e0, CC_M);
-        cc_walk_fetch(raw_k, k, head_row0, 0, n, d0, CC_D);
+        cc_walk_fetch(raw_v, v, head_row0, 0, n, e0, mw, m_cols);
+        cc_walk_fetch(raw_k, k, head_row0, 0, n, d0, dw, d_cols);
     }
     for (int chunk = 0;; ++chunk) {
         float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
@@ -896,7 +932,7 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
             const int ex = cc_split_exp(__int_as_float(s_tile_max[(chunk + 1) & 1]));
             if (threadIdx.x == 0) s_tile_max[chunk & 1] = 0;
             cc_walk_store_packed(dst, run, e0 + rows, d0 + cols, ex);
-            if (threadIdx.x == 0) cc_state_exp(dst)[blockIdx.z * (CC_D / CC_TILE) + blockIdx.x] = ex;
+            if (threadIdx.x == 0) cc_state_exp(dst)[blockIdx.z * CC_DT + blockIdx.x] = ex;
         } else {
             cc_walk_store(dst, run, e0 + rows, d0 + cols, CC_D);
         }
@@ -911,18 +947,18 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
         if (chunk + 1 == num_chunks) break;
 
         if (!packed) __syncthreads();  // the previous chunk's reads of the tiles are done
-        cc_walk_put<false, false, false>(s_vt, nullptr, raw_v, chunk * CC_L, n, LA_MAP_IDENTITY,
+        cc_walk_put<false, false, false>(s_vt, nullptr, raw_v, chunk * CC_L, n, m_cols, LA_MAP_IDENTITY,
                                          nullptr, nullptr, nullptr);
         if (split)
-            cc_walk_put<true, true, false>(s_kt, s_kt_lo, raw_k, chunk * CC_L, n, map, s_w, nullptr,
+            cc_walk_put<true, true, false>(s_kt, s_kt_lo, raw_k, chunk * CC_L, n, d_cols, map, s_w, nullptr,
                                            nullptr);
         else
-            cc_walk_put<false, true, false>(s_kt, nullptr, raw_k, chunk * CC_L, n, map, s_w, nullptr,
+            cc_walk_put<false, true, false>(s_kt, nullptr, raw_k, chunk * CC_L, n, d_cols, map, s_w, nullptr,
                                             nullptr);
         __syncthreads();
         if (chunk + 2 < num_chunks) {  // the next chunk's k, v, in flight during this one
-            cc_walk_fetch(raw_v, v, head_row0, (chunk + 1) * CC_L, n, e0, CC_M);
-            cc_walk_fetch(raw_k, k, head_row0, (chunk + 1) * CC_L, n, d0, CC_D);
+            cc_walk_fetch(raw_v, v, head_row0, (chunk + 1) * CC_L, n, e0, mw, m_cols);
+            cc_walk_fetch(raw_k, k, head_row0, (chunk + 1) * CC_L, n, d0, dw, d_cols);
         }
         float acc[4][4], z[4][4];
         cc_zero(acc);
@@ -957,7 +993,7 @@ extern "C" __global__ void __launch_bounds__(CC_WALK_THREADS)
 cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ grad,
               const float* __restrict__ go_parts, const float* __restrict__ den,
               float* __restrict__ states, int n, int num_chunks, float log2_decay,
-              float chunk_decay, int map) {
+              float chunk_decay, int map, int d, int m) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_qt = (cc_u16*)cc_smem;              // [64 d][LDT], weighted λ^i/den_i, row-scaled (hi)
     cc_u16* s_qt_lo = s_qt + CC_TILE * CC_LDT;    // [64 d][LDT], its residue
@@ -966,6 +1002,8 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
     __shared__ __align__(8) float s_neg_go[CC_L];  // read as float2 (cc_row_dot)
 
     const int d0 = blockIdx.x * CC_TILE, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
+    const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m);  // row widths of q, G
+    const int d_cols = cc_slice_cols<CC_D>(dw, d0), m_cols = cc_slice_cols<CC_M>(mw, e0);
     const la_index_t head_row0 = (la_index_t)bh * n;
     const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
     const int rows = (warp & 3) * 16, cols = (warp >> 2) * 32;
@@ -975,8 +1013,8 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
     cc_u32 raw_q[2 * CC_WALK_STEPS], raw_g[2 * CC_WALK_STEPS];
     cc_walk_terms terms = {};
     if (num_chunks > 1) {
-        cc_walk_fetch(raw_q, q, head_row0, (num_chunks - 1) * CC_L, n, d0, CC_D);
-        cc_walk_fetch(raw_g, grad, head_row0, (num_chunks - 1) * CC_L, n, e0, CC_M);
+        cc_walk_fetch(raw_q, q, head_row0, (num_chunks - 1) * CC_L, n, d0, dw, d_cols);
+        cc_walk_fetch(raw_g, grad, head_row0, (num_chunks - 1) * CC_L, n, e0, mw, m_cols);
         terms = cc_walk_fetch_terms(go_parts, den, head_row0, (num_chunks - 1) * CC_L, n, map);
     }
     for (int chunk = num_chunks - 1;; --chunk) {
@@ -989,13 +1027,14 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
         __syncthreads();  // the previous chunk's reads of the tiles and weights are done
         cc_walk_put_terms(s_neg_go, s_w, terms, tok0, n, map, log2_decay);
         __syncthreads();
-        cc_walk_put<true, true, true>(s_qt, s_qt_lo, raw_q, tok0, n, map, s_w, s_unscale, s_col_max);
-        cc_walk_put<false, false, false>(s_gt, nullptr, raw_g, tok0, n, LA_MAP_IDENTITY, nullptr,
+        cc_walk_put<true, true, true>(s_qt, s_qt_lo, raw_q, tok0, n, d_cols, map, s_w, s_unscale,
+                                      s_col_max);
+        cc_walk_put<false, false, false>(s_gt, nullptr, raw_g, tok0, n, m_cols, LA_MAP_IDENTITY, nullptr,
                                          nullptr, nullptr);
         __syncthreads();
         if (chunk > 1) {  // the previous chunk's q, G, in flight during this one
-            cc_walk_fetch(raw_q, q, head_row0, tok0 - CC_L, n, d0, CC_D);
-            cc_walk_fetch(raw_g, grad, head_row0, tok0 - CC_L, n, e0, CC_M);
+            cc_walk_fetch(raw_q, q, head_row0, tok0 - CC_L, n, d0, dw, d_cols);
+            cc_walk_fetch(raw_g, grad, head_row0, tok0 - CC_L, n, e0, mw, m_cols);
             terms = cc_walk_fetch_terms(go_parts, den, head_row0, tok0 - CC_L, n, map);
         }
         float acc[4][4];
@@ -1018,22 +1057,22 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
 
 // ---- pass 2: outputs ------------------------------------------------------------------------
 
-// cc_tile_rows of a whole [N][COLS] row (col0 = 0) in two halves, so that every load of the
+// cc_tile_rows of a whole [N][w] row (col0 = 0) in two halves, so that every load of the
 // tile is issued before the first is used (one DRAM latency per tile, not one per element
 // pair): cc_rows_fetch reads 16 bytes per load into registers, cc_rows_put applies φ (tokens
-// ≥ n stay 0) and stores them. Thread x, load s: token (x + s·CC_THREADS) / (COLS/8),
-// elements 8·((x + s·CC_THREADS) mod (COLS/8)) .. +7; 8 lanes fill a 128-byte row segment
-// (one wavefront per quarter warp).
+// ≥ n and columns ≥ w stay 0) and stores them. Thread x, load s: token (x + s·CC_THREADS) /
+// (COLS/8), elements 8·((x + s·CC_THREADS) mod (COLS/8)) .. +7; 8 lanes fill a 128-byte row
+// segment (one wavefront per quarter warp). w: the row width (cc_width; < COLS only in the
+// 64-wide program). A part: loads s0 .. s0 + LOADS − 1.
 #define CC_ROWS_LOADS(COLS) (CC_L * (COLS) / 8 / CC_THREADS)
-template <int COLS>
-__device__ __forceinline__ void cc_rows_fetch(uint4 (&raw)[CC_ROWS_LOADS(COLS)],
-                                              const la_storage_t* __restrict__ src,
-                                              la_index_t head_row0, int tok0, int n) {
+template <int COLS, int LOADS = CC_ROWS_LOADS(COLS)>
+__device__ __forceinline__ void cc_rows_fetch(uint4 (&raw)[LOADS], const la_storage_t* __restrict__ src,
+                                              la_index_t head_row0, int tok0, int n, int w, int s0 = 0) {
 #pragma unroll
-    for (int s = 0; s < CC_ROWS_LOADS(COLS); ++s) {
-        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (COLS / 8), c = (idx % (COLS / 8)) * 8;
-        raw[s] = tok0 + r < n ? *(const uint4*)(src + (head_row0 + tok0 + r) * COLS + c)
-                              : make_uint4(0u, 0u, 0u, 0u);
+    for (int s = 0; s < LOADS; ++s) {
+        const int idx = threadIdx.x + (s0 + s) * CC_THREADS, r = idx / (COLS / 8), c = (idx % (COLS / 8)) * 8;
+        raw[s] = tok0 + r < n && (COLS != 64 || c < w) ? *(const uint4*)(src + (head_row0 + tok0 + r) * w + c)
+                                                       : make_uint4(0u, 0u, 0u, 0u);
     }
 }
 
@@ -1041,14 +1080,15 @@ __device__ __forceinline__ cc_u32 cc_phi_word(int phi, cc_u32 x) {
     return cc_pack(cc_walk_phi(phi, cc_lo(x)), cc_walk_phi(phi, cc_hi(x)));
 }
 
-template <int COLS>
-__device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&raw)[CC_ROWS_LOADS(COLS)],
-                                            int tok0, int n, int phi) {
+template <int COLS, int LOADS = CC_ROWS_LOADS(COLS)>
+__device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&raw)[LOADS], int tok0,
+                                            int n, int w, int phi, int s0 = 0) {
 #pragma unroll
-    for (int s = 0; s < CC_ROWS_LOADS(COLS); ++s) {
-        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (COLS / 8), c = (idx % (COLS / 8)) * 8;
+    for (int s = 0; s < LOADS; ++s) {
+        const int idx = threadIdx.x + (s0 + s) * CC_THREADS, r = idx / (COLS / 8), c = (idx % (COLS / 8)) * 8;
         uint4 x = raw[s];
-        if (phi != LA_MAP_IDENTITY && tok0 + r < n) {  // zero past n, not φ(0)
+        // zero past n and past w, not φ(0)
+        if (phi != LA_MAP_IDENTITY && tok0 + r < n && (COLS != 64 || c < w)) {
             x.x = cc_phi_word(phi, x.x);
             x.y = cc_phi_word(phi, x.y);
             x.z = cc_phi_word(phi, x.z);
@@ -1059,51 +1099,77 @@ __device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&r
 }
 
 // cc_backward_go: q̃, k̃, the v slice, the fp32 S⁰ᵀ slice and z⁰. cc_forward: q̃, k̃, the v slice,
-// z⁰ and one 64×64 tile of the packed state (16 KB; at D = 128 it overlays k̃ once P is done).
+// z⁰ and one 64×64 tile of the packed state (16 KB; at D ≥ 128 it overlays k̃ once P is done).
 #define CC_GO_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4 + CC_D * 4)
-#define CC_FWD_MIN_CTAS 4
+// 4 CTAs per SM where shared memory allows it (D ≤ 128: ≤ 44.5 KB); 2 at D = 256 (77.8 KB).
+#define CC_FWD_MIN_CTAS (CC_D == 256 ? 2 : 4)
 #define CC_FWD_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_D * 4 + (CC_D == 64 ? CC_TILE * CC_TILE * 4 : 0))
 
 // q̃, k̃ (natural, [64][LDD]), the v slice (transposed, [64 e][LDT]) and z⁰ of one chunk into
 // shared memory, every global load issued before the first store (one DRAM latency for the
-// three tiles; they took one per element pair, a chain of ~100 at D = 128).
+// three tiles; they took one per element pair, a chain of ~100 at D = 128). At D = 256 q̃ and
+// k̃ come in two halves (both whole would be 128 registers of loads: cc_forward has 128 at
+// most at 4 CTAs per SM and ~255 at 2, with P and the output live beside them).
+// dw, mw: the row widths of q, k and v (cc_width); m_cols: v's columns in the slice at e0.
 __device__ __forceinline__ void cc_forward_tiles(cc_u16* s_q, cc_u16* s_k, cc_u16* s_vt, float* s_z,
                                                  const la_storage_t* __restrict__ q,
                                                  const la_storage_t* __restrict__ k,
                                                  const la_storage_t* __restrict__ v,
                                                  const float* __restrict__ state,
-                                                 la_index_t head_row0, int tok0, int n, int e0, int map) {
-    static_assert(CC_D <= CC_THREADS, "one thread per element of z");
+                                                 la_index_t head_row0, int tok0, int n, int e0, int map,
+                                                 int dw, int mw, int m_cols) {
     constexpr int VSTEPS = CC_L / 8;  // 4 warps: each holds a feature group's every token group
-    uint4 raw_q[CC_ROWS_LOADS(CC_D)], raw_k[CC_ROWS_LOADS(CC_D)];
+    constexpr int PARTS = CC_D == 256 ? 2 : 1, LOADS = CC_ROWS_LOADS(CC_D) / PARTS;
+    constexpr int ZN = (CC_D + CC_THREADS - 1) / CC_THREADS;  // elements of z per thread
+    uint4 raw_q[LOADS], raw_k[LOADS];
     cc_u32 raw_v[2 * VSTEPS];
-    cc_rows_fetch<CC_D>(raw_q, q, head_row0, tok0, n);
-    cc_rows_fetch<CC_D>(raw_k, k, head_row0, tok0, n);
-    cc_walk_fetch<VSTEPS>(raw_v, v, head_row0, tok0, n, e0, CC_M);
-    const float z = threadIdx.x < CC_D ? state[(la_index_t)CC_D * CC_M + threadIdx.x] : 0.0f;
-    cc_rows_put<CC_D>(s_q, CC_LDD, raw_q, tok0, n, map);
-    cc_rows_put<CC_D>(s_k, CC_LDD, raw_k, tok0, n, map);
-    cc_walk_put<false, false, false, VSTEPS>(s_vt, nullptr, raw_v, tok0, n, LA_MAP_IDENTITY, nullptr,
-                                             nullptr, nullptr);
-    if (threadIdx.x < CC_D) s_z[threadIdx.x] = z;
+    cc_rows_fetch<CC_D, LOADS>(raw_q, q, head_row0, tok0, n, dw);
+    cc_rows_fetch<CC_D, LOADS>(raw_k, k, head_row0, tok0, n, dw);
+    cc_walk_fetch<VSTEPS>(raw_v, v, head_row0, tok0, n, e0, mw, m_cols);
+    float z[ZN];
+#pragma unroll
+    for (int j = 0; j < ZN; ++j) {
+        const int f = threadIdx.x + j * CC_THREADS;
+        z[j] = f < CC_D ? state[(la_index_t)CC_D * CC_M + f] : 0.0f;
+    }
+    cc_rows_put<CC_D, LOADS>(s_q, CC_LDD, raw_q, tok0, n, dw, map);
+    cc_rows_put<CC_D, LOADS>(s_k, CC_LDD, raw_k, tok0, n, dw, map);
+    cc_walk_put<false, false, false, VSTEPS>(s_vt, nullptr, raw_v, tok0, n, m_cols, LA_MAP_IDENTITY,
+                                             nullptr, nullptr, nullptr);
+#pragma unroll
+    for (int j = 0; j < ZN; ++j) {
+        const int f = threadIdx.x + j * CC_THREADS;
+        if (f < CC_D) s_z[f] = z[j];
+    }
+#pragma unroll
+    for (int part = 1; part < PARTS; ++part) {
+        cc_rows_fetch<CC_D, LOADS>(raw_q, q, head_row0, tok0, n, dw, part * LOADS);
+        cc_rows_fetch<CC_D, LOADS>(raw_k, k, head_row0, tok0, n, dw, part * LOADS);
+        cc_rows_put<CC_D, LOADS>(s_q, CC_LDD, raw_q, tok0, n, dw, map, part * LOADS);
+        cc_rows_put<CC_D, LOADS>(s_k, CC_LDD, raw_k, tok0, n, dw, map, part * LOADS);
+    }
 }
 
 // The fp32 slice Sᵀ[e0 .. e0+63][0 .. D) of a chunk state into dst[e][LDD], 16 bytes per load,
-// all loads before the first store; returns this thread's max |x| (cc_state_tile, batched).
+// all loads of a part before its first store (16 per thread: D = 256 takes two parts; 32
+// loads at once spilled); returns this thread's max |x| (cc_state_tile, batched).
 __device__ __forceinline__ float cc_state_rows(float* dst, const float* __restrict__ state, int e0) {
-    constexpr int LOADS = CC_TILE * CC_D / 4 / CC_THREADS;
-    float4 x[LOADS];
-#pragma unroll
-    for (int s = 0; s < LOADS; ++s) {
-        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (CC_D / 4), c = (idx % (CC_D / 4)) * 4;
-        x[s] = *(const float4*)(state + (la_index_t)(e0 + r) * CC_D + c);
-    }
+    constexpr int ALL = CC_TILE * CC_D / 4 / CC_THREADS, LOADS = ALL > 16 ? 16 : ALL;
     float max_abs = 0.0f;
 #pragma unroll
-    for (int s = 0; s < LOADS; ++s) {
-        const int idx = threadIdx.x + s * CC_THREADS, r = idx / (CC_D / 4), c = (idx % (CC_D / 4)) * 4;
-        *(float4*)(dst + r * CC_LDD + c) = x[s];
-        max_abs = fmaxf(max_abs, fmaxf(fmaxf(fabsf(x[s].x), fabsf(x[s].y)), fmaxf(fabsf(x[s].z), fabsf(x[s].w))));
+    for (int s0 = 0; s0 < ALL; s0 += LOADS) {
+        float4 x[LOADS];
+#pragma unroll
+        for (int s = 0; s < LOADS; ++s) {
+            const int idx = threadIdx.x + (s0 + s) * CC_THREADS, r = idx / (CC_D / 4), c = (idx % (CC_D / 4)) * 4;
+            x[s] = *(const float4*)(state + (la_index_t)(e0 + r) * CC_D + c);
+        }
+#pragma unroll
+        for (int s = 0; s < LOADS; ++s) {
+            const int idx = threadIdx.x + (s0 + s) * CC_THREADS, r = idx / (CC_D / 4), c = (idx % (CC_D / 4)) * 4;
+            *(float4*)(dst + r * CC_LDD + c) = x[s];
+            max_abs = fmaxf(max_abs, fmaxf(fmaxf(fabsf(x[s].x), fabsf(x[s].y)), fmaxf(fabsf(x[s].z), fabsf(x[s].w))));
+        }
     }
     return max_abs;
 }
@@ -1168,35 +1234,48 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
                 const la_storage_t* __restrict__ v, const float* __restrict__ states,
                 la_storage_t* __restrict__ out, float* __restrict__ den_out,
                 const la_storage_t* __restrict__ grad, float* __restrict__ go, int n,
-                int num_chunks, float log2_decay, float eps, int map) {
+                int num_chunks, float log2_decay, float eps, int map, int d, int m) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_q = (cc_u16*)cc_smem;                  // [64 i][LDD]  q̃
     cc_u16* s_k = s_q + CC_L * CC_LDD;               // [64 j][LDD]  k̃
     cc_u16* s_vt = s_k + CC_L * CC_LDD;              // [64 e][LDT]  v slice, transposed
     float* s_s = (float*)(s_vt + CC_TILE * CC_LDT);  // GO: [64 e][LDD]  S⁰ᵀ slice, fp32
     float* s_z = GO ? s_s + CC_TILE * CC_LDD : s_s;  // [D]          z⁰
-    // cc_forward: one packed 64×64 tile, [64 e][16 records] (over k̃ at D = 128, after P).
-    uint4* s_st = CC_D == 128 ? (uint4*)s_k : (uint4*)(s_z + CC_D);
+    // cc_forward: one packed 64×64 tile, [64 e][16 records] (over k̃ at D ≥ 128, after P).
+    uint4* s_st = CC_D > 64 ? (uint4*)s_k : (uint4*)(s_z + CC_D);
     __shared__ int s_max;
 
     const int chunk = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
     const int tok0 = chunk * CC_L;
+    const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m);  // row widths: q, k; v, O, G
+    const int m_cols = cc_slice_cols<CC_M>(mw, e0);
     const la_index_t head_row0 = (la_index_t)bh * n;
     const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
     if (GO && threadIdx.x == 0) s_max = 0;
     // cc_forward: the tiles' exponents (cc_state_exp; issued with the tile loads, so the
-    // choice of the first tile below waits for nothing more). At D = 128 the tile of the
-    // smaller values (the larger exponent) goes first: the accumulator then only ever
-    // scales down between the two (cc_forward's inter term below).
-    int ex_first = 0, ex_second = 0, h_first = 0;
+    // choice of the order below waits for nothing more). At D ≥ 128 the tiles go in
+    // descending order of exponent (the smaller values first; ties in index order): the
+    // accumulator then only ever scales down between two (cc_forward's inter term below).
+    int ex[CC_DT], order[CC_DT];
     if (!GO) {
-        const int* ex = cc_state_exp(state) + blockIdx.z * (CC_D / CC_TILE);
-        const int ex0 = ex[0], ex1 = CC_D == 128 ? ex[1] : ex0;
-        h_first = ex1 > ex0;
-        ex_first = h_first ? ex1 : ex0;
-        ex_second = h_first ? ex0 : ex1;
+        const int* exp_words = cc_state_exp(state) + blockIdx.z * CC_DT;
+#pragma unroll
+        for (int h = 0; h < CC_DT; ++h) {
+            ex[h] = exp_words[h];
+            order[h] = h;
+        }
+        // A stable bubble sort, unrolled whole (constant indices: selects in registers).
+#pragma unroll
+        for (int a = 0; a + 1 < CC_DT; ++a)
+#pragma unroll
+            for (int b = 0; b + 1 < CC_DT - a; ++b)
+                if (ex[b + 1] > ex[b]) {
+                    const int e = ex[b], o = order[b];
+                    ex[b] = ex[b + 1], order[b] = order[b + 1];
+                    ex[b + 1] = e, order[b + 1] = o;
+                }
     }
-    cc_forward_tiles(s_q, s_k, s_vt, s_z, q, k, v, state, head_row0, tok0, n, e0, map);
+    cc_forward_tiles(s_q, s_k, s_vt, s_z, q, k, v, state, head_row0, tok0, n, e0, map, dw, mw, m_cols);
     float scale = 1.0f;
     uint4 st[CC_PACKED_LOADS];
     if (GO) {
@@ -1204,7 +1283,7 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
         __syncthreads();  // s_max = 0 visible before the atomics
         scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
     } else {
-        cc_state_fetch(st, state, e0, h_first);  // in flight during P at D = 128
+        cc_state_fetch(st, state, e0, order[0]);  // in flight during P at D ≥ 128
         if (CC_D == 64) cc_state_put(s_st, st);
         __syncthreads();
     }
@@ -1217,7 +1296,8 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     float p[CC_L / 8][4];
     cc_zero(p);
     // Key tiles past this warp's last row (j > row0 + 15) are fully masked: skipped.
-    cc_mma_ss<CC_L / 8, CC_D / 16, GO ? CC_D / 16 : 1>(p, a_q, CC_LDD, s_k, CC_LDD, 0, 2 * (warp + 1));
+    cc_mma_ss<CC_L / 8, CC_D / 16, GO ? CC_KS_UNROLL(CC_D / 16) : 1>(p, a_q, CC_LDD, s_k, CC_LDD, 0,
+                                                                   2 * (warp + 1));
     float row_sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int nt = 0; nt < CC_L / 8; ++nt)
@@ -1241,26 +1321,27 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
         cc_mma_split<CC_TILE / 8, CC_D / 16>(o, a_q, CC_LDD, s_s, CC_LDD, scale);
     } else {
         // The packed state, hi + lo already split by the walk with each tile's power of two:
-        // no fp32 staging, block max or split here. D = 128: two tiles through one buffer,
-        // o ← o·2^(ex_second − ex_first) between them (≤ 1, exact but for underflow; in two
-        // factors when below 2^−120), so o carries the second tile's scale at the end.
-        if (CC_D == 128) {
+        // no fp32 staging, block max or split here. D ≥ 128: the tiles through one buffer,
+        // o ← o·2^(ex[h] − ex[h−1]) between two (≤ 1, exact but for underflow; in two
+        // factors when below 2^−120), so o carries the last tile's scale at the end.
+        if (CC_D > 64) {
             __syncthreads();  // every warp's reads of k̃ (P) are done
             cc_state_put(s_st, st);
             __syncthreads();
         }
-        cc_mma_packed(o, a_q, s_st, h_first);
-        if (CC_D == 128) {
+        cc_mma_packed(o, a_q, s_st, order[0]);
+#pragma unroll
+        for (int h = 1; h < CC_DT; ++h) {
             // Fetched only now and in two halves (o and P are live: a whole tile in flight
-            // spilled at ptxas' 168 registers), for two DRAM latencies per CTA.
+            // spilled at ptxas' 168 registers), for two DRAM latencies per tile.
             uint4 part[CC_PACKED_LOADS / 2];
-            cc_state_fetch(part, state, e0, 1 - h_first);
-            __syncthreads();  // every warp's reads of the first tile are done
+            cc_state_fetch(part, state, e0, order[h]);
+            __syncthreads();  // every warp's reads of the previous tile are done
             cc_state_put(s_st, part);
-            cc_state_fetch(part, state, e0, 1 - h_first, CC_PACKED_LOADS / 2);
+            cc_state_fetch(part, state, e0, order[h], CC_PACKED_LOADS / 2);
             cc_state_put(s_st, part, CC_PACKED_LOADS / 2);
             __syncthreads();
-            const int diff = ex_second - ex_first, d1 = max(diff, -120);
+            const int diff = ex[h] - ex[h - 1], d1 = max(diff, -120);
             if (diff != 0) {
                 const float f1 = cc_pow2(d1), f2 = cc_pow2(diff - d1);
 #pragma unroll
@@ -1268,9 +1349,9 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
 #pragma unroll
                     for (int c = 0; c < 4; ++c) o[nt][c] = o[nt][c] * f1 * f2;
             }
-            cc_mma_packed(o, a_q, s_st, 1 - h_first);
+            cc_mma_packed(o, a_q, s_st, order[h]);
         }
-        scale = cc_pow2(CC_D == 128 ? ex_second : ex_first);
+        scale = cc_pow2(ex[CC_DT - 1]);
     }
     float qz;
     {
@@ -1332,9 +1413,10 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
 #pragma unroll
         for (int p = 0; p < CC_TILE / 16; ++p) {
             const int e = e0 + p * 16 + cc_quad_col(t);
+            const bool col_ok = p * 16 < m_cols;  // columns past m: G = 0 (o is 0 there too)
             uint2 g_lo = make_uint2(0u, 0u), g_hi = make_uint2(0u, 0u);
-            if (i_lo < n) g_lo = *(const uint2*)(grad + (head_row0 + i_lo) * CC_M + e);
-            if (i_hi < n) g_hi = *(const uint2*)(grad + (head_row0 + i_hi) * CC_M + e);
+            if (col_ok && i_lo < n) g_lo = *(const uint2*)(grad + (head_row0 + i_lo) * mw + e);
+            if (col_ok && i_hi < n) g_hi = *(const uint2*)(grad + (head_row0 + i_hi) * mw + e);
             cc_quad_swap(g_lo.x, g_lo.y);
             cc_quad_swap(g_hi.x, g_hi.y);
             dot_lo += cc_lo(g_lo.x) * o[2 * p][0] + cc_hi(g_lo.x) * o[2 * p][1];
@@ -1362,8 +1444,9 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
         cc_u32 y_hi = cc_pack(o[2 * p + 1][2] * inv_hi, o[2 * p + 1][3] * inv_hi);
         cc_quad_swap(x_lo, y_lo);
         cc_quad_swap(x_hi, y_hi);
-        if (i_lo < n) *(uint2*)(out + (head_row0 + i_lo) * CC_M + e) = make_uint2(x_lo, y_lo);
-        if (i_hi < n) *(uint2*)(out + (head_row0 + i_hi) * CC_M + e) = make_uint2(x_hi, y_hi);
+        if (p * 16 >= m_cols) continue;  // columns past m (warp-uniform), after the shuffles
+        if (i_lo < n) *(uint2*)(out + (head_row0 + i_lo) * mw + e) = make_uint2(x_lo, y_lo);
+        if (i_hi < n) *(uint2*)(out + (head_row0 + i_hi) * mw + e) = make_uint2(x_hi, y_hi);
     }
     if (blockIdx.z == 0 && t == 0) {
         if (i_lo < n) den_out[head_row0 + i_lo] = den_lo;
@@ -1374,16 +1457,17 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
 // O[:, e0:e0+64] = num/den for one chunk and den (slice 0 writes it), num_i = λ^{i+1} q̃_iᵀS⁰
 // + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) v_j, den_i = λ^{i+1} q̃_iᵀz⁰ + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) + ε
 // (identity map: den ≡ 1, not written); `states` holds S⁰ (cc_forward_h). grid (NC, B·H,
-// M/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_FWD_SMEM (≤ 44.5 KB).
-// 4 CTAs per SM: ≤ 128 registers, which ptxas meets by not holding every batched load at once
-// (unbounded it took 178 at D = 128). Limits: the file's.
+// M/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_FWD_SMEM (≤ 44.5 KB at
+// D ≤ 128, 77.8 KB at 256). 4 CTAs per SM (2 at D = 256, CC_FWD_MIN_CTAS): ≤ 128 registers,
+// which ptxas meets by not holding every batched load at once (unbounded it took 178 at
+// D = 128). Limits: the file's.
 extern "C" __global__ void __launch_bounds__(CC_THREADS, CC_FWD_MIN_CTAS)
 cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
            const la_storage_t* __restrict__ v, const float* __restrict__ states,
            la_storage_t* __restrict__ out, float* __restrict__ den_out, int n, int num_chunks,
-           float log2_decay, float eps, int map) {
+           float log2_decay, float eps, int map, int d, int m) {
     cc_forward_body<false>(q, k, v, states, out, den_out, nullptr, nullptr, n, num_chunks,
-                           log2_decay, eps, map);
+                           log2_decay, eps, map, d, m);
 }
 
 // Backward pre-pass (normalised maps): the forward recomputed on the S⁰ of the backward's
@@ -1396,9 +1480,9 @@ extern "C" __global__ void __launch_bounds__(CC_THREADS)
 cc_backward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
                const la_storage_t* __restrict__ v, const float* __restrict__ states,
                const la_storage_t* __restrict__ grad, float* __restrict__ go, int n,
-               int num_chunks, float log2_decay, float eps, int map) {
+               int num_chunks, float log2_decay, float eps, int map, int d, int m) {
     cc_forward_body<true>(q, k, v, states, nullptr, nullptr, grad, go, n, num_chunks,
-                          log2_decay, eps, map);
+                          log2_decay, eps, map, d, m);
 }
 
 // ---- backward: gradients ----------------------------------------------------------------------
@@ -1409,21 +1493,23 @@ cc_backward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restric
 #define CC_DQ_SMEM (CC_DK_SMEM + CC_TILE * CC_LDT * 2)
 #define CC_DV_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4)
 
-// Stores acc ⊙ φ'(x) (map `chain_map`; identity: acc) for the warp's 16 rows × 64 columns [c0, c0+64) of a [N][cols] head.
+// Stores acc ⊙ φ'(x) (map `chain_map`; identity: acc) for the warp's 16 rows × 64 columns [c0, c0+64) of a [N][cols] head;
+// only the first `valid_cols` of those columns exist (cc_slice_cols).
 // wide: 8-byte accesses through cc_quad_swap (full sectors); otherwise 4-byte, fragment layout.
 __device__ __forceinline__ void cc_store_grad(la_storage_t* __restrict__ dst, const la_storage_t* __restrict__ x,
                                               const float (&acc)[CC_TILE / 8][4], la_index_t head_row0,
-                                              int i_lo, int n, int c0, int cols, int chain_map,
+                                              int i_lo, int n, int c0, int cols, int valid_cols, int chain_map,
                                               bool wide = true) {
     // 4 columns (8 bytes) per lane in global memory, the fragment layout in registers
     // (cc_quad_swap, both ways); the shuffles run on every lane, the accesses on rows < n.
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int i = i_lo + 8 * h;
-        const bool valid = i < n;
 #pragma unroll
         for (int p = 0; p < CC_TILE / 16; ++p) {
+            if (p * 16 >= valid_cols) continue;  // columns past the row's width (warp-uniform)
+            const int i = i_lo + 8 * h;
+            const bool valid = i < n;
             const int c = c0 + p * 16 + cc_quad_col(t);
             float a[4] = {acc[2 * p][2 * h], acc[2 * p][2 * h + 1], acc[2 * p + 1][2 * h],
                           acc[2 * p + 1][2 * h + 1]};
@@ -1502,10 +1588,12 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
                  const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,
                  const float* __restrict__ go_parts, const float* __restrict__ den,
                  const float* __restrict__ states, la_storage_t* __restrict__ out, int n,
-                 int num_chunks, float log2_decay, int map) {
+                 int num_chunks, float log2_decay, int map, int d, int m) {
     constexpr bool DQ = WHAT == CC_GRAD_Q, DK = WHAT == CC_GRAD_K, DV = WHAT == CC_GRAD_V;
     constexpr int WIDTH = DV ? CC_D : CC_M;  // k dim of the scores and of the inter product
     constexpr int LD = DV ? CC_LDD : CC_LDM;
+    // Row widths (cc_width): q, k and dQ, dK; v, G and dV. `width`: the score operands'.
+    const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m), width = DV ? dw : mw;
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_rows = (cc_u16*)cc_smem;                 // [64][LD]   rows: G (dQ), v (dK), k̃ (dV)
     cc_u16* s_cols = s_rows + CC_L * LD;               // [64][LD]   score columns: v, G, q̃
@@ -1518,6 +1606,8 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
 
     const int chunk = blockIdx.x, bh = blockIdx.y, c0 = blockIdx.z * CC_TILE;
     const int tok0 = chunk * CC_L;
+    // The output slice's columns that exist: of D (dQ, dK) or M (dV).
+    const int out_cols = DV ? cc_slice_cols<CC_M>(mw, c0) : cc_slice_cols<CC_D>(dw, c0);
     const la_index_t head_row0 = (la_index_t)bh * n;
     const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
     if (threadIdx.x == 0) s_max = 0;
@@ -1533,9 +1623,9 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     const la_storage_t* rows_src = DQ ? grad : (DK ? v : k);
     const la_storage_t* cols_src = DQ ? v : (DK ? grad : q);
     const int rows_map = DV ? map : LA_MAP_IDENTITY;
-    cc_tile_rows<WIDTH>(s_rows, LD, rows_src, head_row0, tok0, n, 0, WIDTH, rows_map, nullptr);
-    cc_tile_rows<WIDTH>(s_cols, LD, cols_src, head_row0, tok0, n, 0, WIDTH, rows_map, nullptr);
-    cc_tile_cols<CC_TILE>(s_t, DQ ? k : (DK ? q : grad), head_row0, tok0, n, c0, DV ? CC_M : CC_D,
+    cc_tile_rows<WIDTH>(s_rows, LD, rows_src, head_row0, tok0, n, 0, width, rows_map, nullptr);
+    cc_tile_rows<WIDTH>(s_cols, LD, cols_src, head_row0, tok0, n, 0, width, rows_map, nullptr);
+    cc_tile_cols<CC_TILE>(s_t, DQ ? k : (DK ? q : grad), head_row0, tok0, n, c0, DV ? mw : dw, out_cols,
                           DV ? LA_MAP_IDENTITY : map, nullptr, DQ ? s_t_lo : nullptr);
     // Global Sᵀ[e][d] → s_state[d][e] (dQ), R[d][e] as it is (dK), R[d][e] → s_state[e][d] (dV).
     const float max_abs = cc_state_tile<CC_TILE, WIDTH, !DK>(s_state, LD, state, c0, DQ ? CC_D : CC_M);
@@ -1556,8 +1646,8 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     // the warp's rows can be unmasked; masked, decayed λ^{i−j}, weighted 1/den_i in fp32.
     float sc[CC_L / 8][4];
     cc_zero(sc);
-    cc_mma_ss<CC_L / 8, WIDTH / 16>(sc, a_rows, LD, s_cols, LD, DQ ? 0 : 2 * warp,
-                                    DQ ? 2 * (warp + 1) : CC_L / 8);
+    cc_mma_ss<CC_L / 8, WIDTH / 16, CC_KS_UNROLL(WIDTH / 16)>(sc, a_rows, LD, s_cols, LD, DQ ? 0 : 2 * warp,
+                                                              DQ ? 2 * (warp + 1) : CC_L / 8);
 #pragma unroll
     for (int nt = 0; nt < CC_L / 8; ++nt)
 #pragma unroll
@@ -1616,13 +1706,13 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     if constexpr (DK) {
         // q̃'s residue reloaded into the same shared tile: Aᵀ_hi q̃_lo.
         __syncthreads();  // every read of q̃'s hi tile is done
-        cc_tile_cols<CC_TILE>(nullptr, q, head_row0, tok0, n, c0, CC_D, map, nullptr, s_t);
+        cc_tile_cols<CC_TILE>(nullptr, q, head_row0, tok0, n, c0, dw, out_cols, map, nullptr, s_t);
         __syncthreads();
         cc_intra_mma<true, false, false>(acc, sc, s_t, nullptr);
     }
     cc_row_unscale(acc, u_lo, u_hi);
     // dV: narrow stores (the quad shuffles made ptxas spill it: fp16, D = 128, sm_80).
-    cc_store_grad(out, DQ ? q : k, acc, head_row0, tok0 + row0 + g, n, c0, DV ? CC_M : CC_D,
+    cc_store_grad(out, DQ ? q : k, acc, head_row0, tok0 + row0 + g, n, c0, DV ? mw : dw, out_cols,
                   DV ? LA_MAP_IDENTITY : map, !DV);
 }
 
@@ -1634,9 +1724,9 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
          const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,                 \
          const float* __restrict__ go_parts, const float* __restrict__ den,                         \
          const float* __restrict__ states, la_storage_t* __restrict__ out, int n, int num_chunks,   \
-         float log2_decay, int map) {                                                               \
+         float log2_decay, int map, int d, int m) {                                                 \
         cc_backward_body<WHAT>(q, k, v, grad, go_parts, den, states, out, n, num_chunks, log2_decay, \
-                               map);                                                                \
+                               map, d, m);                                                          \
     }
 
 // dQ[:, d0:d0+64] for one chunk: (A k̃ + λ^{i+1}(gn S⁰ᵀ + gd z⁰)) ⊙ φ'(q), with
@@ -1668,11 +1758,18 @@ CC_BACKWARD_QK_ENTRY(cc_backward_dk, CC_GRAD_K)
 // subnormals.
 // grid (NC, B·H, M/64), warp w rows (keys) 16w .. 16w+15; dynamic shared CC_DV_SMEM.
 // `states` holds R⁰ (cc_backward_h), R[d][e]. Limits: the file's.
-extern "C" __global__ void __launch_bounds__(CC_THREADS)
+// At D = 256 (1 CTA per SM by shared memory) the explicit minimum of 1 CTA: without it ptxas
+// (sm_80) stopped at 96 registers and spilled 4 B; elsewhere the bounds it always had.
+#if CC_D == 256
+#define CC_DV_BOUNDS __launch_bounds__(CC_THREADS, 1)
+#else
+#define CC_DV_BOUNDS __launch_bounds__(CC_THREADS)
+#endif
+extern "C" __global__ void CC_DV_BOUNDS
 cc_backward_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
                const la_storage_t* __restrict__ grad, const float* __restrict__ den,
                const float* __restrict__ states, la_storage_t* __restrict__ dv, int n, int num_chunks,
-               float log2_decay, int map) {
+               float log2_decay, int map, int d, int m) {
     cc_backward_body<CC_GRAD_V>(q, k, nullptr, grad, nullptr, den, states, dv, n, num_chunks, log2_decay,
-                                map);
+                                map, d, m);
 }

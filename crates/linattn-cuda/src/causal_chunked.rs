@@ -21,38 +21,41 @@
 //! partials. The forward keeps `den` (N fp32 per head) next to O for
 //! the backward; no per-token state is ever stored.
 //!
-//! D and M must each be 64 or 128 (compile-time specialised); the fused maps are elu+1, relu
-//! and identity; decay λ is a kernel argument. The kernels run on the PTX simulator in the
-//! tests (`tests/forms.rs`) and on a GPU where one exists.
+//! D and M are each one of 16, 32, 64, 128, 256 ([`HEAD_DIMS`]): a program per tile width
+//! 64, 128, 256 ([`TILE_WIDTHS`]), the real row widths as kernel arguments (16 and 32 run on
+//! the 64-wide program, zero-padded in shared memory and masked on store; [`plan`]); the
+//! fused maps are elu+1, relu and identity; decay λ is a kernel argument. A device whose
+//! shared-memory opt-in is below a shape's largest launch (D or M = 256 on sm_86/89) is
+//! refused by `supports`. The kernels run on the PTX simulator in the tests
+//! (`tests/forms.rs`, `tests/chunked_dims.rs`) and on a GPU where one exists.
 
 use std::sync::Arc;
 
 use linattn_core::{
     check_linear_form, Algorithm, AttnError, Backend, BackendInfo, BackwardKind, FeatureMap, Form,
-    Precision, Problem, Shape, Unsupported,
+    Precision, Problem, Unsupported,
 };
 
 use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Kernel, Launch, Platform};
 use crate::form::{DeviceForm, DeviceGrads, DeviceInputs, FormInfo, Forward, Run, Timed};
-use crate::limits::{self, Axis, Grid};
+use crate::limits;
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch_kernel, ptr, KernelParams, ParamSpec};
 use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
 
+mod entries;
+mod plan;
+use plan::{check_head_dims, grids};
+pub use plan::{tile_width, LaunchPlan, CHUNK, HEAD_DIMS, STATIC_SHARED_MAX, TILE, TILE_WIDTHS};
+
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_chunked.cu");
 
-/// Tokens per chunk (`CC_L`).
-pub const CHUNK: usize = 64;
-/// Width of the slice of M (forward, dV) or of D (dQ, dK, R state) one CTA computes.
-pub const TILE: usize = 64;
 /// Threads per CTA of the chunk kernels: 4 warps × 16 rows.
 pub const THREADS: u32 = 128;
 /// Threads per CTA of the state walks (`CC_WALK_THREADS`): 8 warps on one 64×64 state tile.
 pub const WALK_THREADS: u32 = 256;
-/// The head dims (D and M alike) the kernels are specialised for.
-pub const HEAD_DIMS: [usize; 2] = [64, 128];
 
 /// The fused maps; every other map is refused (it would need the separate φ stage).
 pub const FUSED_MAPS: [FeatureMap; 3] = [
@@ -61,50 +64,14 @@ pub const FUSED_MAPS: [FeatureMap; 3] = [
     FeatureMap::Identity,
 ];
 
-crate::kernel_params! {
-    /// The argument structs of causal_chunked.cu's entry points.
-    pub mod params;
-    /// `cc_forward_h`: pass 1, the walk over chunks writing S⁰, z⁰ of each (`packed`: S⁰
-    /// as 16-bit hi + lo with a power-of-two exponent per tile, for `cc_forward`).
-    pub struct ForwardH => "cc_forward_h" {
-        k: Ptr, v: Ptr, states: Ptr, split: bool, packed: bool, n: i32, num_chunks: i32,
-        log2_decay: f32, chunk_decay: f32, map: i32,
-    }
-    /// `cc_backward_h`: the reverse walk writing R⁰, r⁰ of each chunk.
-    pub struct BackwardH => "cc_backward_h" {
-        q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, chunk_decay: f32, map: i32,
-    }
-    /// `cc_forward`: pass 2, O and den per chunk.
-    pub struct Forward => "cc_forward" {
-        q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, eps: f32, map: i32,
-    }
-    /// `cc_backward_go`: the forward once more, writing only G·O partials.
-    pub struct BackwardGo => "cc_backward_go" {
-        q: Ptr, k: Ptr, v: Ptr, states: Ptr, grad: Ptr, go: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, eps: f32, map: i32,
-    }
-    /// `cc_backward_dq`: ∂Q per chunk.
-    pub struct BackwardDq => "cc_backward_dq" {
-        q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, out: Ptr,
-        n: i32, num_chunks: i32, log2_decay: f32, map: i32,
-    }
-    /// `cc_backward_dk`: ∂K per chunk.
-    pub struct BackwardDk => "cc_backward_dk" = BackwardDq;
-    /// `cc_backward_dv`: ∂V per chunk.
-    pub struct BackwardDv => "cc_backward_dv" {
-        q: Ptr, k: Ptr, grad: Ptr, den: Ptr, states: Ptr, dv: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, map: i32,
-    }
-}
-
+pub use entries::params;
 pub use params::SPECS as KERNEL_PARAMS;
 
 pub use params::ENTRIES as ENTRY_POINTS;
 
-/// The compile-time specialisation of one program: storage precision and (D, M). The map and
-/// the decay are kernel arguments, so one program serves every fused map.
+/// The compile-time specialisation that runs head dims (D, M): storage precision and the tile
+/// widths ([`tile_width`]: D, M = 16, 32 share the 64-wide program). The map, the decay and
+/// the real widths are kernel arguments, so one program serves every fused map.
 pub fn variant(precision: Precision, dk: usize, dv: usize) -> Result<KernelVariant, Unsupported> {
     if !matches!(precision, Precision::F16 | Precision::BF16) {
         return Err(Unsupported::Problem(format!(
@@ -113,20 +80,21 @@ pub fn variant(precision: Precision, dk: usize, dv: usize) -> Result<KernelVaria
     }
     check_head_dims(dk, dv, precision)?;
     let (storage_name, storage_value) = storage_define(precision)?;
+    let width = |dim: usize| tile_width(dim).unwrap_or(dim);
     Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .define(storage_name, storage_value)
-        .define("CC_D", dk)
-        .define("CC_M", dv)
+        .define("CC_D", width(dk))
+        .define("CC_M", width(dv))
         .entries(&ENTRY_POINTS)
         .hot())
 }
 
-/// Every (precision, D, M) program: what CI compiles for sm_80 and sm_90.
+/// Every (precision, tile width of D, of M) program: what CI compiles for sm_80 and sm_90.
 pub fn kernel_variants() -> Vec<KernelVariant> {
     let mut all = Vec::new();
     for precision in [Precision::F16, Precision::BF16] {
-        for dk in HEAD_DIMS {
-            for dv in HEAD_DIMS {
+        for dk in TILE_WIDTHS {
+            for dv in TILE_WIDTHS {
                 if let Ok(v) = variant(precision, dk, dv) {
                     all.push(v);
                 }
@@ -143,17 +111,6 @@ pub fn map_code(map: &FeatureMap, precision: Precision) -> Result<i32, Unsupport
             Unsupported::Problem(format!("map code '{code}' of {map} is not a number"))
         }),
         _ => Err(unfused_map(map, precision)),
-    }
-}
-
-fn check_head_dims(dk: usize, dv: usize, precision: Precision) -> Result<(), Unsupported> {
-    if HEAD_DIMS.contains(&dk) && HEAD_DIMS.contains(&dv) {
-        Ok(())
-    } else {
-        Err(Unsupported::Problem(format!(
-            "chunked tensor-core path needs D, M in {{64, 128}}; use cuda/causal_recurrent/{precision} \
-             for D={dk}, M={dv}"
-        )))
     }
 }
 
@@ -174,127 +131,6 @@ pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupp
     limits::check_grids(&grids(shape))?;
     LaunchPlan::new(shape).map_err(|e| Unsupported::Problem(e.to_string()))?;
     Ok(())
-}
-
-/// The grid of every chunked launch, each axis named for the limit check (`limits`): the
-/// state walks (D/64, B·H, M/64); the chunk kernels (⌈N/64⌉ chunks, B·H, M/64 or D/64).
-/// [`LaunchPlan`] takes its grids from here, so the check and the launch cannot part.
-fn grids(shape: &Shape) -> [Grid; 7] {
-    let chunks = || Axis::covering("N", shape.seq as u64, CHUNK as u64);
-    let bh = || Axis::each("B·H", shape.bh());
-    let value_tiles = || Axis::each("M/64", shape.dv / TILE);
-    let key_tiles = || Axis::each("D/64", shape.dk / TILE);
-    [
-        Grid::of::<params::ForwardH>(key_tiles(), bh(), value_tiles()),
-        Grid::of::<params::BackwardH>(key_tiles(), bh(), value_tiles()),
-        Grid::of::<params::Forward>(chunks(), bh(), value_tiles()),
-        Grid::of::<params::BackwardGo>(chunks(), bh(), value_tiles()),
-        Grid::of::<params::BackwardDv>(chunks(), bh(), value_tiles()),
-        Grid::of::<params::BackwardDq>(chunks(), bh(), key_tiles()),
-        Grid::of::<params::BackwardDk>(chunks(), bh(), key_tiles()),
-    ]
-}
-
-/// Grid, block and shared-memory sizes of every launch for one shape, and the workspace.
-/// Mirrors the `CC_*_SMEM` formulas of the kernel source (host-testable without a GPU).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LaunchPlan {
-    pub num_chunks: usize,
-    /// B·H.
-    pub heads: usize,
-    /// 32-bit words per chunk state: the D·M matrix (fp32, or 16-bit hi + lo pairs in the
-    /// packed form), the D vector, then 8 words (the packed form's tile exponents; 8 keeps
-    /// each chunk's base on a 32-byte sector).
-    pub state_stride: usize,
-    /// fp32 elements of one state buffer (all heads, all chunks).
-    pub state_len: usize,
-    /// (NC, B·H, M/64): cc_forward, cc_backward_go, cc_backward_dv.
-    pub grid_value_tiles: (u32, u32, u32),
-    /// (NC, B·H, D/64): cc_backward_dq, cc_backward_dk.
-    pub grid_key_tiles: (u32, u32, u32),
-    /// (D/64, B·H, M/64): the state walks cc_forward_h, cc_backward_h.
-    pub grid_walk: (u32, u32, u32),
-    /// cc_forward_h, cc_backward_h: three 64-row transposed 16-bit tiles.
-    pub smem_walk: u32,
-    /// cc_forward: q̃, k̃, the v slice, z⁰ and (D = 64) one packed 64×64 state tile.
-    pub smem_forward: u32,
-    /// cc_backward_go: q̃, k̃, the v slice, the fp32 state slice and z⁰.
-    pub smem_go: u32,
-    pub smem_dq: u32,
-    pub smem_dk: u32,
-    pub smem_dv: u32,
-}
-
-impl LaunchPlan {
-    pub fn new(shape: &Shape) -> Result<Self, AttnError> {
-        shape.validate()?;
-        let (d, m) = (shape.dk, shape.dv);
-        if !HEAD_DIMS.contains(&d) || !HEAD_DIMS.contains(&m) {
-            return Err(AttnError::Unsupported(Unsupported::Problem(format!(
-                "chunked tensor-core path needs D, M in {{64, 128}}, got D={d}, M={m}"
-            ))));
-        }
-        let heads = shape.bh();
-        let [walk, _, value_tiles, _, _, key_tiles, _] = grids(shape);
-        let num_chunks = shape.seq.div_ceil(CHUNK);
-        // Kernels take N and the chunk count as int and index in 64 bits.
-        as_i32("sequence length N", shape.seq)?;
-        let state_stride = d * m + d + 8;
-        let state_len = heads
-            .checked_mul(num_chunks)
-            .and_then(|x| x.checked_mul(state_stride))
-            .ok_or_else(|| AttnError::SizeOverflow(format!("chunk states of {shape}")))?;
-        let u = |x: usize, what: &str| {
-            u32::try_from(x).map_err(|_| AttnError::SizeOverflow(format!("{what} = {x}")))
-        };
-        const PAD: usize = 8;
-        let (ld_t, ld_d, ld_m) = (CHUNK + PAD, d + PAD, m + PAD);
-        let half = 2; // bytes of a 16-bit element
-        Ok(LaunchPlan {
-            num_chunks,
-            heads,
-            state_stride,
-            state_len,
-            grid_value_tiles: value_tiles.dims()?,
-            grid_key_tiles: key_tiles.dims()?,
-            grid_walk: walk.dims()?,
-            smem_walk: u(3 * TILE * ld_t * half, "shared bytes")?,
-            smem_forward: u(
-                2 * CHUNK * ld_d * half
-                    + TILE * ld_t * half
-                    + d * 4
-                    + if d == 64 { TILE * TILE * 4 } else { 0 },
-                "shared bytes",
-            )?,
-            smem_go: u(
-                2 * CHUNK * ld_d * half + TILE * ld_t * half + TILE * ld_d * 4 + d * 4,
-                "shared bytes",
-            )?,
-            // cc_backward_dk: G, v tiles; q̃ slice; R⁰ slice fp32; r⁰ slice. cc_backward_dq adds k̃'s lo residue.
-            smem_dk: u(
-                2 * CHUNK * ld_m * half + TILE * ld_t * half + TILE * ld_m * 4 + TILE * 4,
-                "shared bytes",
-            )?,
-            smem_dq: u(
-                2 * CHUNK * ld_m * half + 2 * TILE * ld_t * half + TILE * ld_m * 4 + TILE * 4,
-                "shared bytes",
-            )?,
-            smem_dv: u(
-                2 * CHUNK * ld_d * half + TILE * ld_t * half + TILE * ld_d * 4,
-                "shared bytes",
-            )?,
-        })
-    }
-
-    /// Bytes of one chunk-state buffer.
-    pub fn state_bytes(&self) -> u64 {
-        self.state_len as u64 * 4
-    }
-
-    /// A chunk kernel's launch: `THREADS` per CTA, `shared` dynamic bytes.
-    fn chunk_launch(grid: (u32, u32, u32), shared: u32) -> Launch {
-        Launch::new(grid, THREADS).with_shared(shared)
-    }
 }
 
 // ============================================================================================
@@ -368,6 +204,9 @@ struct ScalarArgs {
     chunk_decay: f32,
     eps: f32,
     map: i32,
+    /// The real head dims D and M: the row widths of q, k (dq, dk) and of v, O, G (dv).
+    d: i32,
+    m: i32,
 }
 
 impl ScalarArgs {
@@ -383,6 +222,8 @@ impl ScalarArgs {
             chunk_decay: problem.decay.powi(CHUNK as i32) as f32,
             eps: problem.eps as f32,
             map,
+            d: as_i32("head dim D", problem.shape.dk)?,
+            m: as_i32("head dim M", problem.shape.dv)?,
         })
     }
 }
@@ -405,7 +246,7 @@ impl Plan {
         launch_kernel(
             exec.as_ref(),
             kernel,
-            &LaunchPlan::chunk_launch(grid, shared),
+            &Launch::new(grid, THREADS).with_shared(shared),
             params,
         )
     }
@@ -434,6 +275,8 @@ impl Plan {
             log2_decay: a.log2_decay,
             chunk_decay: a.chunk_decay,
             map: a.map,
+            d: a.d,
+            m: a.m,
         };
         self.walk(exec, &self.kernels.walk_fwd, &params)
     }
@@ -470,6 +313,15 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
 
     fn check(&self, info: &BackendInfo, problem: &Problem) -> Result<(), Unsupported> {
         check_problem(info, problem)
+    }
+
+    /// The device is sm_80+ (bf16 mma and cvt) and opts in to the shape's shared memory.
+    fn device_ready_for(&self, exec: &dyn Executor, problem: &Problem) -> Result<(), Unsupported> {
+        <Self as DeviceForm<T>>::device_ready(self, exec)?;
+        let plan =
+            LaunchPlan::new(&problem.shape).map_err(|e| Unsupported::Problem(e.to_string()))?;
+        let info = exec.info();
+        plan.check_shared(&info.name, info.max_shared_per_block_optin)
     }
 
     /// The device is sm_80+ (bf16 mma and cvt).
@@ -527,6 +379,8 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 log2_decay: a.log2_decay,
                 eps: a.eps,
                 map: a.map,
+                d: a.d,
+                m: a.m,
             };
             let value_tiles = (p.grid_value_tiles, p.smem_forward);
             plan.launch(exec, &plan.kernels.forward, value_tiles, &params)
@@ -556,10 +410,10 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         let dv = DeviceBuffer::<T>::uninit(exec, meter, shape.v_len()?)?;
         let states_fwd = DeviceBuffer::<f32>::uninit(exec, meter, plan.plan.state_len)?;
         let states_rev = DeviceBuffer::<f32>::uninit(exec, meter, plan.plan.state_len)?;
-        // G·O from the fp32 O, one partial per 64-wide slice of M (normalised maps only: the
-        // identity map has no gd and the kernels never read it).
+        // G·O from the fp32 O, one partial per 64-wide slice of M's tile width (normalised
+        // maps only: the identity map has no gd and the kernels never read it).
         let go_len = if normalised {
-            shape.bh() * shape.seq * (shape.dv / TILE)
+            shape.bh() * shape.seq * (plan.plan.tile_m / TILE)
         } else {
             0
         };
@@ -568,6 +422,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         let (q, k, v, grad) = (ptr(&inputs.q), ptr(&inputs.k), ptr(&inputs.v), ptr(d_out));
         let (go_parts_ptr, den_ptr) = (ptr(&go_parts), ptr(den));
         let (n, num_chunks, log2_decay, map) = (a.n, a.num_chunks, a.log2_decay, a.map);
+        let (d, m) = (a.d, a.m);
         let key_tiles = |shared| (p.grid_key_tiles, shared);
         let elapsed = run.time(|| {
             plan.forward_states(exec, inputs, &states_fwd, true)?;
@@ -585,6 +440,8 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                     log2_decay,
                     eps: a.eps,
                     map,
+                    d,
+                    m,
                 };
                 let value_tiles = (p.grid_value_tiles, p.smem_go);
                 plan.launch(exec, &ks.forward_go, value_tiles, &params)?;
@@ -601,6 +458,8 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 log2_decay,
                 chunk_decay: a.chunk_decay,
                 map,
+                d,
+                m,
             };
             plan.walk(exec, &ks.walk_bwd, &params)?;
             // dq, dk hold B·H·N·D elements.
@@ -617,6 +476,8 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 num_chunks,
                 log2_decay,
                 map,
+                d,
+                m,
             };
             plan.launch(exec, &ks.dq, key_tiles(p.smem_dq), &params)?;
             // dK: the same parameter list on the reverse states.
@@ -637,6 +498,8 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 num_chunks,
                 log2_decay,
                 map,
+                d,
+                m,
             };
             let value_tiles = (p.grid_value_tiles, p.smem_dv);
             plan.launch(exec, &ks.dv, value_tiles, &params)

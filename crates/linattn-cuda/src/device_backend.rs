@@ -135,7 +135,8 @@ impl<F: DeviceForm<T>, T: StorageElem> Backend for DeviceBackend<F, T> {
     fn supports(&self, problem: &Problem) -> Result<(), Unsupported> {
         self.form.check(&self.info, problem)?;
         self.platform.available()?;
-        self.form.device_ready(self.platform.executor()?.as_ref())
+        self.form
+            .device_ready_for(self.platform.executor()?.as_ref(), problem)
     }
 
     fn stage(&mut self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {

@@ -147,6 +147,12 @@ pub trait DeviceForm<T: StorageElem>: Send + 'static {
         Ok(())
     }
 
+    /// Whether the kernels can run `problem` on this device (e.g. a launch's shared memory
+    /// beyond the device's opt-in maximum); the default: [`DeviceForm::device_ready`].
+    fn device_ready_for(&self, exec: &dyn Executor, _problem: &Problem) -> Result<(), Unsupported> {
+        self.device_ready(exec)
+    }
+
     /// Validates the inputs of a staging (the default: shapes and finiteness).
     fn validate(&self, problem: &Problem, inputs: &Inputs) -> Result<(), AttnError> {
         inputs.validate_for(problem)

@@ -7,7 +7,8 @@ use linattn_core::{
     Shape, Unsupported,
 };
 use linattn_cuda::causal_chunked::{
-    backends, kernel_variants, map_code, variant, CausalChunked, LaunchPlan, CHUNK, ENTRY_POINTS,
+    backends, kernel_variants, map_code, tile_width, variant, CausalChunked, LaunchPlan, CHUNK,
+    ENTRY_POINTS, HEAD_DIMS, STATIC_SHARED_MAX,
 };
 use linattn_cuda::{DeviceBackend, Platform};
 
@@ -80,7 +81,8 @@ fn shared_memory_matches_the_kernel_layouts() {
     // Walks: v or G tile, k̃ or q̃ tile and its residue, whatever D and M.
     assert_eq!(large.smem_walk, 3 * 64 * 72 * 2);
     assert_eq!(small.smem_walk, large.smem_walk);
-    // Every sm_80+ part opts in to ≥ 99 KB per block (sm_86/89); static shared ≤ 1 KB.
+    // Every sm_80+ part opts in to ≥ 99 KB per block (sm_86/89) at D, M ≤ 128; static shared
+    // ≤ 1 KB here.
     for p in [small, large] {
         for bytes in [
             p.smem_forward,
@@ -96,11 +98,102 @@ fn shared_memory_matches_the_kernel_layouts() {
 }
 
 #[test]
+fn head_dims_16_and_32_run_on_the_64_wide_program() {
+    let d64 = LaunchPlan::new(&shape(3, 70, 64, 64)).unwrap();
+    for (d, m) in [(16, 32), (32, 16), (16, 64), (64, 32)] {
+        let p = LaunchPlan::new(&shape(3, 70, d, m)).unwrap();
+        assert_eq!((p.tile_d, p.tile_m), (64, 64), "D={d}, M={m}");
+        // One 64-wide tile each way, the padded state and the 64-wide program's shared memory.
+        assert_eq!(p.grid_walk, (1, 3, 1));
+        assert_eq!(p.grid_value_tiles, (2, 3, 1));
+        assert_eq!(p.grid_key_tiles, (2, 3, 1));
+        assert_eq!(p.state_stride, 64 * 64 + 64 + 8);
+        assert_eq!(p, d64, "D={d}, M={m}: the D = M = 64 plan");
+        assert_eq!(
+            variant(Precision::BF16, d, m).unwrap().label(),
+            variant(Precision::BF16, 64, 64).unwrap().label()
+        );
+    }
+    let p = LaunchPlan::new(&shape(1, 65, 16, 128)).unwrap();
+    assert_eq!((p.tile_d, p.tile_m), (64, 128));
+    assert_eq!(p.grid_value_tiles, (2, 1, 2));
+    assert_eq!(p.grid_key_tiles, (2, 1, 1));
+    assert_eq!(p.grid_walk, (1, 1, 2));
+}
+
+#[test]
+fn head_dims_256_take_four_tiles_and_more_shared_memory() {
+    let p = LaunchPlan::new(&Shape::new(2, 3, 130, 256, 256)).unwrap();
+    assert_eq!((p.tile_d, p.tile_m), (256, 256));
+    assert_eq!(p.grid_walk, (4, 6, 4));
+    assert_eq!(p.grid_value_tiles, (3, 6, 4));
+    assert_eq!(p.grid_key_tiles, (3, 6, 4));
+    // 16 tile exponents: two sectors of words after the vector.
+    assert_eq!(p.state_stride, 256 * 256 + 256 + 16);
+    assert_eq!(p.state_len, 6 * 3 * (256 * 256 + 256 + 16));
+    // Strides 264 (features), 72 (tokens); cc_forward's packed tile overlays k̃ (D > 64).
+    assert_eq!(p.smem_forward, 2 * 64 * 264 * 2 + 64 * 72 * 2 + 256 * 4);
+    assert_eq!(p.smem_forward, 77_824);
+    assert_eq!(
+        p.smem_go,
+        2 * 64 * 264 * 2 + 64 * 72 * 2 + 64 * 264 * 4 + 256 * 4
+    );
+    assert_eq!(
+        p.smem_dk,
+        2 * 64 * 264 * 2 + 64 * 72 * 2 + 64 * 264 * 4 + 64 * 4
+    );
+    assert_eq!(p.smem_dq, p.smem_dk + 64 * 72 * 2);
+    assert_eq!(p.smem_dq, 153_856);
+    assert_eq!(p.smem_dv, 2 * 64 * 264 * 2 + 64 * 72 * 2 + 64 * 264 * 4);
+    assert_eq!(p.max_shared(), p.smem_dq);
+    // sm_80 (163 KB) and sm_90 (227 KB) opt in to it with the static part; sm_86/89 (99 KB)
+    // cannot, and are refused naming the need and the device.
+    p.check_shared("sm_80", 163 << 10).unwrap();
+    p.check_shared("sm_90", 227 << 10).unwrap();
+    let need = u64::from(p.smem_dq) + STATIC_SHARED_MAX;
+    p.check_shared("A", need).unwrap();
+    match p.check_shared("RTX A6000", 99 << 10) {
+        Err(Unsupported::Problem(m)) => {
+            assert!(
+                m.contains("RTX A6000") && m.contains(&need.to_string()),
+                "{m}"
+            )
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(p.check_shared("A", need - 1).is_err());
+    // Mixed: the walks and the per-chunk grids follow each dim's own tile count.
+    let p = LaunchPlan::new(&shape(1, 65, 256, 32)).unwrap();
+    assert_eq!((p.tile_d, p.tile_m), (256, 64));
+    assert_eq!(p.grid_walk, (4, 1, 1));
+    assert_eq!(p.grid_value_tiles, (2, 1, 1));
+    assert_eq!(p.grid_key_tiles, (2, 1, 4));
+    assert_eq!(p.state_stride, 256 * 64 + 256 + 8);
+    // D, M ≤ 128 fit sm_86/89's 99 KB opt-in.
+    for (d, m) in [(128, 128), (16, 128), (128, 32)] {
+        LaunchPlan::new(&shape(1, 65, d, m))
+            .unwrap()
+            .check_shared("sm_86", 99 << 10)
+            .unwrap();
+    }
+}
+
+#[test]
+fn tile_widths_cover_every_head_dim_and_nothing_else() {
+    assert_eq!(HEAD_DIMS, [16, 32, 64, 128, 256]);
+    let widths: Vec<_> = HEAD_DIMS.iter().map(|&d| tile_width(d)).collect();
+    assert_eq!(widths, [Some(64), Some(64), Some(64), Some(128), Some(256)]);
+    for d in [0, 8, 48, 96, 192, 512] {
+        assert_eq!(tile_width(d), None, "D = {d}");
+    }
+}
+
+#[test]
 fn plans_refuse_other_head_dims_and_too_many_heads() {
-    for (d, m) in [(32, 64), (64, 96), (256, 128), (16, 16)] {
+    for (d, m) in [(48, 64), (64, 96), (512, 128), (64, 8)] {
         let e = LaunchPlan::new(&shape(1, 10, d, m)).unwrap_err();
         assert!(
-            matches!(e, AttnError::Unsupported(Unsupported::Problem(_))),
+            matches!(e, AttnError::Unsupported(Unsupported::Problem(ref m)) if m.contains("{16, 32, 64, 128, 256}")),
             "{e}"
         );
     }
@@ -137,21 +230,24 @@ fn backends_are_named_chunked_with_efficient_backward() {
 fn supports_names_the_backend_to_use_for_other_head_dims_and_maps() {
     for backend in backends(Platform::Cuda) {
         let prec = backend.info().precision;
-        let p = Problem::new(
-            Shape::new(1, 2, 100, 32, 64),
-            Causality::Causal,
-            FeatureMap::EluPlusOne,
-        );
-        match backend.supports(&p) {
-            Err(Unsupported::Problem(msg)) => {
-                assert!(msg.contains("D, M in {64, 128}"), "{msg}");
-                assert!(
-                    msg.contains(&format!("cuda/causal_recurrent/{prec}")),
-                    "{msg}"
-                );
-                assert!(msg.contains("D=32, M=64"), "{msg}");
+        // D = 48, D = 512, M = 8: each refused, naming the supported set and the shape.
+        for (d, m) in [(48, 64), (512, 64), (64, 8)] {
+            let p = Problem::new(
+                Shape::new(1, 2, 100, d, m),
+                Causality::Causal,
+                FeatureMap::EluPlusOne,
+            );
+            match backend.supports(&p) {
+                Err(Unsupported::Problem(msg)) => {
+                    assert!(msg.contains("D, M in {16, 32, 64, 128, 256}"), "{msg}");
+                    assert!(
+                        msg.contains(&format!("cuda/causal_recurrent/{prec}")),
+                        "{msg}"
+                    );
+                    assert!(msg.contains(&format!("D={d}, M={m}")), "{msg}");
+                }
+                other => panic!("expected Problem for D={d}, M={m}, got {other:?}"),
             }
-            other => panic!("expected Problem, got {other:?}"),
         }
         for map in [FeatureMap::Softmax, FeatureMap::OnePlusCos] {
             let p = Problem::new(Shape::new(1, 1, 10, 64, 64), Causality::Causal, map);
@@ -167,7 +263,16 @@ fn supports_names_the_backend_to_use_for_other_head_dims_and_maps() {
         );
         assert!(matches!(backend.supports(&p), Err(Unsupported::Problem(_))));
         // Supported problems: Ok with a usable GPU, Unavailable without one; never Problem.
-        for (d, m) in [(64, 64), (64, 128), (128, 64), (128, 128)] {
+        for (d, m) in [
+            (64, 64),
+            (64, 128),
+            (128, 64),
+            (128, 128),
+            (16, 32),
+            (32, 256),
+            (256, 16),
+            (256, 256),
+        ] {
             for map in [
                 FeatureMap::EluPlusOne,
                 FeatureMap::Relu,
@@ -186,16 +291,24 @@ fn supports_names_the_backend_to_use_for_other_head_dims_and_maps() {
 }
 
 #[test]
-fn one_program_per_precision_and_head_dims() {
+fn one_program_per_precision_and_tile_widths() {
+    // 2 precisions × {64, 128, 256}²: D, M = 16, 32 share the 64-wide programs.
     let all = kernel_variants();
-    assert_eq!(all.len(), 8);
+    assert_eq!(all.len(), 18);
     for v in &all {
         assert!(v.hot);
         assert_eq!(v.entry_points, ENTRY_POINTS.map(String::from).to_vec());
     }
     let labels: std::collections::HashSet<String> = all.iter().map(|v| v.label()).collect();
-    assert_eq!(labels.len(), 8, "variants are distinct");
+    assert_eq!(labels.len(), 18, "variants are distinct");
     assert!(labels.contains("causal_chunked.cu[LA_STORAGE=2,CC_D=128,CC_M=64]"));
+    assert!(labels.contains("causal_chunked.cu[LA_STORAGE=1,CC_D=256,CC_M=64]"));
+    for d in HEAD_DIMS {
+        for m in HEAD_DIMS {
+            let v = variant(Precision::F16, d, m).unwrap();
+            assert!(labels.contains(&v.label()), "D={d}, M={m}: {}", v.label());
+        }
+    }
     assert!(variant(Precision::F32, 64, 64).is_err());
     assert!(variant(Precision::F16, 64, 80).is_err());
 }

@@ -264,6 +264,8 @@ fn shared_opt_in(exec: &Arc<dyn Executor>) -> Result<(), String> {
         log2_decay: 0.0,
         eps: 1e-6,
         map: 1,
+        d: 64,
+        m: 64,
     }
     .args();
     match exec.launch(

@@ -634,7 +634,10 @@ fn what_a_backend_does_not_take_exits_2_naming_the_limit() {
             "cuda/causal_recurrent/f32",
             &["head dim D = 4", "16..=256 in multiples of 16"][..],
         ),
-        ("sim/causal_chunked/f16", &["D, M in {64, 128}", "D=4, M=3"]),
+        (
+            "sim/causal_chunked/f16",
+            &["D, M in {16, 32, 64, 128, 256}", "D=4, M=3"],
+        ),
     ] {
         expect_refusal(&small, &q, &k, &v, &["--backend", backend], needles);
     }

@@ -1,0 +1,42 @@
+//! The typed argument lists of `causal_chunked.cu`'s entry points (one struct per kernel, in
+//! the kernels' parameter order; `tests/kernel_params.rs` checks them against the PTX).
+//! Every kernel ends with `d`, `m`: the real head dims D, M, the row widths of q, k and of v,
+//! O, G (below the program's tile width only for D, M = 16, 32 on the 64-wide program).
+
+crate::kernel_params! {
+    /// The argument structs of causal_chunked.cu's entry points.
+    pub mod params;
+    /// `cc_forward_h`: pass 1, the walk over chunks writing S⁰, z⁰ of each (`packed`: S⁰
+    /// as 16-bit hi + lo with a power-of-two exponent per tile, for `cc_forward`).
+    pub struct ForwardH => "cc_forward_h" {
+        k: Ptr, v: Ptr, states: Ptr, split: bool, packed: bool, n: i32, num_chunks: i32,
+        log2_decay: f32, chunk_decay: f32, map: i32, d: i32, m: i32,
+    }
+    /// `cc_backward_h`: the reverse walk writing R⁰, r⁰ of each chunk.
+    pub struct BackwardH => "cc_backward_h" {
+        q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,
+        log2_decay: f32, chunk_decay: f32, map: i32, d: i32, m: i32,
+    }
+    /// `cc_forward`: pass 2, O and den per chunk.
+    pub struct Forward => "cc_forward" {
+        q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, n: i32, num_chunks: i32,
+        log2_decay: f32, eps: f32, map: i32, d: i32, m: i32,
+    }
+    /// `cc_backward_go`: the forward once more, writing only G·O partials.
+    pub struct BackwardGo => "cc_backward_go" {
+        q: Ptr, k: Ptr, v: Ptr, states: Ptr, grad: Ptr, go: Ptr, n: i32, num_chunks: i32,
+        log2_decay: f32, eps: f32, map: i32, d: i32, m: i32,
+    }
+    /// `cc_backward_dq`: ∂Q per chunk.
+    pub struct BackwardDq => "cc_backward_dq" {
+        q: Ptr, k: Ptr, v: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, out: Ptr,
+        n: i32, num_chunks: i32, log2_decay: f32, map: i32, d: i32, m: i32,
+    }
+    /// `cc_backward_dk`: ∂K per chunk.
+    pub struct BackwardDk => "cc_backward_dk" = BackwardDq;
+    /// `cc_backward_dv`: ∂V per chunk.
+    pub struct BackwardDv => "cc_backward_dv" {
+        q: Ptr, k: Ptr, grad: Ptr, den: Ptr, states: Ptr, dv: Ptr, n: i32, num_chunks: i32,
+        log2_decay: f32, map: i32, d: i32, m: i32,
+    }
+}
