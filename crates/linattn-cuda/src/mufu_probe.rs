@@ -21,7 +21,7 @@ pub const SOURCE: &str = include_str!("../../../kernels/mufu_probe.cu");
 crate::kernel_params! {
     /// The argument struct of mufu_probe.cu.
     pub mod params;
-    /// `mp_eval_all`: out[i] = bits of the form `op` at input[i].
+    /// `mp_eval_all`: `out[i]` = bits of the form `op` at `input[i]`.
     pub struct EvalAll => "mp_eval_all" { input: Ptr, out: Ptr, n: i32, op: i32 }
 }
 

@@ -2,9 +2,10 @@
 //!
 //! A positional argument list (`[q, k, v, states, n, ...]`) lets the executor's PTX signature
 //! check catch a wrong count or a float where an int belongs, but not two buffers swapped.
-//! Every entry point therefore has a struct, declared with [`kernel_params!`], whose fields
-//! carry the names of the kernel's parameters in the `.cu` source, in signature order; the
-//! struct turns itself into the executor's [`KernelArg`] list. `tests/kernel_params.rs`
+//! Every entry point therefore has a struct, declared with
+//! [`kernel_params!`](crate::kernel_params!), whose fields carry the names of the kernel's
+//! parameters in the `.cu` source, in signature order; the struct turns itself into the
+//! executor's [`KernelArg`] list. `tests/kernel_params.rs`
 //! holds every struct against its kernel: the field names against the parameter names of the
 //! source, and the field kinds against the PTX `.entry` signature of every variant.
 

@@ -1,6 +1,6 @@
 //! `linattn all`: the main job in one command — `check` every available backend, then a
 //! `bench` sweep of the fast backends over N, then the markdown/SVG `report` of that sweep.
-//! On a machine without a GPU the CUDA backends appear as "skipped: <reason>".
+//! On a machine without a GPU the CUDA backends appear as `skipped: <reason>`.
 
 use crate::{bench, check, report};
 use clap::Parser;

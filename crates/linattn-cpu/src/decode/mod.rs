@@ -1,5 +1,5 @@
 //! Streaming decoders of causal linear attention on the CPU (SPEC §2 RNN view, §6 decay):
-//! the f64 reference ([`reference`]) and the f32 path ([`fast`]) share one driver,
+//! the f64 reference ([`mod@reference`]) and the f32 path ([`fast`]) share one driver,
 //! [`CpuDecoder`], and differ only in the per-token update of a head ([`StateReal`]).
 //!
 //! Prefill and step are the same pass: for each (batch, head) — in parallel with rayon when

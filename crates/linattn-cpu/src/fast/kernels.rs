@@ -270,7 +270,7 @@ fn elementwise_vjp_of_x<const FMA: bool>(
     }
 }
 
-/// [`elementwise_vjp_of_x`] compiled with avx2 and fma when the CPU has them.
+/// `elementwise_vjp_of_x` compiled with avx2 and fma when the CPU has them.
 pub fn elementwise_vjp_of_x_detected(
     map: linattn_core::FeatureMap,
     x: &[f32],

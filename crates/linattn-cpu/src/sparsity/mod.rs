@@ -1,7 +1,7 @@
 //! How concentrated an attention row is (SPEC §7, seed 002): `S(a) = E|a| / √(E a²)` over a
 //! row `a_j ∝ f(qᵀk_j)` with q fixed and `k_j ~ N(μ, σ²I)`. Small S means a focused row.
 //!
-//! * [`closed_form`]: the n → ∞ values of SPEC §7 (exact finite-n for decay).
+//! * [`mod@closed_form`]: the n → ∞ values of SPEC §7 (exact finite-n for decay).
 //! * [`monte_carlo`]: a streamed estimator over rows of up to 2^20 keys (never an n×n matrix),
 //!   rayon over independent repeats, with a standard error and a delta-method bias estimate.
 //!

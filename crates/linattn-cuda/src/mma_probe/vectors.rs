@@ -74,7 +74,7 @@ impl Input {
 /// One vector: the accumulator and the 16 A and B elements of one dot product.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Vector {
-    /// What it tests (designed vectors) or "random <family>".
+    /// What it tests (designed vectors) or `random <family>`.
     pub label: String,
     /// Designed (true) or random.
     pub designed: bool,
