@@ -430,4 +430,38 @@ mod tests {
             _ => panic!("a store to what the launch reads through .nc must be caught"),
         }
     }
+
+    #[test]
+    fn two_ctas_on_two_host_threads_find_their_conflicts() {
+        // CTA 0 writes halves 0..n in ascending order while CTA 1 reads them in descending
+        // order, each on its own thread and stopping at its first fault: whichever touches
+        // a half second must report it, so at least one of them does, wherever they meet.
+        let n = 4096;
+        for _ in 0..20 {
+            let launch = LaunchShadow::new([(0x10000, 2 * n)].into_iter());
+            let run = |cta: u32, kind: Kind| {
+                let launch = &launch;
+                move || {
+                    for k in 0..n {
+                        let k = if cta == 0 { k } else { n - 1 - k };
+                        let at = launch.locate(0x8000 + k).expect("in the allocation");
+                        let value = (kind == Kind::Write).then_some(1);
+                        let cell = launch.cell(at, 0);
+                        launch.register(cell, 0x8000 + k, w(cta, 0, kind, value))?;
+                    }
+                    Ok::<(), GlobalFault>(())
+                }
+            };
+            let (a, b) = std::thread::scope(|s| {
+                let a = s.spawn(run(0, Kind::Write));
+                let b = s.spawn(run(1, Kind::Read));
+                (a.join(), b.join())
+            });
+            let faults = [a, b]
+                .into_iter()
+                .filter(|r| matches!(r, Ok(Err(GlobalFault::Launch { .. }))))
+                .count();
+            assert!(faults >= 1, "a write and a read of two CTAs met unseen");
+        }
+    }
 }
