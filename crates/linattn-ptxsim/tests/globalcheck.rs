@@ -387,3 +387,40 @@ fn schedules_parse_by_name() {
     let err = "random".parse::<Schedule>().expect_err("unknown");
     assert!(err.contains("in-order, reversed, highest-pc"), "{err}");
 }
+
+#[test]
+fn the_last_half_of_an_odd_sized_allocation_is_checked() {
+    // Six bytes: the last half is alone in its word. Every thread stores its id there.
+    let text = probe("\tcvt.u16.u32 \t%rs1, %r1;\n\tst.global.u16 \t[%rd2+4], %rs1;\n\tret;\n");
+    let k = Loaded::on(dev(true, Schedule::InOrder), text.clone());
+    let out = k.dev.alloc_zeroed(6).expect("alloc");
+    let f = expect_fault(k.launch(1, 2, &[Arg::U64(out)]), Checker::Globalcheck);
+    assert_eq!(f.address, Some(out + 4));
+    assert_says(&f, "write races with a write by thread (0,0,0)");
+    // One thread alone stores there without a fault.
+    let k = Loaded::on(dev(true, Schedule::InOrder), text);
+    let out = k.dev.alloc_zeroed(6).expect("alloc");
+    expect_ok(k.launch(1, 1, &[Arg::U64(out)]));
+}
+
+#[test]
+fn two_launches_in_a_row_share_no_state() {
+    // Thread nctaid − 1 of each CTA: with one CTA it stores 42 to out[1]; with two it
+    // loads out[1] and stores it to out[0]. Within either launch nothing races; a first
+    // launch's write kept into the second would race with both CTAs' reads.
+    let text = probe(
+        "\tmov.u32 \t%r6, %nctaid.x;\n\tsub.s32 \t%r7, %r6, 1;\n\
+         \tsetp.ne.s32 \t%p1, %r1, %r7;\n\t@%p1 bra \t$L__BB0_E;\n\
+         \tsetp.ne.s32 \t%p2, %r6, 1;\n\t@%p2 bra \t$L__BB0_R;\n\
+         \tmov.u32 \t%r2, 42;\n\tst.global.u32 \t[%rd2+4], %r2;\n\tbra \t$L__BB0_E;\n\
+         $L__BB0_R:\n\tld.global.u32 \t%r3, [%rd2+4];\n\tst.global.u32 \t[%rd2], %r3;\n\
+         $L__BB0_E:\n\tret;\n",
+    );
+    let k = Loaded::on(dev(true, Schedule::InOrder), text);
+    let out = k.dev.alloc_zeroed(16).expect("alloc");
+    for _ in 0..40 {
+        expect_ok(k.launch(1, 32, &[Arg::U64(out)]));
+        expect_ok(k.launch(2, 32, &[Arg::U64(out)]));
+    }
+    assert_eq!(k.download_u32(out, 2), [42, 42]);
+}
