@@ -96,7 +96,7 @@ const LADDERS: &[(&str, &[Probe])] = &[
     ),
 ];
 
-/// `linattn check` as CI's strict pass runs it: every checker, globalcheck included.
+/// `linattn check` as CI's sim pass runs it: every checker, globalcheck included.
 const fn check(backends: &'static str, max_n: usize) -> Probe {
     Probe::Check {
         backends,

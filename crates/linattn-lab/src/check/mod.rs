@@ -96,7 +96,8 @@ pub struct CheckArgs {
     #[arg(long, value_name = "ORDER")]
     schedule: Option<String>,
     /// Run the simulator without globalcheck (global-memory races between threads and
-    /// CTAs): it costs 5–10× the simulator's time. On by default here; `linattn all`, bench
+    /// CTAs): it costs 1.4–1.7× the simulator's CPU time and ~9× its memory. On by default
+    /// here; `linattn all`, bench
     /// and the test suites' executor run without it.
     #[arg(long)]
     no_globalcheck: bool,

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use super::{across_ctas, breaks_nc, GlobalFault, Kind, Witness};
+use super::witness::{across_ctas, breaks_nc, GlobalFault, Kind, Witness};
 
 /// Fibonacci hashing of a word index: the std SipHash costs more than the rest of an access.
 #[derive(Default)]

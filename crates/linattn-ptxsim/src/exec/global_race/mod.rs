@@ -27,87 +27,17 @@
 //! new CTA starts clean without clearing anything.
 
 mod launch;
+mod witness;
 
 use std::sync::atomic::Ordering::Relaxed;
 
 pub use launch::LaunchShadow;
 use launch::{represented, Located, CTA_PAGE_WORDS};
+use witness::breaks_nc;
+pub use witness::{GlobalFault, Kind, Witness};
 
-use super::race::{Accessor, Granule, Race, FRESH};
+use super::race::{Accessor, Granule, FRESH};
 use crate::ir::Kernel;
-
-/// How a lane touches global memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Read,
-    NcRead,
-    Write,
-    Atomic,
-}
-
-impl Kind {
-    fn bit(self) -> u8 {
-        match self {
-            Kind::Read => 1,
-            Kind::NcRead => 2,
-            Kind::Write => 4,
-            Kind::Atomic => 8,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Read => "read",
-            Kind::NcRead => "ld.global.nc read",
-            Kind::Write => "write",
-            Kind::Atomic => "atomic",
-        }
-    }
-
-    fn reads(self) -> bool {
-        matches!(self, Kind::Read | Kind::NcRead)
-    }
-
-    fn modifies(self) -> bool {
-        matches!(self, Kind::Write | Kind::Atomic)
-    }
-}
-
-/// Whether accesses `a` and `b` of different CTAs conflict: not both reads, not both
-/// atomics, not two writes of the same value.
-fn across_ctas(a: Witness, b: Witness) -> bool {
-    let same_value =
-        a.kind == Kind::Write && b.kind == Kind::Write && a.value.is_some() && a.value == b.value;
-    let both_read = a.kind.reads() && b.kind.reads();
-    let both_atomic = a.kind == Kind::Atomic && b.kind == Kind::Atomic;
-    !(both_read || both_atomic || same_value)
-}
-
-/// Whether `a` and `b` break `.nc`'s promise, whoever did them.
-fn breaks_nc(a: Kind, b: Kind) -> bool {
-    (a == Kind::NcRead && b.modifies()) || (b == Kind::NcRead && a.modifies())
-}
-
-/// One access as the report names it: CTA (linear index in the grid), linear thread id in
-/// the CTA, instruction index and kind.
-#[derive(Clone, Copy, Debug)]
-pub struct Witness {
-    pub cta: u32,
-    pub tid: u16,
-    pub instr: u32,
-    pub kind: Kind,
-    /// The 16 bits a write stored in the half, when it covered it.
-    pub value: Option<u32>,
-}
-
-/// What globalcheck found.
-#[derive(Clone, Copy, Debug)]
-pub enum GlobalFault {
-    /// Two threads of this CTA in one barrier interval (the race tracker's rules).
-    InCta { this: Kind, tid: u16, race: Race },
-    /// Against an access of another CTA, or a store against an `.nc` read.
-    Launch { this: Kind, other: Witness },
-}
 
 /// One word pair as this CTA sees it: its two halves, and the kinds of access this CTA has
 /// registered in the launch shadow for each.
