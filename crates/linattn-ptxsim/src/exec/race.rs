@@ -92,6 +92,11 @@ impl Accessor<'_> {
     /// accesses happen before this one: its own lane, and lanes a sync since ordered.
     fn lanes_before(&self, lanes: u32, wsync: u32) -> u32 {
         let mut before = lanes & self.lane_bit();
+        // No entry of `known` exceeds the warp's clock (syncs stamp it with the clock), so
+        // with no sync since the accesses' stamp only the own lane is ordered: skip the loop.
+        if self.wsync <= wsync {
+            return before;
+        }
         let mut rest = lanes & !before;
         while rest != 0 {
             let l = rest.trailing_zeros() as usize;
