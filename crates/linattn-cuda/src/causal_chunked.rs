@@ -23,7 +23,7 @@
 //!
 //! D and M are each one of 16, 32, 64, 128, 256 ([`HEAD_DIMS`]): a program per tile width
 //! 64, 128, 256 ([`TILE_WIDTHS`]), the real row widths as kernel arguments (16 and 32 run on
-//! the 64-wide program, zero-padded in shared memory and masked on store; [`plan`]); the
+//! the 64-wide program, zero-padded in shared memory and masked on store; [`LaunchPlan`]); the
 //! fused maps are elu+1, relu and identity; decay λ is a kernel argument. A device whose
 //! shared-memory opt-in is below a shape's largest launch (D or M = 256 on sm_86/89) is
 //! refused by `supports`. The kernels run on the PTX simulator in the tests
