@@ -55,7 +55,13 @@ fn declarations(text: &str) -> Result<Vec<SourceSignature>, String> {
             head = after[close + 1..].trim_start();
         }
         let open = head.find('(').ok_or("a kernel declaration without '('")?;
-        let entry = head[..open].trim().to_string();
+        // The name is the last word before '(': a macro standing for the launch bounds
+        // (`CC_DV_BOUNDS`, defined per variant) may come before it.
+        let entry = head[..open]
+            .split_whitespace()
+            .last()
+            .ok_or("a kernel declaration without a name")?
+            .to_string();
         let close = head[open..]
             .find(')')
             .ok_or_else(|| format!("{entry}: unclosed parameter list"))?;
@@ -300,6 +306,20 @@ extern "C" __global__ void xx_flag(const la_storage_t* q, unsigned count) {}
                 ]
             );
         }
+    }
+
+    #[test]
+    fn a_launch_bounds_macro_before_the_name_is_not_part_of_it() {
+        const BOUNDS_MACRO: &str = "#define XX_BOUNDS __launch_bounds__(128, 1)\n\
+            extern \"C\" __global__ void XX_BOUNDS\n\
+            xx_dv(const float* __restrict__ q, int n) {}\n";
+        let found = source_signatures(BOUNDS_MACRO).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].entry, "xx_dv");
+        assert_eq!(
+            found[0].params,
+            vec![("q".into(), ParamKind::Ptr), ("n".into(), ParamKind::I32)]
+        );
     }
 
     #[test]
