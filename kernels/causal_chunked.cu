@@ -60,10 +60,10 @@
 //   Loads into transposed (token-contiguous) tiles read global memory along its contiguous
 //   dim, 8 lanes per 32-byte sector, and transpose while storing to shared memory; since the
 //   same padding puts rows f and f+8 (16-bit) or r and r+4 (fp32) on the same banks, half the
-//   lanes store their two rows in the opposite order (cc_tile_cols, cc_state_tile): one
+//   lanes store their two rows in the opposite order (cc_tile_cols_block, cc_grad_state_put): one
 //   padding serves the fragment loads and conflict-free stores. Outputs leave the C fragment
 //   through one quad shuffle (cc_quad_swap) as 8-byte accesses filling whole sectors; they and
-//   cc_tile_cols assume 8-byte aligned tensors (allocations are 256-byte aligned).
+//   cc_walk_fetch assume 8-byte aligned tensors (allocations are 256-byte aligned).
 //
 // ---- precision ----
 //   Q, K, V, O, dO, gradients: fp16/bf16 in memory. φ, φ', decay weights, every accumulation,
@@ -324,14 +324,6 @@ __device__ __forceinline__ int cc_width(int w) { return CC == 64 ? w : CC; }
 template <int CC>
 __device__ __forceinline__ int cc_slice_cols(int w, int c0) { return CC == 64 ? w - c0 : CC_TILE; }
 
-// Row r of [rows][cols] 16-bit global data, pair at column c (even): two floats, zero past N.
-__device__ __forceinline__ float2 cc_load_pair(const la_storage_t* __restrict__ src,
-                                               la_index_t row_base, int cols, int c, bool valid) {
-    if (!valid) return make_float2(0.0f, 0.0f);
-    const cc_u32 r = *(const cc_u32*)(src + row_base * cols + c);
-    return make_float2(cc_lo(r), cc_hi(r));
-}
-
 // 2×2 transpose between lanes t and t ^ 1 of a quad: the odd lane trades its x for the even
 // lane's y. On a C-fragment row (x: columns 2t, 2t+1 of n-tile 2p, y: of n-tile 2p+1, as
 // 16-bit pairs) it leaves columns cc_quad_col(t) .. + 3 of those 16 in (x, y): an 8-byte
@@ -370,43 +362,15 @@ __device__ __forceinline__ float cc_row_dot(const cc_u16* tile, int row, const f
     return s;
 }
 
-// Tile of `ROWS`=64 tokens × COLS features, natural layout dst[token][feature] (stride ld),
-// from rows [tok0, tok0+64) of a [N][cols] head; φ = map `phi` applied (identity: none), scaled by row_scale[r]
-// when given; tokens ≥ n are zero (not φ(0)).
-// Columns ≥ src_cols (a row narrower than the tile, the 64-wide program) are zero too.
-template <int COLS>
-__device__ __forceinline__ void cc_tile_rows(cc_u16* dst, int ld, const la_storage_t* __restrict__ src,
-                                             la_index_t head_row0, int tok0, int n, int col0,
-                                             int src_cols, int phi, const float* row_scale) {
-    const int pairs = COLS / 2;
-    for (int idx = threadIdx.x; idx < CC_L * pairs; idx += CC_THREADS) {
-        const int r = idx / pairs, cp = (idx % pairs) * 2;
-        const bool valid = tok0 + r < n && (COLS != 64 || col0 + cp < src_cols);
-        float2 x = cc_load_pair(src, head_row0 + tok0 + r, src_cols, col0 + cp, valid);
-        if (valid) {
-            x.x = la_phi_of_map(phi, x.x);
-            x.y = la_phi_of_map(phi, x.y);
-        }
-        if (row_scale) {
-            x.x *= row_scale[r];
-            x.y *= row_scale[r];
-        }
-        *(cc_u32*)(dst + r * ld + cp) = cc_pack(x.x, x.y);
-    }
-}
-
-// Same data transposed: dst[feature][token] (stride CC_LDT), COLS features from col0. With
-// `dst_lo`, also the rounding residue x − hi(x) (a hi + lo split of the fp32 value, see cc_backward_dq);
-// dst = null stores only that residue (cc_backward_dk runs the mma twice on one buffer).
-// Mapping: a warp step moves 8 tokens × 16 features; lane = (fp = lane & 7: features 2fp,
-// 2fp+1, tw = lane >> 3: tokens 2tw, 2tw+1), each lane a 2×2 block (two 32-bit loads, two
-// 32-bit stores of a token pair, φ once per element). Global: 8 lanes read 32 contiguous
-// bytes of a token row, one full sector (a lane per token pair along the token dim touched a
-// sector per lane for 4 bytes). Shared: feature rows 2fp and 2fp+8 share banks (stride
-// CC_LDT/2 ≡ 4 mod 32 words), so lanes fp ≥ 4 store their odd feature first: the 32 lanes of
-// each store hit 32 banks. A lane holds one 2×2 block at a time (registers bound the
-// gradient kernels' occupancy); the state walks keep whole tiles in registers instead
-// (cc_walk_fetch, cc_walk_put: same lanes, same stores).
+// Transposed 16-bit tiles, dst[feature][token] (stride CC_LDT), as cc_walk_put stores them.
+// One 32-bit store of a token pair: the hi part into dst (when dst is given) and, with
+// `dst_lo`, the rounding residue x − hi(x) (a hi + lo split of the fp32 value, see
+// cc_backward_dq); dst = null stores only the residue (cc_backward_dk runs the mma twice on
+// one buffer). Mapping (cc_walk_fetch): a warp step moves 8 tokens × 16 features; lane =
+// (fp = lane & 7: features 2fp, 2fp+1, tw = lane >> 3: tokens 2tw, 2tw+1), each lane a 2×2
+// block. Global: 8 lanes read 32 contiguous bytes of a token row, one full sector. Shared:
+// feature rows 2fp and 2fp+8 share banks (stride CC_LDT/2 ≡ 4 mod 32 words), so lanes
+// fp ≥ 4 store their odd feature first: the 32 lanes of each store hit 32 banks.
 __device__ __forceinline__ void cc_tile_cols_store(cc_u16* dst, cc_u16* dst_lo, int off, float a, float b) {
     const cc_u32 h = cc_pack(a, b);
     if (dst) *(cc_u32*)(dst + off) = h;
@@ -421,73 +385,6 @@ __device__ __forceinline__ void cc_tile_cols_block(cc_u16* dst, cc_u16* dst_lo, 
                        odd_first ? r1.y : r1.x);
     cc_tile_cols_store(dst, dst_lo, (f + !odd_first) * CC_LDT + tok, odd_first ? r0.x : r0.y,
                        odd_first ? r1.x : r1.y);
-}
-
-// `cols`: the columns from col0 that exist (cc_slice_cols); the others are zero, not φ(0).
-template <int COLS>
-__device__ __forceinline__ void cc_tile_cols(cc_u16* dst, const la_storage_t* __restrict__ src,
-                                             la_index_t head_row0, int tok0, int n, int col0,
-                                             int src_cols, int cols, int phi, const float* row_scale,
-                                             cc_u16* dst_lo = nullptr) {
-    static_assert(CC_L == 64 && COLS % 16 == 0, "8 token groups, 16-feature groups");
-    const int lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
-    const bool odd_first = fp >= 4;
-    // The 2×2 block of token group tg, feature group fg: φ, row_scale; zero past n.
-    auto load = [&](int tg, int fg, float2& r0, float2& r1) {
-        const int r = tg * 8 + 2 * tw, c = col0 + fg * 16 + 2 * fp;
-        const bool col_ok = fg * 16 < cols;
-        const bool v0 = col_ok && tok0 + r < n, v1 = col_ok && tok0 + r + 1 < n;
-        r0 = cc_load_pair(src, head_row0 + tok0 + r, src_cols, c, v0);
-        r1 = cc_load_pair(src, head_row0 + tok0 + r + 1, src_cols, c, v1);
-        if (v0) { r0.x = la_phi_of_map(phi, r0.x); r0.y = la_phi_of_map(phi, r0.y); }
-        if (v1) { r1.x = la_phi_of_map(phi, r1.x); r1.y = la_phi_of_map(phi, r1.y); }
-        if (row_scale) {
-            r0.x *= row_scale[r]; r0.y *= row_scale[r];
-            r1.x *= row_scale[r + 1]; r1.y *= row_scale[r + 1];
-        }
-    };
-    for (int step = threadIdx.x >> 5; step < (CC_L / 8) * (COLS / 16); step += CC_THREADS / 32) {
-        const int tg = step % (CC_L / 8), fg = step / (CC_L / 8), f = fg * 16 + 2 * fp;
-        float2 r0, r1;
-        load(tg, fg, r0, r1);
-        cc_tile_cols_block(dst, dst_lo, f, tg * 8 + 2 * tw, r0, r1, odd_first);
-    }
-}
-
-// fp32 state tile: dst[r][c] = src[(row0 + r) * src_cols + c] for r < ROWS, c < COLS
-// (natural), or dst[r][c] = src[c * src_cols + row0 + r] (transposed). Returns this thread's
-// max |x|; the caller reduces it. Natural: consecutive lanes, consecutive c on both sides.
-// Transposed: an 8×8 block per warp step; lane = (rp = lane & 3, c = lane >> 2) loads the
-// float2 src[c][2rp, 2rp+1] (4 lanes fill a 32-byte sector; one lane per r would touch a sector
-// per c) and stores its two values as scalars into rows 2rp, 2rp+1 of dst. With ld ≡ 8 mod 32
-// (the padding the float2 fragment loads of cc_mma_split need) rows r and r+4 share banks, so
-// lanes rp ≥ 2 store row 2rp+1 first: the 32 lanes of each store hit 32 banks.
-template <int ROWS, int COLS, bool TRANSPOSED>
-__device__ __forceinline__ float cc_state_tile(float* dst, int ld, const float* __restrict__ src,
-                                               int row0, int src_cols) {
-    float max_abs = 0.0f;
-    if (TRANSPOSED) {
-        static_assert(ROWS % 8 == 0 && COLS % 8 == 0, "8×8 blocks");
-        const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2, first = rp >> 1;
-        static_assert((ROWS / 8) * (COLS / 8) % (CC_THREADS / 32) == 0, "whole steps per warp");
-#pragma unroll 4  // fully unrolled, ptxas spilled in cc_backward_dv (sm_80)
-        for (int k = 0; k < (ROWS / 8) * (COLS / 8) / (CC_THREADS / 32); ++k) {
-            const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
-            const int r = (blk % (ROWS / 8)) * 8 + 2 * rp, c = (blk / (ROWS / 8)) * 8 + cl;
-            const float2 x = *(const float2*)(src + (la_index_t)c * src_cols + row0 + r);
-            dst[(r + first) * ld + c] = first ? x.y : x.x;
-            dst[(r + 1 - first) * ld + c] = first ? x.x : x.y;
-            max_abs = fmaxf(max_abs, fmaxf(fabsf(x.x), fabsf(x.y)));
-        }
-    } else {
-        for (int idx = threadIdx.x; idx < ROWS * COLS; idx += CC_THREADS) {
-            const int r = idx / COLS, c = idx % COLS;
-            const float x = src[(la_index_t)(row0 + r) * src_cols + c];
-            dst[r * ld + c] = x;
-            max_abs = fmaxf(max_abs, fabsf(x));
-        }
-    }
-    return max_abs;
 }
 
 // Block-wide max of non-negative floats through one shared int (ordered like the floats).
@@ -1493,6 +1390,67 @@ cc_backward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restric
 #define CC_DQ_SMEM (CC_DK_SMEM + CC_TILE * CC_LDT * 2)
 #define CC_DV_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4)
 
+// The gradient kernels' fp32 state tile, dst[r][c] for r < 64, c < COLS (stride ld), from
+// rows row0 .. row0+63 of a [.][COLS] matrix (natural: 16-byte loads, thread x, load s:
+// row (x + 128s) / (COLS/4), columns 4·((x + 128s) mod (COLS/4)) .. +3, one warp a 512-byte
+// row segment) or transposed, dst[r][c] = src[c · src_cols + row0 + r] (an 8×8 block per
+// warp step; lane = (rp = lane & 3, c = lane >> 2) loads the float2 src[c][2rp, 2rp+1], 4
+// lanes a 32-byte sector, and stores its two values into rows 2rp, 2rp+1; with ld ≡ 8 mod
+// 32 rows r and r+4 share banks, so lanes rp ≥ 2 store row 2rp+1 first: 32 banks per store).
+// Fetch and put are split so every load of a part is in flight before the first store (16 at
+// a time; 4 at a time they were 8 DRAM latencies per tile at D = 128). Load k of a tile:
+// the global index s0 + s of a part. Put returns this thread's max |x| (a block max follows).
+template <bool TRANSPOSED> struct cc_grad_state_vec { typedef float4 type; };
+template <> struct cc_grad_state_vec<true> { typedef float2 type; };
+template <bool TRANSPOSED> using cc_grad_state_vec_t = typename cc_grad_state_vec<TRANSPOSED>::type;
+
+template <int COLS, bool TRANSPOSED>
+__device__ __host__ constexpr int cc_grad_state_loads() {
+    return CC_TILE * COLS / (TRANSPOSED ? 2 : 4) / CC_THREADS;
+}
+
+template <int COLS, bool TRANSPOSED, int LOADS>
+__device__ __forceinline__ void cc_grad_state_fetch(cc_grad_state_vec_t<TRANSPOSED> (&x)[LOADS],
+                                                    const float* __restrict__ src, int row0, int src_cols,
+                                                    int s0) {
+#pragma unroll
+    for (int s = 0; s < LOADS; ++s) {
+        const int k = s0 + s;
+        if constexpr (TRANSPOSED) {
+            const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2;
+            const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
+            const int r = (blk % (CC_TILE / 8)) * 8 + 2 * rp, c = (blk / (CC_TILE / 8)) * 8 + cl;
+            x[s] = *(const float2*)(src + (la_index_t)c * src_cols + row0 + r);
+        } else {
+            const int idx = threadIdx.x + k * CC_THREADS, r = idx / (COLS / 4), c = (idx % (COLS / 4)) * 4;
+            x[s] = *(const float4*)(src + (la_index_t)(row0 + r) * COLS + c);
+        }
+    }
+}
+
+template <int COLS, bool TRANSPOSED, int LOADS>
+__device__ __forceinline__ float cc_grad_state_put(float* dst, int ld,
+                                                   const cc_grad_state_vec_t<TRANSPOSED> (&x)[LOADS], int s0) {
+    float max_abs = 0.0f;
+#pragma unroll
+    for (int s = 0; s < LOADS; ++s) {
+        const int k = s0 + s;
+        if constexpr (TRANSPOSED) {
+            const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2, first = rp >> 1;
+            const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
+            const int r = (blk % (CC_TILE / 8)) * 8 + 2 * rp, c = (blk / (CC_TILE / 8)) * 8 + cl;
+            dst[(r + first) * ld + c] = first ? x[s].y : x[s].x;
+            dst[(r + 1 - first) * ld + c] = first ? x[s].x : x[s].y;
+            max_abs = fmaxf(max_abs, fmaxf(fabsf(x[s].x), fabsf(x[s].y)));
+        } else {
+            const int idx = threadIdx.x + k * CC_THREADS, r = idx / (COLS / 4), c = (idx % (COLS / 4)) * 4;
+            *(float4*)(dst + r * ld + c) = x[s];
+            max_abs = fmaxf(max_abs, fmaxf(fmaxf(fabsf(x[s].x), fabsf(x[s].y)), fmaxf(fabsf(x[s].z), fabsf(x[s].w))));
+        }
+    }
+    return max_abs;
+}
+
 // Stores acc ⊙ φ'(x) (map `chain_map`; identity: acc) for the warp's 16 rows × 64 columns [c0, c0+64) of a [N][cols] head;
 // only the first `valid_cols` of those columns exist (cc_slice_cols).
 // wide: 8-byte accesses through cc_quad_swap (full sectors); otherwise 4-byte, fragment layout.
@@ -1611,6 +1569,25 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     const la_index_t head_row0 = (la_index_t)bh * n;
     const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
     if (threadIdx.x == 0) s_max = 0;
+    // Every global load of the tiles (and of the state's first part) is issued before the
+    // first is used: one DRAM latency for all of them (element pair by element pair they were
+    // a chain of ~70 at D = 128), then the per-row terms, whose loads overlap them.
+    const la_storage_t* rows_src = DQ ? grad : (DK ? v : k);
+    const la_storage_t* cols_src = DQ ? v : (DK ? grad : q);
+    const int rows_map = DV ? map : LA_MAP_IDENTITY, t_map = DV ? LA_MAP_IDENTITY : map;
+    // At a 256-wide k dim the row tiles come in two halves (whole: 128 registers of loads).
+    constexpr int TILE_PARTS = WIDTH == 256 ? 2 : 1, TILE_LOADS = CC_ROWS_LOADS(WIDTH) / TILE_PARTS;
+    uint4 raw_rows[TILE_LOADS], raw_cols[TILE_LOADS];
+    cc_u32 raw_t[2 * (CC_L / 8)];  // the transposed tile (dK: kept for its residue below)
+    cc_rows_fetch<WIDTH, TILE_LOADS>(raw_rows, rows_src, head_row0, tok0, n, width);
+    cc_rows_fetch<WIDTH, TILE_LOADS>(raw_cols, cols_src, head_row0, tok0, n, width);
+    cc_walk_fetch<CC_L / 8>(raw_t, DQ ? k : (DK ? q : grad), head_row0, tok0, n, c0, DV ? mw : dw, out_cols);
+    // Global Sᵀ[e][d] → s_state[d][e] (dQ), R[d][e] as it is (dK), R[d][e] → s_state[e][d] (dV).
+    constexpr int STATE_ALL = cc_grad_state_loads<WIDTH, !DK>(), STATE_LOADS = STATE_ALL > 16 ? 16 : STATE_ALL;
+    cc_grad_state_vec_t<!DK> raw_s[STATE_LOADS];
+    cc_grad_state_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, 0);
+    float vec = 0.0f;  // z⁰ (dQ), r⁰ (dK) at column c0 + threadIdx.x
+    if (!DV && threadIdx.x < CC_TILE) vec = state[(la_index_t)CC_D * CC_M + c0 + threadIdx.x];
     if constexpr (DV) {
         for (int r = threadIdx.x; r < CC_L; r += CC_THREADS) {
             const bool valid = tok0 + r < n;
@@ -1619,18 +1596,25 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     } else {
         cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
     }
-    __syncthreads();
-    const la_storage_t* rows_src = DQ ? grad : (DK ? v : k);
-    const la_storage_t* cols_src = DQ ? v : (DK ? grad : q);
-    const int rows_map = DV ? map : LA_MAP_IDENTITY;
-    cc_tile_rows<WIDTH>(s_rows, LD, rows_src, head_row0, tok0, n, 0, width, rows_map, nullptr);
-    cc_tile_rows<WIDTH>(s_cols, LD, cols_src, head_row0, tok0, n, 0, width, rows_map, nullptr);
-    cc_tile_cols<CC_TILE>(s_t, DQ ? k : (DK ? q : grad), head_row0, tok0, n, c0, DV ? mw : dw, out_cols,
-                          DV ? LA_MAP_IDENTITY : map, nullptr, DQ ? s_t_lo : nullptr);
-    // Global Sᵀ[e][d] → s_state[d][e] (dQ), R[d][e] as it is (dK), R[d][e] → s_state[e][d] (dV).
-    const float max_abs = cc_state_tile<CC_TILE, WIDTH, !DK>(s_state, LD, state, c0, DQ ? CC_D : CC_M);
-    if constexpr (!DV)
-        for (int d = threadIdx.x; d < CC_TILE; d += CC_THREADS) s_vec[d] = state[(la_index_t)CC_D * CC_M + c0 + d];
+    cc_rows_put<WIDTH, TILE_LOADS>(s_rows, LD, raw_rows, tok0, n, width, rows_map);
+    cc_rows_put<WIDTH, TILE_LOADS>(s_cols, LD, raw_cols, tok0, n, width, rows_map);
+    cc_walk_put<DQ, false, false, CC_L / 8>(s_t, DQ ? s_t_lo : nullptr, raw_t, tok0, n, out_cols, t_map,
+                                            nullptr, nullptr, nullptr);
+    float max_abs = cc_grad_state_put<WIDTH, !DK>(s_state, LD, raw_s, 0);
+#pragma unroll
+    for (int part = 1; part < TILE_PARTS; ++part) {
+        cc_rows_fetch<WIDTH, TILE_LOADS>(raw_rows, rows_src, head_row0, tok0, n, width, part * TILE_LOADS);
+        cc_rows_fetch<WIDTH, TILE_LOADS>(raw_cols, cols_src, head_row0, tok0, n, width, part * TILE_LOADS);
+        cc_rows_put<WIDTH, TILE_LOADS>(s_rows, LD, raw_rows, tok0, n, width, rows_map, part * TILE_LOADS);
+        cc_rows_put<WIDTH, TILE_LOADS>(s_cols, LD, raw_cols, tok0, n, width, rows_map, part * TILE_LOADS);
+    }
+#pragma unroll
+    for (int s0 = STATE_LOADS; s0 < STATE_ALL; s0 += STATE_LOADS) {
+        cc_grad_state_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, s0);
+        max_abs = fmaxf(max_abs, cc_grad_state_put<WIDTH, !DK>(s_state, LD, raw_s, s0));
+    }
+    if (!DV && threadIdx.x < CC_TILE) s_vec[threadIdx.x] = vec;
+    __syncthreads();  // s_max = 0 before the atomics; the row terms
     const float scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1704,9 +1688,11 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     // Intra: acc += scores · the transposed tile, over the causal k-steps.
     cc_intra_mma<!DQ, true, DQ>(acc, sc, s_t, s_t_lo);
     if constexpr (DK) {
-        // q̃'s residue reloaded into the same shared tile: Aᵀ_hi q̃_lo.
+        // q̃'s residue, from the registers its tile was fetched into, into the same shared
+        // tile: Aᵀ_hi q̃_lo.
         __syncthreads();  // every read of q̃'s hi tile is done
-        cc_tile_cols<CC_TILE>(nullptr, q, head_row0, tok0, n, c0, dw, out_cols, map, nullptr, s_t);
+        cc_walk_put<true, false, false, CC_L / 8>(nullptr, s_t, raw_t, tok0, n, out_cols, map, nullptr,
+                                                  nullptr, nullptr);
         __syncthreads();
         cc_intra_mma<true, false, false>(acc, sc, s_t, nullptr);
     }
