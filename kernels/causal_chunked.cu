@@ -110,9 +110,9 @@
 //   only the 64-wide program pays the column guards. The chunk states stay in the padded
 //   layout (CC_STATE_STRIDE). Any N ≥ 1: the tail chunk is zero-padded on load and masked
 //   on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
-//   Dynamic shared memory ≤ 153,856 B per CTA (cc_backward_dq at M = 256; ≤ 88,320 B at
-//   D, M ≤ 128, ≤ 44,544 B in cc_forward there, 4 CTAs per SM; 27,648 B in the state
-//   walks) plus ≤ 1,280 B static: the host opts in above 48 KB and refuses a device whose
+//   Dynamic shared memory ≤ 145,408 B per CTA (cc_backward_go at D = M = 256; ≤ 79,360 B at
+//   D, M ≤ 128, ≤ 44,544 B in cc_forward and ≤ 53,504 B in the gradient kernels there, 3–4
+//   CTAs per SM; 27,648 B in the state walks) plus ≤ 1,280 B static: the host opts in above 48 KB and refuses a device whose
 //   opt-in maximum is below a launch's need (sm_80: 163 KB, sm_90: 227 KB fit every
 //   program; sm_86/89's 99 KB fit D, M ≤ 128 only).
 //   Storage (LA_STORAGE) and CC_D, CC_M are defines; the map (codes of LA_MAP), decay
@@ -282,11 +282,12 @@ __device__ __forceinline__ void cc_mma_ss(float (&acc)[NT][4], const cc_u16* A, 
 
 // acc += A(16-bit [m][k]) · B where B is an fp32 [n][k] state tile, split hi + lo after
 // scaling by `scale` (a power of two); the caller multiplies the result by 1/scale.
-template <int NT, int KS>
+// KS_UNROLL: cc_each_fragment's.
+template <int NT, int KS, int KS_UNROLL = CC_KS_UNROLL(KS)>
 __device__ __forceinline__ void cc_mma_split(float (&acc)[NT][4], const cc_u16* A, int lda,
                                              const float* B, int ldb, float scale) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    cc_each_fragment<NT, KS, CC_KS_UNROLL(KS)>(A, lda, [&](int n, int ks, const cc_u32(&a)[4]) {
+    cc_each_fragment<NT, KS, KS_UNROLL>(A, lda, [&](int n, int ks, const cc_u32(&a)[4]) {
         const float* p = B + (n * 8 + g) * ldb + ks * 16 + 2 * t;
         const float2 x0 = *(const float2*)p;
         const float2 x1 = *(const float2*)(p + 8);
@@ -1386,9 +1387,6 @@ cc_backward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restric
 
 // Dynamic shared memory of the three gradient kernels (rows, score columns, transposed tile,
 // fp32 state slice, then dQ/dK: the state's vector; dQ: the transposed tile's residue too).
-#define CC_DK_SMEM (2 * CC_L * CC_LDM * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDM * 4 + CC_TILE * 4)
-#define CC_DQ_SMEM (CC_DK_SMEM + CC_TILE * CC_LDT * 2)
-#define CC_DV_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4)
 
 // The gradient kernels' fp32 state tile, dst[r][c] for r < 64, c < COLS (stride ld), from
 // rows row0 .. row0+63 of a [.][COLS] matrix (natural: 16-byte loads, thread x, load s:
@@ -1526,19 +1524,35 @@ __device__ __forceinline__ void cc_intra_mma(float (&acc)[CC_TILE / 8][4], const
     }
 }
 
-// The three gradient kernels share one skeleton: per chunk and 64-wide output slice, a 64×64
-// score tile (intra-chunk, masked, decayed, per-row scaled for its hi + lo split), an inter
-// term (the warp's rows times the chunk's fp32 state, split), the intra term (the score tile
-// times a transposed 16-bit tile), then the chain rule and the store. Per gradient:
+// The three gradient kernels share one skeleton: per chunk and 64-wide output slice, an inter
+// term (the warp's rows times the chunk's fp32 state, split), a 64×64 score tile
+// (intra-chunk, masked, decayed, per-row scaled for its hi + lo split), the intra term (the
+// score tile times a transposed 16-bit tile), then the chain rule and the store. Per gradient:
 //   what  rows (A)  scores      state  intra B  weight of row r (inter)  output slice
 //   dQ    G_i       A = G vᵀ    S⁰ᵀ    k̃ (split)  λ^{i+1}/den_i           D
 //   dK    v_j       Aᵀ = v Gᵀ   R⁰ᵀ    q̃ (split)  λ^{L−j}                 D
 //   dV    k̃_j       Pᵀ = k̃ q̃ᵀ   R⁰     G          λ^{L−j}                 M
 // The header of each kernel gives its math and precision. Queries own rows i (causal: keys
 // j ≤ i), keys own rows j (queries i ≥ j).
+// Shared memory: the rows tile, then one region that holds the fp32 state for the inter
+// product and, once every warp is done with it, the score columns and the transposed tile(s)
+// (the transposed tile's loads in flight during the inter product): at D = M = 128 52–54 KB
+// where the state beside the others took 78–89 KB, so 3–4 CTAs fit an SM instead of 2
+// (CC_GRAD_MIN_CTAS).
 #define CC_GRAD_Q 0
 #define CC_GRAD_K 1
 #define CC_GRAD_V 2
+#define CC_GRAD_REGION(LD, T_TILES) \
+    (CC_TILE * (LD) * 4 > CC_L * (LD) * 2 + (T_TILES) * CC_TILE * CC_LDT * 2 ? CC_TILE * (LD) * 4 \
+                                                                              : CC_L * (LD) * 2 + (T_TILES) * CC_TILE * CC_LDT * 2)
+#define CC_DK_SMEM (CC_L * CC_LDM * 2 + CC_GRAD_REGION(CC_LDM, 1) + CC_TILE * 4)
+#define CC_DQ_SMEM (CC_L * CC_LDM * 2 + CC_GRAD_REGION(CC_LDM, 2) + CC_TILE * 4)
+#define CC_DV_SMEM (CC_L * CC_LDD * 2 + CC_GRAD_REGION(CC_LDD, 1))
+// Minimum CTAs per SM in the launch bounds (registers ≤ 65536 / (128 · CTAS)), where shared
+// memory allows 4 (k dims ≤ 128): 4 for cc_backward_dv (≤ 128 registers), 3 for dQ and dK
+// (at 128 ptxas spilled 20–240 B: their scores take G·O terms and dQ a second tile);
+// 1 at a 256-wide k dim (~101 KB: 2 fit; without a minimum ptxas (sm_80) spilled in dV).
+#define CC_GRAD_MIN_CTAS(WIDTH, CTAS) ((WIDTH) == 256 ? 1 : (CTAS))
 
 template <int WHAT>
 __device__ __forceinline__ void
@@ -1554,72 +1568,101 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m), width = DV ? dw : mw;
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_rows = (cc_u16*)cc_smem;                 // [64][LD]   rows: G (dQ), v (dK), k̃ (dV)
-    cc_u16* s_cols = s_rows + CC_L * LD;               // [64][LD]   score columns: v, G, q̃
+    unsigned char* region = cc_smem + CC_L * LD * 2;
+    float* s_state = (float*)region;                   // [64][LD] fp32: S⁰ (S[d][e]), R⁰, R⁰ᵀ; then:
+    cc_u16* s_cols = (cc_u16*)region;                  // [64][LD]   score columns: v, G, q̃
     cc_u16* s_t = s_cols + CC_L * LD;                  // [64][LDT]  intra B, transposed: k̃, q̃, G slice
     cc_u16* s_t_lo = s_t + CC_TILE * CC_LDT;           // [64][LDT]  dQ: k̃'s rounding residue (lo)
-    float* s_state = (float*)(s_t + (DQ ? 2 : 1) * CC_TILE * CC_LDT);  // [64][LD] fp32: S⁰ (S[d][e]), R⁰, R⁰ᵀ
-    float* s_vec = s_state + CC_TILE * LD;             // [64]       z⁰ (dQ), r⁰ (dK) slice
+    float* s_vec = (float*)(region + CC_GRAD_REGION(LD, DQ ? 2 : 1));  // [64] z⁰ (dQ), r⁰ (dK) slice
     __shared__ float s_den_inv[CC_L], s_neg_go[CC_L];  // dV: no s_neg_go
-    __shared__ int s_max;
+    __shared__ float s_warp_max[CC_THREADS / 32];
 
     const int chunk = blockIdx.x, bh = blockIdx.y, c0 = blockIdx.z * CC_TILE;
     const int tok0 = chunk * CC_L;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int row0 = warp * 16;  // this warp's first row: queries i (dQ), keys j (dK, dV)
     // The output slice's columns that exist: of D (dQ, dK) or M (dV).
     const int out_cols = DV ? cc_slice_cols<CC_M>(mw, c0) : cc_slice_cols<CC_D>(dw, c0);
     const la_index_t head_row0 = (la_index_t)bh * n;
     const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-    if (threadIdx.x == 0) s_max = 0;
-    // Every global load of the tiles (and of the state's first part) is issued before the
-    // first is used: one DRAM latency for all of them (element pair by element pair they were
-    // a chain of ~70 at D = 128), then the per-row terms, whose loads overlap them.
+    // Every global load of a tile is issued before the first is used (one DRAM latency per
+    // batch; element pair by element pair they were a chain of ~70 at D = 128): the rows and
+    // the state (first part) with the per-row terms; the transposed tile, in flight during
+    // the inter product; the score columns after it (fetched with the transposed tile,
+    // ptxas spilled at the launch bounds' register cap).
     const la_storage_t* rows_src = DQ ? grad : (DK ? v : k);
     const la_storage_t* cols_src = DQ ? v : (DK ? grad : q);
     const int rows_map = DV ? map : LA_MAP_IDENTITY, t_map = DV ? LA_MAP_IDENTITY : map;
     // At a 256-wide k dim the row tiles come in two halves (whole: 128 registers of loads).
     constexpr int TILE_PARTS = WIDTH == 256 ? 2 : 1, TILE_LOADS = CC_ROWS_LOADS(WIDTH) / TILE_PARTS;
-    uint4 raw_rows[TILE_LOADS], raw_cols[TILE_LOADS];
-    cc_u32 raw_t[2 * (CC_L / 8)];  // the transposed tile (dK: kept for its residue below)
-    cc_rows_fetch<WIDTH, TILE_LOADS>(raw_rows, rows_src, head_row0, tok0, n, width);
-    cc_rows_fetch<WIDTH, TILE_LOADS>(raw_cols, cols_src, head_row0, tok0, n, width);
-    cc_walk_fetch<CC_L / 8>(raw_t, DQ ? k : (DK ? q : grad), head_row0, tok0, n, c0, DV ? mw : dw, out_cols);
     // Global Sᵀ[e][d] → s_state[d][e] (dQ), R[d][e] as it is (dK), R[d][e] → s_state[e][d] (dV).
-    constexpr int STATE_ALL = cc_grad_state_loads<WIDTH, !DK>(), STATE_LOADS = STATE_ALL > 16 ? 16 : STATE_ALL;
-    cc_grad_state_vec_t<!DK> raw_s[STATE_LOADS];
-    cc_grad_state_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, 0);
-    float vec = 0.0f;  // z⁰ (dQ), r⁰ (dK) at column c0 + threadIdx.x
-    if (!DV && threadIdx.x < CC_TILE) vec = state[(la_index_t)CC_D * CC_M + c0 + threadIdx.x];
-    if constexpr (DV) {
-        for (int r = threadIdx.x; r < CC_L; r += CC_THREADS) {
-            const bool valid = tok0 + r < n;
-            s_den_inv[r] = !valid ? 0.0f : (cc_normalised(map) ? 1.0f / den[head_row0 + tok0 + r] : 1.0f);
+    // Loads of the state in flight at a time: 16; at a 256-wide k dim what leaves ptxas
+    // without spills at 255 registers (dV 8; dQ 32; 16 spilled 4–12 B on sm_80 or sm_90).
+    constexpr int STATE_ALL = cc_grad_state_loads<WIDTH, !DK>(), STATE_MAX = WIDTH == 256 ? (DQ ? 32 : 8) : 16;
+    constexpr int STATE_LOADS = STATE_ALL > STATE_MAX ? STATE_MAX : STATE_ALL;
+    float max_abs;
+    {
+        uint4 raw_rows[TILE_LOADS];
+        cc_grad_state_vec_t<!DK> raw_s[STATE_LOADS];
+        cc_rows_fetch<WIDTH, TILE_LOADS>(raw_rows, rows_src, head_row0, tok0, n, width);
+        cc_grad_state_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, 0);
+        if (!DV && threadIdx.x < CC_TILE) s_vec[threadIdx.x] = state[(la_index_t)CC_D * CC_M + c0 + threadIdx.x];
+        if constexpr (DV) {
+            for (int r = threadIdx.x; r < CC_L; r += CC_THREADS) {
+                const bool valid = tok0 + r < n;
+                s_den_inv[r] = !valid ? 0.0f : (cc_normalised(map) ? 1.0f / den[head_row0 + tok0 + r] : 1.0f);
+            }
+        } else {
+            cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
         }
-    } else {
-        cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
+        cc_rows_put<WIDTH, TILE_LOADS>(s_rows, LD, raw_rows, tok0, n, width, rows_map);
+        max_abs = cc_grad_state_put<WIDTH, !DK>(s_state, LD, raw_s, 0);
+#pragma unroll
+        for (int part = 1; part < TILE_PARTS; ++part) {
+            cc_rows_fetch<WIDTH, TILE_LOADS>(raw_rows, rows_src, head_row0, tok0, n, width, part * TILE_LOADS);
+            cc_rows_put<WIDTH, TILE_LOADS>(s_rows, LD, raw_rows, tok0, n, width, rows_map, part * TILE_LOADS);
+        }
+#pragma unroll
+        for (int s0 = STATE_LOADS; s0 < STATE_ALL; s0 += STATE_LOADS) {
+            cc_grad_state_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, s0);
+            max_abs = fmaxf(max_abs, cc_grad_state_put<WIDTH, !DK>(s_state, LD, raw_s, s0));
+        }
     }
-    cc_rows_put<WIDTH, TILE_LOADS>(s_rows, LD, raw_rows, tok0, n, width, rows_map);
-    cc_rows_put<WIDTH, TILE_LOADS>(s_cols, LD, raw_cols, tok0, n, width, rows_map);
+    // The state's block max: each warp's into its slot (no atomic, so no slot to clear first).
+    max_abs = la_warp_max(max_abs);
+    if (lane == 0) s_warp_max[warp] = max_abs;
+    __syncthreads();  // rows, state, vector, row terms and the warp maxima
+#pragma unroll
+    for (int w = 0; w < CC_THREADS / 32; ++w) max_abs = fmaxf(max_abs, s_warp_max[w]);
+    const float scale = cc_split_scale(max_abs);
+
+    cc_u32 raw_t[2 * (CC_L / 8)];  // the transposed tile (at a 256-wide k dim after the inter
+    // product: in flight during it, ptxas spilled at 255 registers)
+    const la_storage_t* t_src = DQ ? k : (DK ? q : grad);
+    if (WIDTH < 256) cc_walk_fetch<CC_L / 8>(raw_t, t_src, head_row0, tok0, n, c0, DV ? mw : dw, out_cols);
+
+    // Inter: the rows times the fp32 state (split); weighted per row once the scores' row
+    // scales are known (below).
+    const cc_u16* a_rows = s_rows + row0 * LD;
+    float acc[CC_TILE / 8][4];
+    cc_zero(acc);
+    // k-steps not unrolled: unrolled, ptxas hoisted their state loads and spilled at the
+    // launch bounds' register cap.
+    cc_mma_split<CC_TILE / 8, WIDTH / 16, 1>(acc, a_rows, LD, s_state, LD, scale);
+    uint4 raw_cols[TILE_LOADS];
+    if (WIDTH == 256) cc_walk_fetch<CC_L / 8>(raw_t, t_src, head_row0, tok0, n, c0, DV ? mw : dw, out_cols);
+    cc_rows_fetch<WIDTH, TILE_LOADS>(raw_cols, cols_src, head_row0, tok0, n, width);
+    __syncthreads();  // every warp's reads of the state are done: the region takes the tiles
     cc_walk_put<DQ, false, false, CC_L / 8>(s_t, DQ ? s_t_lo : nullptr, raw_t, tok0, n, out_cols, t_map,
                                             nullptr, nullptr, nullptr);
-    float max_abs = cc_grad_state_put<WIDTH, !DK>(s_state, LD, raw_s, 0);
+    cc_rows_put<WIDTH, TILE_LOADS>(s_cols, LD, raw_cols, tok0, n, width, rows_map);
 #pragma unroll
     for (int part = 1; part < TILE_PARTS; ++part) {
-        cc_rows_fetch<WIDTH, TILE_LOADS>(raw_rows, rows_src, head_row0, tok0, n, width, part * TILE_LOADS);
         cc_rows_fetch<WIDTH, TILE_LOADS>(raw_cols, cols_src, head_row0, tok0, n, width, part * TILE_LOADS);
-        cc_rows_put<WIDTH, TILE_LOADS>(s_rows, LD, raw_rows, tok0, n, width, rows_map, part * TILE_LOADS);
         cc_rows_put<WIDTH, TILE_LOADS>(s_cols, LD, raw_cols, tok0, n, width, rows_map, part * TILE_LOADS);
     }
-#pragma unroll
-    for (int s0 = STATE_LOADS; s0 < STATE_ALL; s0 += STATE_LOADS) {
-        cc_grad_state_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, s0);
-        max_abs = fmaxf(max_abs, cc_grad_state_put<WIDTH, !DK>(s_state, LD, raw_s, s0));
-    }
-    if (!DV && threadIdx.x < CC_TILE) s_vec[threadIdx.x] = vec;
-    __syncthreads();  // s_max = 0 before the atomics; the row terms
-    const float scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
+    __syncthreads();
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int row0 = warp * 16;  // this warp's first row: queries i (dQ), keys j (dK, dV)
-    const cc_u16* a_rows = s_rows + row0 * LD;
     float go_lo = 0.0f, go_hi = 0.0f, inv_lo = 0.0f, inv_hi = 0.0f;  // dQ: of the warp's rows
     if constexpr (DQ) {
         go_lo = s_neg_go[row0 + g], go_hi = s_neg_go[row0 + g + 8];
@@ -1653,10 +1696,7 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     float s_lo, s_hi, u_lo, u_hi;  // rows scaled by s (powers of two) for the split; u = 1/s
     cc_row_scale(sc, s_lo, s_hi, u_lo, u_hi);
 
-    // Inter: the rows times the fp32 state (split), weighted per row, plus the vector term.
-    float acc[CC_TILE / 8][4];
-    cc_zero(acc);
-    cc_mma_split<CC_TILE / 8, WIDTH / 16>(acc, a_rows, LD, s_state, LD, scale);
+    // The inter term weighted per row (with the row's split scale), plus the vector term.
     const float inv_scale = 1.0f / scale;
     float w_lo, w_hi;
     if constexpr (DQ) {  // λ^{i+1}(G_i S⁰ᵀ − (G_i·O_i) z⁰)/den_i
@@ -1688,8 +1728,9 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     // Intra: acc += scores · the transposed tile, over the causal k-steps.
     cc_intra_mma<!DQ, true, DQ>(acc, sc, s_t, s_t_lo);
     if constexpr (DK) {
-        // q̃'s residue, from the registers its tile was fetched into, into the same shared
-        // tile: Aᵀ_hi q̃_lo.
+        // q̃'s residue into the same shared tile: Aᵀ_hi q̃_lo. q̃ is fetched again (an L2 hit):
+        // kept in registers since its first fetch, it made ptxas spill at 128 registers.
+        cc_walk_fetch<CC_L / 8>(raw_t, q, head_row0, tok0, n, c0, dw, out_cols);
         __syncthreads();  // every read of q̃'s hi tile is done
         cc_walk_put<true, false, false, CC_L / 8>(nullptr, s_t, raw_t, tok0, n, out_cols, map, nullptr,
                                                   nullptr, nullptr);
@@ -1705,7 +1746,7 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
 // cc_backward_dq and cc_backward_dk take one parameter list (the host launches both alike);
 // `out` is dQ or dK.
 #define CC_BACKWARD_QK_ENTRY(name, WHAT)                                                            \
-    extern "C" __global__ void __launch_bounds__(CC_THREADS)                                        \
+    extern "C" __global__ void __launch_bounds__(CC_THREADS, CC_GRAD_MIN_CTAS(CC_M, 3))             \
     name(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,                    \
          const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,                 \
          const float* __restrict__ go_parts, const float* __restrict__ den,                         \
@@ -1744,14 +1785,8 @@ CC_BACKWARD_QK_ENTRY(cc_backward_dk, CC_GRAD_K)
 // subnormals.
 // grid (NC, B·H, M/64), warp w rows (keys) 16w .. 16w+15; dynamic shared CC_DV_SMEM.
 // `states` holds R⁰ (cc_backward_h), R[d][e]. Limits: the file's.
-// At D = 256 (1 CTA per SM by shared memory) the explicit minimum of 1 CTA: without it ptxas
-// (sm_80) stopped at 96 registers and spilled 4 B; elsewhere the bounds it always had.
-#if CC_D == 256
-#define CC_DV_BOUNDS __launch_bounds__(CC_THREADS, 1)
-#else
-#define CC_DV_BOUNDS __launch_bounds__(CC_THREADS)
-#endif
-extern "C" __global__ void CC_DV_BOUNDS
+// Launch bounds: CC_GRAD_MIN_CTAS (4 CTAs per SM at D ≤ 128, 1 at D = 256).
+extern "C" __global__ void __launch_bounds__(CC_THREADS, CC_GRAD_MIN_CTAS(CC_D, 4))
 cc_backward_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
                const la_storage_t* __restrict__ grad, const float* __restrict__ den,
                const float* __restrict__ states, la_storage_t* __restrict__ dv, int n, int num_chunks,

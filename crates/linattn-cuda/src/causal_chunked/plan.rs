@@ -124,6 +124,11 @@ impl LaunchPlan {
         const PAD: usize = 8;
         let (ld_t, ld_d, ld_m) = (CHUNK + PAD, d + PAD, m + PAD);
         let half = 2; // bytes of a 16-bit element
+                      // CC_GRAD_REGION: the fp32 state slice, or the score columns and `t_tiles`
+                      // transposed tiles, whichever is larger.
+        let grad_region = |ld: usize, t_tiles: usize| {
+            (TILE * ld * 4).max(CHUNK * ld * half + t_tiles * TILE * ld_t * half)
+        };
         Ok(LaunchPlan {
             num_chunks,
             heads,
@@ -146,19 +151,19 @@ impl LaunchPlan {
                 2 * CHUNK * ld_d * half + TILE * ld_t * half + TILE * ld_d * 4 + d * 4,
                 "shared bytes",
             )?,
-            // cc_backward_dk: G, v tiles; q̃ slice; R⁰ slice fp32; r⁰ slice. cc_backward_dq adds k̃'s lo residue.
+            // The gradient kernels: the rows tile, then one region holding the fp32 state
+            // slice and, after the inter product, the score columns and the transposed tile(s)
+            // (CC_GRAD_REGION); dQ, dK also the state's vector slice. cc_backward_dq has two
+            // transposed tiles (k̃ and its lo residue).
             smem_dk: u(
-                2 * CHUNK * ld_m * half + TILE * ld_t * half + TILE * ld_m * 4 + TILE * 4,
+                CHUNK * ld_m * half + grad_region(ld_m, 1) + TILE * 4,
                 "shared bytes",
             )?,
             smem_dq: u(
-                2 * CHUNK * ld_m * half + 2 * TILE * ld_t * half + TILE * ld_m * 4 + TILE * 4,
+                CHUNK * ld_m * half + grad_region(ld_m, 2) + TILE * 4,
                 "shared bytes",
             )?,
-            smem_dv: u(
-                2 * CHUNK * ld_d * half + TILE * ld_t * half + TILE * ld_d * 4,
-                "shared bytes",
-            )?,
+            smem_dv: u(CHUNK * ld_d * half + grad_region(ld_d, 1), "shared bytes")?,
         })
     }
 
@@ -184,7 +189,7 @@ impl LaunchPlan {
 
     /// Refuses a device whose per-block shared memory opt-in (`max_optin` bytes, dynamic +
     /// static) cannot hold the largest launch plus `STATIC_SHARED_MAX` of static shared
-    /// memory: a clear refusal at `supports`, not a launch failure (D, M = 256 needs ~151 KB,
+    /// memory: a clear refusal at `supports`, not a launch failure (D, M = 256 needs ~143 KB,
     /// beyond sm_86/89's 99 KB).
     pub fn check_shared(&self, device: &str, max_optin: u64) -> Result<(), Unsupported> {
         let need = u64::from(self.max_shared()) + STATIC_SHARED_MAX;
