@@ -112,7 +112,7 @@
 //   on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
 //   Dynamic shared memory ≤ 145,408 B per CTA (cc_backward_go at D = M = 256; ≤ 79,360 B at
 //   D, M ≤ 128, ≤ 44,544 B in cc_forward and ≤ 53,504 B in the gradient kernels there, 3–4
-//   CTAs per SM; 27,648 B in the state walks) plus ≤ 1,280 B static: the host opts in above 48 KB and refuses a device whose
+//   CTAs per SM; 27,648 B in the state walks) plus ≤ 2,304 B static: the host opts in above 48 KB and refuses a device whose
 //   opt-in maximum is below a launch's need (sm_80: 163 KB, sm_90: 227 KB fit every
 //   program; sm_86/89's 99 KB fit D, M ≤ 128 only).
 //   Storage (LA_STORAGE) and CC_D, CC_M are defines; the map (codes of LA_MAP), decay
@@ -339,29 +339,6 @@ __device__ __forceinline__ void cc_quad_swap(cc_u32& x, cc_u32& y) {
 // First of the 4 columns lane t holds after cc_quad_swap: columns 4(t >> 1) .. + 3 of n-tile
 // 2p (even t) or 2p+1 (odd t).
 __device__ __forceinline__ int cc_quad_col(int t) { return 8 * (t & 1) + 4 * (t >> 1); }
-
-// Σ_j tile[row][j] (· w[j] when w is given) over the 64 tokens of a [.][CC_LDT] 16-bit tile,
-// one thread per row. Token pairs are read from pair `row` mod 32 on: the row stride
-// (CC_LDT/2 ≡ 4 mod 32 words) put 4 lanes of a warp on each bank when all read pair 0 first.
-// Unrolled whole: the state walks run one CTA per SM, so the loads, not occupancy, bound it.
-__device__ __forceinline__ float cc_row_dot(const cc_u16* tile, int row, const float* w) {
-    const cc_u32* p = (const cc_u32*)(tile + row * CC_LDT);
-    float s = 0.0f;
-#pragma unroll
-    for (int m = 0; m < CC_L / 2; ++m) {
-        const int j = (m + row) & (CC_L / 2 - 1);
-        const cc_u32 x = p[j];
-        if (w) {
-            const float2 wj = *(const float2*)(w + 2 * j);
-            s += cc_lo(x) * wj.x;
-            s += cc_hi(x) * wj.y;
-        } else {
-            s += cc_lo(x);
-            s += cc_hi(x);
-        }
-    }
-    return s;
-}
 
 // Transposed 16-bit tiles, dst[feature][token] (stride CC_LDT), as cc_walk_put stores them.
 // One 32-bit store of a token pair: the hi part into dst (when dst is given) and, with
@@ -873,6 +850,31 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
     }
 }
 
+// Δr's partial sums for the reverse walk: Σ_i w_i (hi + lo)[d][i] over a quarter of the chunk,
+// thread x = (d = x mod 64, part = x / 64: tokens 16·part .. +15), the hi and lo tiles in two
+// accumulators. Chains of 16 fma where one thread per d ran 128 (hi, then lo): in
+// the model Δr was ~45% of the walk's time at (2, 16384, 16, 128). Token pairs are read from
+// pair (d >> 3) on: rows d, d + 8, d + 16, d + 24 share banks (CC_LDT/2 ≡ 4 mod 32 words).
+static_assert(CC_WALK_THREADS == 4 * CC_TILE, "four token quarters per feature row");
+__device__ __forceinline__ float cc_walk_r_part(const cc_u16* hi, const cc_u16* lo, const float* w) {
+    const int d = threadIdx.x & (CC_TILE - 1), part = threadIdx.x / CC_TILE, rot = d >> 3;
+    const cc_u32* ph = (const cc_u32*)(hi + d * CC_LDT) + 8 * part;
+    const cc_u32* pl = (const cc_u32*)(lo + d * CC_LDT) + 8 * part;
+    const float* wp = w + 16 * part;
+    float s_hi = 0.0f, s_lo = 0.0f;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+        const int j = (m + rot) & 7;
+        const float2 wj = *(const float2*)(wp + 2 * j);
+        const cc_u32 xh = ph[j], xl = pl[j];
+        s_hi += cc_lo(xh) * wj.x;
+        s_hi += cc_hi(xh) * wj.y;
+        s_lo += cc_lo(xl) * wj.x;
+        s_lo += cc_hi(xl) * wj.y;
+    }
+    return s_hi + s_lo;
+}
+
 // Backward: states[bh][c] ← R⁰_c, r⁰_c, the state entering chunk c from the right:
 // R⁰_c = Σ_{c'>c} λ^{L(c'−c−1)} ΔR_{c'}, ΔR_c[d][e] = Σ_i λ^i q̃_i[d] gn_i[e] and
 // Δr_c[d] = Σ_i λ^i q̃_i[d] gd_i, computed as Σ_i (λ^i/den_i) q̃_i[d] · (G_i[e] | −G_i·O_i)
@@ -885,9 +887,12 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
 // One CTA per (d-tile, b·h, e-tile) walks the chunks from the last to the first, the running
 // 64×64 fp32 state slice in registers, and writes each chunk's R⁰ once; chunk c's q, G are
 // fetched during chunk c+1. grid (D/64, B·H, M/64), CC_WALK_THREADS; warp w rows (features
-// d) 16(w mod 4) .. +15, columns (values e) 32(w / 4) .. +31; thread d < 64 of e-tile 0 also
-// runs r[d0 + d]; dynamic shared CC_WALK_SMEM. Limits: the file's.
-extern "C" __global__ void __launch_bounds__(CC_WALK_THREADS)
+// d) 16(w mod 4) .. +15, columns (values e) 32(w / 4) .. +31; in e-tile 0 every thread also
+// sums a quarter of Δr[d] (cc_walk_r_part) and thread d < 64 runs r[d0 + d] from the four
+// (one more barrier per chunk there); dynamic shared CC_WALK_SMEM. Limits: the file's.
+// Launch bounds with a minimum of 1 CTA: without it ptxas held the walk to 128 registers and
+// spilled 4–12 B (there is about one walk CTA per SM: occupancy does not bound it).
+extern "C" __global__ void __launch_bounds__(CC_WALK_THREADS, 1)
 cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ grad,
               const float* __restrict__ go_parts, const float* __restrict__ den,
               float* __restrict__ states, int n, int num_chunks, float log2_decay,
@@ -897,7 +902,8 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
     cc_u16* s_qt_lo = s_qt + CC_TILE * CC_LDT;    // [64 d][LDT], its residue
     cc_u16* s_gt = s_qt_lo + CC_TILE * CC_LDT;    // [64 e][LDT], G
     __shared__ float s_w[CC_L], s_unscale[CC_TILE], s_col_max[2 * CC_TILE];
-    __shared__ __align__(8) float s_neg_go[CC_L];  // read as float2 (cc_row_dot)
+    __shared__ __align__(8) float s_neg_go[CC_L];  // read as float2 (cc_walk_r_part)
+    __shared__ float s_r_part[CC_WALK_THREADS];     // Δr's partial sums (e-tile 0)
 
     const int d0 = blockIdx.x * CC_TILE, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
     const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m);  // row widths of q, G
@@ -935,13 +941,11 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
             cc_walk_fetch(raw_g, grad, head_row0, tok0 - CC_L, n, e0, mw, m_cols);
             terms = cc_walk_fetch_terms(go_parts, den, head_row0, tok0 - CC_L, n, map);
         }
+        if (blockIdx.z == 0) s_r_part[threadIdx.x] = cc_walk_r_part(s_qt, s_qt_lo, s_neg_go);
         float acc[4][4];
         cc_zero(acc);
-        float r = 0.0f;
         cc_walk_mma(acc, s_qt + rows * CC_LDT, s_gt + cols * CC_LDT);
-        if (r_thread) r += cc_row_dot(s_qt, threadIdx.x, s_neg_go);
         cc_walk_mma(acc, s_qt_lo + rows * CC_LDT, s_gt + cols * CC_LDT);
-        if (r_thread) r += cc_row_dot(s_qt_lo, threadIdx.x, s_neg_go);
         const float u_lo = s_unscale[rows + g], u_hi = s_unscale[rows + g + 8];
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
@@ -949,7 +953,15 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
             acc[nt][2] *= u_hi; acc[nt][3] *= u_hi;
         }
         cc_walk_step(run, acc, chunk_decay);
-        if (r_thread) r_run = __fmaf_rn(r_run, chunk_decay, r * s_unscale[threadIdx.x]);
+        if (blockIdx.z == 0) {  // CTA-uniform: the partials of every thread, then the sum
+            __syncthreads();
+            if (r_thread) {
+                const int d = threadIdx.x;
+                const float r = ((s_r_part[d] + s_r_part[d + CC_TILE]) + s_r_part[d + 2 * CC_TILE]) +
+                                s_r_part[d + 3 * CC_TILE];
+                r_run = __fmaf_rn(r_run, chunk_decay, r * s_unscale[d]);
+            }
+        }
     }
 }
 

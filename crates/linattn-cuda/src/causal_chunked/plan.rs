@@ -204,6 +204,6 @@ impl LaunchPlan {
     }
 }
 
-/// Static shared memory of any chunked kernel, at most (ptxas: 1,280 B in cc_backward_h, its
-/// weights and scales; the kernel header's limits).
-pub const STATIC_SHARED_MAX: u64 = 1280;
+/// Static shared memory of any chunked kernel, at most (ptxas: 2,304 B in cc_backward_h, its
+/// weights, scales and Δr's partial sums; the kernel header's limits).
+pub const STATIC_SHARED_MAX: u64 = 2304;
