@@ -365,12 +365,19 @@ __device__ __forceinline__ void cc_tile_cols_block(cc_u16* dst, cc_u16* dst_lo, 
                        odd_first ? r1.x : r1.y);
 }
 
-// Block-wide max of non-negative floats through one shared int (ordered like the floats).
-__device__ __forceinline__ float cc_block_max_nonneg(float x, int* slot) {
+// Block-wide max of non-negative floats without an atomic (so no slot to clear first): each
+// warp's max into slots[warp] (cc_block_max_put), the caller's barrier, then every thread
+// reads the CC_THREADS/32 slots (cc_block_max_get).
+__device__ __forceinline__ void cc_block_max_put(float x, float* slots) {
     x = la_warp_max(x);
-    if ((threadIdx.x & 31) == 0) atomicMax(slot, __float_as_int(x));
-    __syncthreads();
-    return __int_as_float(*slot);
+    if ((threadIdx.x & 31) == 0) slots[threadIdx.x >> 5] = x;
+}
+
+__device__ __forceinline__ float cc_block_max_get(const float* slots) {
+    float x = 0.0f;
+#pragma unroll
+    for (int w = 0; w < CC_THREADS / 32; ++w) x = fmaxf(x, slots[w]);
+    return x;
 }
 
 // Partials of G_i·O_i per token: one per 64-wide slice of M, go[token · CC_MT + slice].
@@ -1008,9 +1015,21 @@ __device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&r
     }
 }
 
-// cc_backward_go: q̃, k̃, the v slice, the fp32 S⁰ᵀ slice and z⁰. cc_forward: q̃, k̃, the v slice,
-// z⁰ and one 64×64 tile of the packed state (16 KB; at D ≥ 128 it overlays k̃ once P is done).
-#define CC_GO_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_LDD * 4 + CC_D * 4)
+// cc_forward: q̃, k̃, the v slice, z⁰ and one 64×64 tile of the packed state (16 KB; at D ≥ 128
+// it overlays k̃ once P is done). cc_backward_go: q̃, then one region holding the fp32 state slice for the inter product and,
+// once every warp is done with it, k̃ and the v slice (as the gradient kernels' region), z⁰.
+#define CC_GO_REGION                                                                          \
+    (CC_TILE * CC_LDD * 4 > CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 ? CC_TILE * CC_LDD * 4 \
+                                                                     : CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2)
+#define CC_GO_SMEM (CC_L * CC_LDD * 2 + CC_GO_REGION + CC_D * 4)
+// Launch bounds: 3 CTAs per SM at D ≤ 128 (≤ 168 registers; shared memory would allow 4, but
+// at 128 registers ptxas spilled 8–52 B); at D = 256 none beyond the block size (a minimum of
+// 1 took ptxas to 255 registers and spills).
+#if CC_D == 256
+#define CC_GO_BOUNDS __launch_bounds__(CC_THREADS)
+#else
+#define CC_GO_BOUNDS __launch_bounds__(CC_THREADS, 3)
+#endif
 // 4 CTAs per SM where shared memory allows it (D ≤ 128: ≤ 44.5 KB); 2 at D = 256 (77.8 KB).
 #define CC_FWD_MIN_CTAS (CC_D == 256 ? 2 : 4)
 #define CC_FWD_SMEM (2 * CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 + CC_D * 4 + (CC_D == 64 ? CC_TILE * CC_TILE * 4 : 0))
@@ -1021,6 +1040,9 @@ __device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&r
 // k̃ come in two halves (both whole would be 128 registers of loads: cc_forward has 128 at
 // most at 4 CTAs per SM and ~255 at 2, with P and the output live beside them).
 // dw, mw: the row widths of q, k and v (cc_width); m_cols: v's columns in the slice at e0.
+// QZ, KV: which of the tiles (q̃ and z⁰; k̃ and v) this call loads (cc_backward_go takes q̃ and z⁰
+// first, k̃ and v after its inter product; cc_forward all at once).
+template <bool QZ = true, bool KV = true>
 __device__ __forceinline__ void cc_forward_tiles(cc_u16* s_q, cc_u16* s_k, cc_u16* s_vt, float* s_z,
                                                  const la_storage_t* __restrict__ q,
                                                  const la_storage_t* __restrict__ k,
@@ -1033,30 +1055,38 @@ __device__ __forceinline__ void cc_forward_tiles(cc_u16* s_q, cc_u16* s_k, cc_u1
     constexpr int ZN = (CC_D + CC_THREADS - 1) / CC_THREADS;  // elements of z per thread
     uint4 raw_q[LOADS], raw_k[LOADS];
     cc_u32 raw_v[2 * VSTEPS];
-    cc_rows_fetch<CC_D, LOADS>(raw_q, q, head_row0, tok0, n, dw);
-    cc_rows_fetch<CC_D, LOADS>(raw_k, k, head_row0, tok0, n, dw);
-    cc_walk_fetch<VSTEPS>(raw_v, v, head_row0, tok0, n, e0, mw, m_cols);
-    float z[ZN];
-#pragma unroll
-    for (int j = 0; j < ZN; ++j) {
-        const int f = threadIdx.x + j * CC_THREADS;
-        z[j] = f < CC_D ? state[(la_index_t)CC_D * CC_M + f] : 0.0f;
+    if constexpr (QZ) cc_rows_fetch<CC_D, LOADS>(raw_q, q, head_row0, tok0, n, dw);
+    if constexpr (KV) {
+        cc_rows_fetch<CC_D, LOADS>(raw_k, k, head_row0, tok0, n, dw);
+        cc_walk_fetch<VSTEPS>(raw_v, v, head_row0, tok0, n, e0, mw, m_cols);
     }
-    cc_rows_put<CC_D, LOADS>(s_q, CC_LDD, raw_q, tok0, n, dw, map);
-    cc_rows_put<CC_D, LOADS>(s_k, CC_LDD, raw_k, tok0, n, dw, map);
-    cc_walk_put<false, false, false, VSTEPS>(s_vt, nullptr, raw_v, tok0, n, m_cols, LA_MAP_IDENTITY,
-                                             nullptr, nullptr, nullptr);
+    float z[ZN];
+    if constexpr (QZ) {
 #pragma unroll
-    for (int j = 0; j < ZN; ++j) {
-        const int f = threadIdx.x + j * CC_THREADS;
-        if (f < CC_D) s_z[f] = z[j];
+        for (int j = 0; j < ZN; ++j) {
+            const int f = threadIdx.x + j * CC_THREADS;
+            z[j] = f < CC_D ? state[(la_index_t)CC_D * CC_M + f] : 0.0f;
+        }
+        cc_rows_put<CC_D, LOADS>(s_q, CC_LDD, raw_q, tok0, n, dw, map);
+    }
+    if constexpr (KV) {
+        cc_rows_put<CC_D, LOADS>(s_k, CC_LDD, raw_k, tok0, n, dw, map);
+        cc_walk_put<false, false, false, VSTEPS>(s_vt, nullptr, raw_v, tok0, n, m_cols, LA_MAP_IDENTITY,
+                                                 nullptr, nullptr, nullptr);
+    }
+    if constexpr (QZ) {
+#pragma unroll
+        for (int j = 0; j < ZN; ++j) {
+            const int f = threadIdx.x + j * CC_THREADS;
+            if (f < CC_D) s_z[f] = z[j];
+        }
     }
 #pragma unroll
     for (int part = 1; part < PARTS; ++part) {
-        cc_rows_fetch<CC_D, LOADS>(raw_q, q, head_row0, tok0, n, dw, part * LOADS);
-        cc_rows_fetch<CC_D, LOADS>(raw_k, k, head_row0, tok0, n, dw, part * LOADS);
-        cc_rows_put<CC_D, LOADS>(s_q, CC_LDD, raw_q, tok0, n, dw, map, part * LOADS);
-        cc_rows_put<CC_D, LOADS>(s_k, CC_LDD, raw_k, tok0, n, dw, map, part * LOADS);
+        if constexpr (QZ) cc_rows_fetch<CC_D, LOADS>(raw_q, q, head_row0, tok0, n, dw, part * LOADS);
+        if constexpr (KV) cc_rows_fetch<CC_D, LOADS>(raw_k, k, head_row0, tok0, n, dw, part * LOADS);
+        if constexpr (QZ) cc_rows_put<CC_D, LOADS>(s_q, CC_LDD, raw_q, tok0, n, dw, map, part * LOADS);
+        if constexpr (KV) cc_rows_put<CC_D, LOADS>(s_k, CC_LDD, raw_k, tok0, n, dw, map, part * LOADS);
     }
 }
 
@@ -1149,11 +1179,13 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     cc_u16* s_q = (cc_u16*)cc_smem;                  // [64 i][LDD]  q̃
     cc_u16* s_k = s_q + CC_L * CC_LDD;               // [64 j][LDD]  k̃
     cc_u16* s_vt = s_k + CC_L * CC_LDD;              // [64 e][LDT]  v slice, transposed
-    float* s_s = (float*)(s_vt + CC_TILE * CC_LDT);  // GO: [64 e][LDD]  S⁰ᵀ slice, fp32
-    float* s_z = GO ? s_s + CC_TILE * CC_LDD : s_s;  // [D]          z⁰
+    // GO: [64 e][LDD] the fp32 S⁰ᵀ slice, over k̃ and v until the inter product is done
+    float* s_s = (float*)s_k;
+    float* s_z = GO ? (float*)((unsigned char*)s_k + CC_GO_REGION)  // [D] z⁰
+                    : (float*)(s_vt + CC_TILE * CC_LDT);
     // cc_forward: one packed 64×64 tile, [64 e][16 records] (over k̃ at D ≥ 128, after P).
     uint4* s_st = CC_D > 64 ? (uint4*)s_k : (uint4*)(s_z + CC_D);
-    __shared__ int s_max;
+    __shared__ float s_warp_max[CC_THREADS / 32];  // GO: the state's block max
 
     const int chunk = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
     const int tok0 = chunk * CC_L;
@@ -1161,7 +1193,6 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     const int m_cols = cc_slice_cols<CC_M>(mw, e0);
     const la_index_t head_row0 = (la_index_t)bh * n;
     const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-    if (GO && threadIdx.x == 0) s_max = 0;
     // cc_forward: the tiles' exponents (cc_state_exp; issued with the tile loads, so the
     // choice of the order below waits for nothing more). At D ≥ 128 the tiles go in
     // descending order of exponent (the smaller values first; ties in index order): the
@@ -1185,14 +1216,28 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
                     ex[b + 1] = e, order[b + 1] = o;
                 }
     }
-    cc_forward_tiles(s_q, s_k, s_vt, s_z, q, k, v, state, head_row0, tok0, n, e0, map, dw, mw, m_cols);
     float scale = 1.0f;
     uint4 st[CC_PACKED_LOADS];
+    float o[CC_TILE / 8][4];  // the numerator: inter-chunk, then intra-chunk (zeroed where it
+                              // starts: early in cc_forward, ptxas spilled at 128 registers)
     if (GO) {
-        const float max_abs = cc_state_rows(s_s, state, e0);
-        __syncthreads();  // s_max = 0 visible before the atomics
-        scale = cc_split_scale(cc_block_max_nonneg(max_abs, &s_max));  // has a barrier
+        // q̃, z⁰ and the fp32 state slice; the inter-chunk product λ^{i+1} q̃_i S⁰ first (split
+        // fp32 state; weighted below), so the state's region then takes k̃ and v: 52.7 KB of
+        // shared memory at D = 128 where the three beside each other took 79 KB.
+        cc_forward_tiles<true, false>(s_q, s_k, s_vt, s_z, q, k, v, state, head_row0, tok0, n, e0, map, dw,
+                                      mw, m_cols);
+        cc_block_max_put(cc_state_rows(s_s, state, e0), s_warp_max);
+        __syncthreads();  // q̃, z⁰, the state slice and the warp maxima
+        scale = cc_split_scale(cc_block_max_get(s_warp_max));
+        cc_zero(o);
+        cc_mma_split<CC_TILE / 8, CC_D / 16>(o, s_q + (threadIdx.x >> 5) * 16 * CC_LDD, CC_LDD, s_s, CC_LDD,
+                                             scale);
+        __syncthreads();  // every warp's reads of the state are done
+        cc_forward_tiles<false, true>(s_q, s_k, s_vt, s_z, q, k, v, state, head_row0, tok0, n, e0, map, dw,
+                                      mw, m_cols);
+        __syncthreads();
     } else {
+        cc_forward_tiles(s_q, s_k, s_vt, s_z, q, k, v, state, head_row0, tok0, n, e0, map, dw, mw, m_cols);
         cc_state_fetch(st, state, e0, order[0]);  // in flight during P at D ≥ 128
         if (CC_D == 64) cc_state_put(s_st, st);
         __syncthreads();
@@ -1224,12 +1269,9 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
         row_sum[h] += __shfl_xor_sync(LA_FULL_MASK, row_sum[h], 2);
     }
 
-    // Inter-chunk: λ^{i+1} q̃_i S⁰ (split fp32 state) and λ^{i+1} q̃_i·z⁰.
-    float o[CC_TILE / 8][4];
-    cc_zero(o);
-    if (GO) {
-        cc_mma_split<CC_TILE / 8, CC_D / 16>(o, a_q, CC_LDD, s_s, CC_LDD, scale);
-    } else {
+    // Inter-chunk: λ^{i+1} q̃_i S⁰ (GO: above) and λ^{i+1} q̃_i·z⁰.
+    if (!GO) {
+        cc_zero(o);
         // The packed state, hi + lo already split by the walk with each tile's power of two:
         // no fp32 staging, block max or split here. D ≥ 128: the tiles through one buffer,
         // o ← o·2^(ex[h] − ex[h−1]) between two (≤ 1, exact but for underflow; in two
@@ -1386,7 +1428,7 @@ cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ 
 // CC_GO_SMEM (the fp32 state slice is staged and split here). O = num/den
 // uses the den recomputed here (on the split S⁰, z⁰, so it may differ from the saved den in
 // the last bits); the gradient kernels divide by the saved den. Limits: the file's.
-extern "C" __global__ void __launch_bounds__(CC_THREADS)
+extern "C" __global__ void CC_GO_BOUNDS
 cc_backward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
                const la_storage_t* __restrict__ v, const float* __restrict__ states,
                const la_storage_t* __restrict__ grad, float* __restrict__ go, int n,
@@ -1640,13 +1682,9 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
             max_abs = fmaxf(max_abs, cc_grad_state_put<WIDTH, !DK>(s_state, LD, raw_s, s0));
         }
     }
-    // The state's block max: each warp's into its slot (no atomic, so no slot to clear first).
-    max_abs = la_warp_max(max_abs);
-    if (lane == 0) s_warp_max[warp] = max_abs;
+    cc_block_max_put(max_abs, s_warp_max);
     __syncthreads();  // rows, state, vector, row terms and the warp maxima
-#pragma unroll
-    for (int w = 0; w < CC_THREADS / 32; ++w) max_abs = fmaxf(max_abs, s_warp_max[w]);
-    const float scale = cc_split_scale(max_abs);
+    const float scale = cc_split_scale(cc_block_max_get(s_warp_max));
 
     cc_u32 raw_t[2 * (CC_L / 8)];  // the transposed tile (at a 256-wide k dim after the inter
     // product: in flight during it, ptxas spilled at 255 registers)

@@ -62,9 +62,10 @@ fn shared_memory_matches_the_kernel_layouts() {
         small.smem_forward,
         2 * 64 * 72 * 2 + 64 * 72 * 2 + 64 * 4 + 64 * 64 * 4
     );
+    // cc_backward_go: q̃, then the fp32 state slice or (after the inter product) k̃ and v.
     assert_eq!(
         small.smem_go,
-        2 * 64 * 72 * 2 + 64 * 72 * 2 + 64 * 72 * 4 + 64 * 4
+        64 * 72 * 2 + (64 * 72 * 4).max(64 * 72 * 2 + 64 * 72 * 2) + 64 * 4
     );
     assert!(
         small.smem_forward <= 48 * 1024 && small.smem_go <= 48 * 1024,
@@ -74,7 +75,8 @@ fn shared_memory_matches_the_kernel_layouts() {
     // 4 CTAs per H100 SM (228 KB, 1 KB reserved per CTA) at D = 128.
     assert_eq!(large.smem_forward, 44_544);
     assert!(4 * (large.smem_forward + 1024) <= 228 * 1024);
-    assert_eq!(large.smem_go, 79_360);
+    assert_eq!(large.smem_go, 64 * 136 * 2 + 64 * 136 * 4 + 128 * 4);
+    assert_eq!(large.smem_go, 52_736);
     // The gradient kernels: the rows tile, then one region for the fp32 state slice or, after
     // the inter product, the score columns and the transposed tile(s); dQ, dK the vector.
     let (rows, state) = (64 * 136 * 2, 64 * 136 * 4);
@@ -83,7 +85,7 @@ fn shared_memory_matches_the_kernel_layouts() {
     assert_eq!(large.smem_dq, rows + (rows + 2 * 64 * 72 * 2) + 64 * 4);
     assert_eq!(large.smem_dv, rows + state);
     // 4 CTAs of each fit an H100 SM by shared memory (with ≤ 528 B static).
-    for bytes in [large.smem_dq, large.smem_dk, large.smem_dv] {
+    for bytes in [large.smem_go, large.smem_dq, large.smem_dk, large.smem_dv] {
         assert!(4 * (bytes + 528 + 1024) <= 228 * 1024, "{bytes}");
     }
     // Walks: v or G tile, k̃ or q̃ tile and its residue, whatever D and M.
@@ -142,22 +144,19 @@ fn head_dims_256_take_four_tiles_and_more_shared_memory() {
     // Strides 264 (features), 72 (tokens); cc_forward's packed tile overlays k̃ (D > 64).
     assert_eq!(p.smem_forward, 2 * 64 * 264 * 2 + 64 * 72 * 2 + 256 * 4);
     assert_eq!(p.smem_forward, 77_824);
-    assert_eq!(
-        p.smem_go,
-        2 * 64 * 264 * 2 + 64 * 72 * 2 + 64 * 264 * 4 + 256 * 4
-    );
+    assert_eq!(p.smem_go, 64 * 264 * 2 + 64 * 264 * 4 + 256 * 4);
     // The gradient kernels' region is the fp32 state slice at 256 (larger than the score
     // columns and transposed tiles it later holds).
     assert_eq!(p.smem_dk, 64 * 264 * 2 + 64 * 264 * 4 + 64 * 4);
     assert_eq!(p.smem_dq, p.smem_dk);
     assert_eq!(p.smem_dv, 64 * 264 * 2 + 64 * 264 * 4);
-    assert_eq!(p.smem_go, 145_408);
+    assert_eq!(p.smem_go, 102_400);
     assert_eq!(p.max_shared(), p.smem_go);
     // sm_80 (163 KB) and sm_90 (227 KB) opt in to it with the static part; sm_86/89 (99 KB)
     // cannot, and are refused naming the need and the device.
     p.check_shared("sm_80", 163 << 10).unwrap();
     p.check_shared("sm_90", 227 << 10).unwrap();
-    let need = u64::from(p.smem_go) + STATIC_SHARED_MAX;
+    let need = u64::from(p.max_shared()) + STATIC_SHARED_MAX;
     p.check_shared("A", need).unwrap();
     match p.check_shared("RTX A6000", 99 << 10) {
         Err(Unsupported::Problem(m)) => {

@@ -88,7 +88,7 @@ pub struct LaunchPlan {
     pub smem_walk: u32,
     /// cc_forward: q̃, k̃, the v slice, z⁰ and (D = 64) one packed 64×64 state tile.
     pub smem_forward: u32,
-    /// cc_backward_go: q̃, k̃, the v slice, the fp32 state slice and z⁰.
+    /// cc_backward_go: q̃, a region for the fp32 state slice or k̃ and the v slice, z⁰.
     pub smem_go: u32,
     pub smem_dq: u32,
     pub smem_dk: u32,
@@ -147,8 +147,10 @@ impl LaunchPlan {
                     + if d == 64 { TILE * TILE * 4 } else { 0 },
                 "shared bytes",
             )?,
+            // cc_backward_go: q̃, one region for the fp32 state slice or (after the inter
+            // product) k̃ and the v slice (CC_GO_REGION: the same sizes), z⁰.
             smem_go: u(
-                2 * CHUNK * ld_d * half + TILE * ld_t * half + TILE * ld_d * 4 + d * 4,
+                CHUNK * ld_d * half + grad_region(ld_d, 1) + d * 4,
                 "shared bytes",
             )?,
             // The gradient kernels: the rows tile, then one region holding the fp32 state
