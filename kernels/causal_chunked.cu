@@ -935,9 +935,10 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
         if (chunk == 0) break;
 
         const int tok0 = chunk * CC_L;
-        __syncthreads();  // the previous chunk's reads of the tiles and weights are done
+        // No barrier before the weights: the previous chunk read s_w before its last barrier
+        // below, and s_neg_go after it only in e-tile 0, whose Δr barrier ends those reads.
         cc_walk_put_terms(s_neg_go, s_w, terms, tok0, n, map, log2_decay);
-        __syncthreads();
+        __syncthreads();  // the weights; the previous chunk's reads of the tiles are done
         cc_walk_put<true, true, true>(s_qt, s_qt_lo, raw_q, tok0, n, d_cols, map, s_w, s_unscale,
                                       s_col_max);
         cc_walk_put<false, false, false>(s_gt, nullptr, raw_g, tok0, n, m_cols, LA_MAP_IDENTITY, nullptr,
