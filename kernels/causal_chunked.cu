@@ -60,7 +60,7 @@
 //   Loads into transposed (token-contiguous) tiles read global memory along its contiguous
 //   dim, 8 lanes per 32-byte sector, and transpose while storing to shared memory; since the
 //   same padding puts rows f and f+8 (16-bit) or r and r+4 (fp32) on the same banks, half the
-//   lanes store their two rows in the opposite order (cc_tile_cols_block, cc_grad_state_put): one
+//   lanes store their two rows in the opposite order (cc_tile_cols_block, cc_state32_put): one
 //   padding serves the fragment loads and conflict-free stores. Outputs leave the C fragment
 //   through one quad shuffle (cc_quad_swap) as 8-byte accesses filling whole sectors; they and
 //   cc_walk_fetch assume 8-byte aligned tensors (allocations are 256-byte aligned).
@@ -110,9 +110,10 @@
 //   only the 64-wide program pays the column guards. The chunk states stay in the padded
 //   layout (CC_STATE_STRIDE). Any N ≥ 1: the tail chunk is zero-padded on load and masked
 //   on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
-//   Dynamic shared memory ≤ 145,408 B per CTA (cc_backward_go at D = M = 256; ≤ 79,360 B at
-//   D, M ≤ 128, ≤ 44,544 B in cc_forward and ≤ 53,504 B in the gradient kernels there, 3–4
-//   CTAs per SM; 27,648 B in the state walks) plus ≤ 2,304 B static: the host opts in above 48 KB and refuses a device whose
+//   Dynamic shared memory ≤ 102,400 B per CTA (cc_backward_go at D = M = 256; ≤ 53,504 B at
+//   D, M ≤ 128: 44,544 B in cc_forward, 52,736 B in cc_backward_go, ≤ 53,504 B in the
+//   gradient kernels, 3–4 CTAs per SM; 27,648 B in the state walks) plus ≤ 2,304 B static:
+//   the host opts in above 48 KB and refuses a device whose
 //   opt-in maximum is below a launch's need (sm_80: 163 KB, sm_90: 227 KB fit every
 //   program; sm_86/89's 99 KB fit D, M ≤ 128 only).
 //   Storage (LA_STORAGE) and CC_D, CC_M are defines; the map (codes of LA_MAP), decay
@@ -1019,10 +1020,13 @@ __device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&r
 // cc_forward: q̃, k̃, the v slice, z⁰ and one 64×64 tile of the packed state (16 KB; at D ≥ 128
 // it overlays k̃ once P is done). cc_backward_go: q̃, then one region holding the fp32 state slice for the inter product and,
 // once every warp is done with it, k̃ and the v slice (as the gradient kernels' region), z⁰.
-#define CC_GO_REGION                                                                          \
-    (CC_TILE * CC_LDD * 4 > CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2 ? CC_TILE * CC_LDD * 4 \
-                                                                     : CC_L * CC_LDD * 2 + CC_TILE * CC_LDT * 2)
-#define CC_GO_SMEM (CC_L * CC_LDD * 2 + CC_GO_REGION + CC_D * 4)
+// CC_STATE_REGION(LD, T_TILES): the bytes of such a region, the larger of the fp32 state slice
+// [64][LD] and the 16-bit [64][LD] tile plus T_TILES transposed [64][LDT] tiles that follow it.
+#define CC_STATE_REGION(LD, T_TILES)                                                          \
+    (CC_TILE * (LD) * 4 > CC_L * (LD) * 2 + (T_TILES) * CC_TILE * CC_LDT * 2                  \
+         ? CC_TILE * (LD) * 4                                                                 \
+         : CC_L * (LD) * 2 + (T_TILES) * CC_TILE * CC_LDT * 2)
+#define CC_GO_SMEM (CC_L * CC_LDD * 2 + CC_STATE_REGION(CC_LDD, 1) + CC_D * 4)
 // Launch bounds: 3 CTAs per SM at D ≤ 128 (≤ 168 registers; shared memory would allow 4, but
 // at 128 registers ptxas spilled 8–52 B); at D = 256 none beyond the block size (a minimum of
 // 1 took ptxas to 255 registers and spills).
@@ -1091,26 +1095,78 @@ __device__ __forceinline__ void cc_forward_tiles(cc_u16* s_q, cc_u16* s_k, cc_u1
     }
 }
 
-// The fp32 slice Sᵀ[e0 .. e0+63][0 .. D) of a chunk state into dst[e][LDD], 16 bytes per load,
-// all loads of a part before its first store (16 per thread: D = 256 takes two parts; 32
-// loads at once spilled); returns this thread's max |x| (cc_state_tile, batched).
+// The fp32 state tile of cc_backward_go and the gradient kernels, dst[r][c] for r < 64, c < COLS (stride ld), from
+// rows row0 .. row0+63 of a [.][COLS] matrix (natural: 16-byte loads, thread x, load s:
+// row (x + 128s) / (COLS/4), columns 4·((x + 128s) mod (COLS/4)) .. +3, one warp a 512-byte
+// row segment) or transposed, dst[r][c] = src[c · src_cols + row0 + r] (an 8×8 block per
+// warp step; lane = (rp = lane & 3, c = lane >> 2) loads the float2 src[c][2rp, 2rp+1], 4
+// lanes a 32-byte sector, and stores its two values into rows 2rp, 2rp+1; with ld ≡ 8 mod
+// 32 rows r and r+4 share banks, so lanes rp ≥ 2 store row 2rp+1 first: 32 banks per store).
+// Fetch and put are split so every load of a part is in flight before the first store (16 at
+// a time; 4 at a time they were 8 DRAM latencies per tile at D = 128). Load k of a tile:
+// the global index s0 + s of a part. Put returns this thread's max |x| (a block max follows).
+template <bool TRANSPOSED> struct cc_state32_vec { typedef float4 type; };
+template <> struct cc_state32_vec<true> { typedef float2 type; };
+template <bool TRANSPOSED> using cc_state32_vec_t = typename cc_state32_vec<TRANSPOSED>::type;
+
+template <int COLS, bool TRANSPOSED>
+__device__ __host__ constexpr int cc_state32_loads() {
+    return CC_TILE * COLS / (TRANSPOSED ? 2 : 4) / CC_THREADS;
+}
+
+template <int COLS, bool TRANSPOSED, int LOADS>
+__device__ __forceinline__ void cc_state32_fetch(cc_state32_vec_t<TRANSPOSED> (&x)[LOADS],
+                                                    const float* __restrict__ src, int row0, int src_cols,
+                                                    int s0) {
+#pragma unroll
+    for (int s = 0; s < LOADS; ++s) {
+        const int k = s0 + s;
+        if constexpr (TRANSPOSED) {
+            const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2;
+            const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
+            const int r = (blk % (CC_TILE / 8)) * 8 + 2 * rp, c = (blk / (CC_TILE / 8)) * 8 + cl;
+            x[s] = *(const float2*)(src + (la_index_t)c * src_cols + row0 + r);
+        } else {
+            const int idx = threadIdx.x + k * CC_THREADS, r = idx / (COLS / 4), c = (idx % (COLS / 4)) * 4;
+            x[s] = *(const float4*)(src + (la_index_t)(row0 + r) * COLS + c);
+        }
+    }
+}
+
+template <int COLS, bool TRANSPOSED, int LOADS>
+__device__ __forceinline__ float cc_state32_put(float* dst, int ld,
+                                                   const cc_state32_vec_t<TRANSPOSED> (&x)[LOADS], int s0) {
+    float max_abs = 0.0f;
+#pragma unroll
+    for (int s = 0; s < LOADS; ++s) {
+        const int k = s0 + s;
+        if constexpr (TRANSPOSED) {
+            const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2, first = rp >> 1;
+            const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
+            const int r = (blk % (CC_TILE / 8)) * 8 + 2 * rp, c = (blk / (CC_TILE / 8)) * 8 + cl;
+            dst[(r + first) * ld + c] = first ? x[s].y : x[s].x;
+            dst[(r + 1 - first) * ld + c] = first ? x[s].x : x[s].y;
+            max_abs = fmaxf(max_abs, fmaxf(fabsf(x[s].x), fabsf(x[s].y)));
+        } else {
+            const int idx = threadIdx.x + k * CC_THREADS, r = idx / (COLS / 4), c = (idx % (COLS / 4)) * 4;
+            *(float4*)(dst + r * ld + c) = x[s];
+            max_abs = fmaxf(max_abs, fmaxf(fmaxf(fabsf(x[s].x), fabsf(x[s].y)), fmaxf(fabsf(x[s].z), fabsf(x[s].w))));
+        }
+    }
+    return max_abs;
+}
+
+// The fp32 slice Sᵀ[e0 .. e0+63][0 .. D) of a chunk state into dst[e][LDD] (cc_state32_*,
+// natural), all loads of a part before its first store (16 per thread: D = 256 takes two
+// parts; 32 loads at once spilled); returns this thread's max |x|.
 __device__ __forceinline__ float cc_state_rows(float* dst, const float* __restrict__ state, int e0) {
-    constexpr int ALL = CC_TILE * CC_D / 4 / CC_THREADS, LOADS = ALL > 16 ? 16 : ALL;
+    constexpr int ALL = cc_state32_loads<CC_D, false>(), LOADS = ALL > 16 ? 16 : ALL;
     float max_abs = 0.0f;
 #pragma unroll
     for (int s0 = 0; s0 < ALL; s0 += LOADS) {
         float4 x[LOADS];
-#pragma unroll
-        for (int s = 0; s < LOADS; ++s) {
-            const int idx = threadIdx.x + (s0 + s) * CC_THREADS, r = idx / (CC_D / 4), c = (idx % (CC_D / 4)) * 4;
-            x[s] = *(const float4*)(state + (la_index_t)(e0 + r) * CC_D + c);
-        }
-#pragma unroll
-        for (int s = 0; s < LOADS; ++s) {
-            const int idx = threadIdx.x + (s0 + s) * CC_THREADS, r = idx / (CC_D / 4), c = (idx % (CC_D / 4)) * 4;
-            *(float4*)(dst + r * CC_LDD + c) = x[s];
-            max_abs = fmaxf(max_abs, fmaxf(fmaxf(fabsf(x[s].x), fabsf(x[s].y)), fmaxf(fabsf(x[s].z), fabsf(x[s].w))));
-        }
+        cc_state32_fetch<CC_D, false>(x, state, e0, CC_D, s0);
+        max_abs = fmaxf(max_abs, cc_state32_put<CC_D, false>(dst, CC_LDD, x, s0));
     }
     return max_abs;
 }
@@ -1182,7 +1238,7 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     cc_u16* s_vt = s_k + CC_L * CC_LDD;              // [64 e][LDT]  v slice, transposed
     // GO: [64 e][LDD] the fp32 S⁰ᵀ slice, over k̃ and v until the inter product is done
     float* s_s = (float*)s_k;
-    float* s_z = GO ? (float*)((unsigned char*)s_k + CC_GO_REGION)  // [D] z⁰
+    float* s_z = GO ? (float*)((unsigned char*)s_k + CC_STATE_REGION(CC_LDD, 1))  // [D] z⁰
                     : (float*)(s_vt + CC_TILE * CC_LDT);
     // cc_forward: one packed 64×64 tile, [64 e][16 records] (over k̃ at D ≥ 128, after P).
     uint4* s_st = CC_D > 64 ? (uint4*)s_k : (uint4*)(s_z + CC_D);
@@ -1440,70 +1496,6 @@ cc_backward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restric
 
 // ---- backward: gradients ----------------------------------------------------------------------
 
-// Dynamic shared memory of the three gradient kernels (rows, score columns, transposed tile,
-// fp32 state slice, then dQ/dK: the state's vector; dQ: the transposed tile's residue too).
-
-// The gradient kernels' fp32 state tile, dst[r][c] for r < 64, c < COLS (stride ld), from
-// rows row0 .. row0+63 of a [.][COLS] matrix (natural: 16-byte loads, thread x, load s:
-// row (x + 128s) / (COLS/4), columns 4·((x + 128s) mod (COLS/4)) .. +3, one warp a 512-byte
-// row segment) or transposed, dst[r][c] = src[c · src_cols + row0 + r] (an 8×8 block per
-// warp step; lane = (rp = lane & 3, c = lane >> 2) loads the float2 src[c][2rp, 2rp+1], 4
-// lanes a 32-byte sector, and stores its two values into rows 2rp, 2rp+1; with ld ≡ 8 mod
-// 32 rows r and r+4 share banks, so lanes rp ≥ 2 store row 2rp+1 first: 32 banks per store).
-// Fetch and put are split so every load of a part is in flight before the first store (16 at
-// a time; 4 at a time they were 8 DRAM latencies per tile at D = 128). Load k of a tile:
-// the global index s0 + s of a part. Put returns this thread's max |x| (a block max follows).
-template <bool TRANSPOSED> struct cc_grad_state_vec { typedef float4 type; };
-template <> struct cc_grad_state_vec<true> { typedef float2 type; };
-template <bool TRANSPOSED> using cc_grad_state_vec_t = typename cc_grad_state_vec<TRANSPOSED>::type;
-
-template <int COLS, bool TRANSPOSED>
-__device__ __host__ constexpr int cc_grad_state_loads() {
-    return CC_TILE * COLS / (TRANSPOSED ? 2 : 4) / CC_THREADS;
-}
-
-template <int COLS, bool TRANSPOSED, int LOADS>
-__device__ __forceinline__ void cc_grad_state_fetch(cc_grad_state_vec_t<TRANSPOSED> (&x)[LOADS],
-                                                    const float* __restrict__ src, int row0, int src_cols,
-                                                    int s0) {
-#pragma unroll
-    for (int s = 0; s < LOADS; ++s) {
-        const int k = s0 + s;
-        if constexpr (TRANSPOSED) {
-            const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2;
-            const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
-            const int r = (blk % (CC_TILE / 8)) * 8 + 2 * rp, c = (blk / (CC_TILE / 8)) * 8 + cl;
-            x[s] = *(const float2*)(src + (la_index_t)c * src_cols + row0 + r);
-        } else {
-            const int idx = threadIdx.x + k * CC_THREADS, r = idx / (COLS / 4), c = (idx % (COLS / 4)) * 4;
-            x[s] = *(const float4*)(src + (la_index_t)(row0 + r) * COLS + c);
-        }
-    }
-}
-
-template <int COLS, bool TRANSPOSED, int LOADS>
-__device__ __forceinline__ float cc_grad_state_put(float* dst, int ld,
-                                                   const cc_grad_state_vec_t<TRANSPOSED> (&x)[LOADS], int s0) {
-    float max_abs = 0.0f;
-#pragma unroll
-    for (int s = 0; s < LOADS; ++s) {
-        const int k = s0 + s;
-        if constexpr (TRANSPOSED) {
-            const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2, first = rp >> 1;
-            const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
-            const int r = (blk % (CC_TILE / 8)) * 8 + 2 * rp, c = (blk / (CC_TILE / 8)) * 8 + cl;
-            dst[(r + first) * ld + c] = first ? x[s].y : x[s].x;
-            dst[(r + 1 - first) * ld + c] = first ? x[s].x : x[s].y;
-            max_abs = fmaxf(max_abs, fmaxf(fabsf(x[s].x), fabsf(x[s].y)));
-        } else {
-            const int idx = threadIdx.x + k * CC_THREADS, r = idx / (COLS / 4), c = (idx % (COLS / 4)) * 4;
-            *(float4*)(dst + r * ld + c) = x[s];
-            max_abs = fmaxf(max_abs, fmaxf(fmaxf(fabsf(x[s].x), fabsf(x[s].y)), fmaxf(fabsf(x[s].z), fabsf(x[s].w))));
-        }
-    }
-    return max_abs;
-}
-
 // Stores acc ⊙ φ'(x) (map `chain_map`; identity: acc) for the warp's 16 rows × 64 columns [c0, c0+64) of a [N][cols] head;
 // only the first `valid_cols` of those columns exist (cc_slice_cols).
 // wide: 8-byte accesses through cc_quad_swap (full sectors); otherwise 4-byte, fragment layout.
@@ -1597,12 +1589,9 @@ __device__ __forceinline__ void cc_intra_mma(float (&acc)[CC_TILE / 8][4], const
 #define CC_GRAD_Q 0
 #define CC_GRAD_K 1
 #define CC_GRAD_V 2
-#define CC_GRAD_REGION(LD, T_TILES) \
-    (CC_TILE * (LD) * 4 > CC_L * (LD) * 2 + (T_TILES) * CC_TILE * CC_LDT * 2 ? CC_TILE * (LD) * 4 \
-                                                                              : CC_L * (LD) * 2 + (T_TILES) * CC_TILE * CC_LDT * 2)
-#define CC_DK_SMEM (CC_L * CC_LDM * 2 + CC_GRAD_REGION(CC_LDM, 1) + CC_TILE * 4)
-#define CC_DQ_SMEM (CC_L * CC_LDM * 2 + CC_GRAD_REGION(CC_LDM, 2) + CC_TILE * 4)
-#define CC_DV_SMEM (CC_L * CC_LDD * 2 + CC_GRAD_REGION(CC_LDD, 1))
+#define CC_DK_SMEM (CC_L * CC_LDM * 2 + CC_STATE_REGION(CC_LDM, 1) + CC_TILE * 4)
+#define CC_DQ_SMEM (CC_L * CC_LDM * 2 + CC_STATE_REGION(CC_LDM, 2) + CC_TILE * 4)
+#define CC_DV_SMEM (CC_L * CC_LDD * 2 + CC_STATE_REGION(CC_LDD, 1))
 // Minimum CTAs per SM in the launch bounds (registers ≤ 65536 / (128 · CTAS)), where shared
 // memory allows 4 (k dims ≤ 128): 4 for cc_backward_dv (≤ 128 registers), 3 for dQ and dK
 // (at 128 ptxas spilled 20–240 B: their scores take G·O terms and dQ a second tile);
@@ -1628,7 +1617,7 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     cc_u16* s_cols = (cc_u16*)region;                  // [64][LD]   score columns: v, G, q̃
     cc_u16* s_t = s_cols + CC_L * LD;                  // [64][LDT]  intra B, transposed: k̃, q̃, G slice
     cc_u16* s_t_lo = s_t + CC_TILE * CC_LDT;           // [64][LDT]  dQ: k̃'s rounding residue (lo)
-    float* s_vec = (float*)(region + CC_GRAD_REGION(LD, DQ ? 2 : 1));  // [64] z⁰ (dQ), r⁰ (dK) slice
+    float* s_vec = (float*)(region + CC_STATE_REGION(LD, DQ ? 2 : 1));  // [64] z⁰ (dQ), r⁰ (dK) slice
     __shared__ float s_den_inv[CC_L], s_neg_go[CC_L];  // dV: no s_neg_go
     __shared__ float s_warp_max[CC_THREADS / 32];
 
@@ -1653,14 +1642,14 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     // Global Sᵀ[e][d] → s_state[d][e] (dQ), R[d][e] as it is (dK), R[d][e] → s_state[e][d] (dV).
     // Loads of the state in flight at a time: 16; at a 256-wide k dim what leaves ptxas
     // without spills at 255 registers (dV 8; dQ 32; 16 spilled 4–12 B on sm_80 or sm_90).
-    constexpr int STATE_ALL = cc_grad_state_loads<WIDTH, !DK>(), STATE_MAX = WIDTH == 256 ? (DQ ? 32 : 8) : 16;
+    constexpr int STATE_ALL = cc_state32_loads<WIDTH, !DK>(), STATE_MAX = WIDTH == 256 ? (DQ ? 32 : 8) : 16;
     constexpr int STATE_LOADS = STATE_ALL > STATE_MAX ? STATE_MAX : STATE_ALL;
     float max_abs;
     {
         uint4 raw_rows[TILE_LOADS];
-        cc_grad_state_vec_t<!DK> raw_s[STATE_LOADS];
+        cc_state32_vec_t<!DK> raw_s[STATE_LOADS];
         cc_rows_fetch<WIDTH, TILE_LOADS>(raw_rows, rows_src, head_row0, tok0, n, width);
-        cc_grad_state_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, 0);
+        cc_state32_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, 0);
         if (!DV && threadIdx.x < CC_TILE) s_vec[threadIdx.x] = state[(la_index_t)CC_D * CC_M + c0 + threadIdx.x];
         if constexpr (DV) {
             for (int r = threadIdx.x; r < CC_L; r += CC_THREADS) {
@@ -1671,7 +1660,7 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
             cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
         }
         cc_rows_put<WIDTH, TILE_LOADS>(s_rows, LD, raw_rows, tok0, n, width, rows_map);
-        max_abs = cc_grad_state_put<WIDTH, !DK>(s_state, LD, raw_s, 0);
+        max_abs = cc_state32_put<WIDTH, !DK>(s_state, LD, raw_s, 0);
 #pragma unroll
         for (int part = 1; part < TILE_PARTS; ++part) {
             cc_rows_fetch<WIDTH, TILE_LOADS>(raw_rows, rows_src, head_row0, tok0, n, width, part * TILE_LOADS);
@@ -1679,8 +1668,8 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
         }
 #pragma unroll
         for (int s0 = STATE_LOADS; s0 < STATE_ALL; s0 += STATE_LOADS) {
-            cc_grad_state_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, s0);
-            max_abs = fmaxf(max_abs, cc_grad_state_put<WIDTH, !DK>(s_state, LD, raw_s, s0));
+            cc_state32_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, s0);
+            max_abs = fmaxf(max_abs, cc_state32_put<WIDTH, !DK>(s_state, LD, raw_s, s0));
         }
     }
     cc_block_max_put(max_abs, s_warp_max);

@@ -123,10 +123,11 @@ impl LaunchPlan {
         };
         const PAD: usize = 8;
         let (ld_t, ld_d, ld_m) = (CHUNK + PAD, d + PAD, m + PAD);
-        let half = 2; // bytes of a 16-bit element
-                      // CC_GRAD_REGION: the fp32 state slice, or the score columns and `t_tiles`
-                      // transposed tiles, whichever is larger.
-        let grad_region = |ld: usize, t_tiles: usize| {
+        // Bytes of a 16-bit element.
+        let half = 2;
+        // CC_STATE_REGION: the fp32 state slice, or a 16-bit tile (score columns; k̃) and
+        // `t_tiles` transposed tiles, whichever is larger.
+        let state_region = |ld: usize, t_tiles: usize| {
             (TILE * ld * 4).max(CHUNK * ld * half + t_tiles * TILE * ld_t * half)
         };
         Ok(LaunchPlan {
@@ -148,24 +149,24 @@ impl LaunchPlan {
                 "shared bytes",
             )?,
             // cc_backward_go: q̃, one region for the fp32 state slice or (after the inter
-            // product) k̃ and the v slice (CC_GO_REGION: the same sizes), z⁰.
+            // product) k̃ and the v slice (CC_STATE_REGION), z⁰.
             smem_go: u(
-                CHUNK * ld_d * half + grad_region(ld_d, 1) + d * 4,
+                CHUNK * ld_d * half + state_region(ld_d, 1) + d * 4,
                 "shared bytes",
             )?,
             // The gradient kernels: the rows tile, then one region holding the fp32 state
             // slice and, after the inter product, the score columns and the transposed tile(s)
-            // (CC_GRAD_REGION); dQ, dK also the state's vector slice. cc_backward_dq has two
+            // (CC_STATE_REGION); dQ, dK also the state's vector slice. cc_backward_dq has two
             // transposed tiles (k̃ and its lo residue).
             smem_dk: u(
-                CHUNK * ld_m * half + grad_region(ld_m, 1) + TILE * 4,
+                CHUNK * ld_m * half + state_region(ld_m, 1) + TILE * 4,
                 "shared bytes",
             )?,
             smem_dq: u(
-                CHUNK * ld_m * half + grad_region(ld_m, 2) + TILE * 4,
+                CHUNK * ld_m * half + state_region(ld_m, 2) + TILE * 4,
                 "shared bytes",
             )?,
-            smem_dv: u(CHUNK * ld_d * half + grad_region(ld_d, 1), "shared bytes")?,
+            smem_dv: u(CHUNK * ld_d * half + state_region(ld_d, 1), "shared bytes")?,
         })
     }
 
