@@ -1,8 +1,8 @@
 // causal_chunked.cu — causal linear attention, chunkwise form on tensor cores (SPEC §3, §4, §6).
 //
 // Compile-checked with NVRTC + ptxas for sm_80 / sm_90 and run on the PTX simulator
-// (linattn-ptxsim, with its memory, race, init and sync checkers) in the tests; not yet run
-// on a GPU.
+// (linattn-ptxsim, with its memory, race, init and sync checkers) in the tests. The kernels of
+// 2026-11-25 ran on an H100 (../shared/reference/h100-2026-11-25); these have not yet.
 //
 // ---- math (per (b, h); q̃ = φ(q), k̃ = φ(k); λ = decay; chunk c holds tokens cL .. cL+L−1) ----
 //   S_i = λ S_{i−1} + k̃_i v_iᵀ (C×M),  z_i = λ z_{i−1} + k̃_i,   O_i = q̃_iᵀS_i / (q̃_iᵀz_i + ε).
@@ -27,6 +27,9 @@
 //                    split cc_forward made itself, at the fp32 state's bytes).
 //                                                               grid (D/64, B·H, M/64)
 //   2. cc_forward    per chunk and 64-wide slice of M: O, den.  grid (NC, B·H, M/64)
+//   Training (a backward follows): pass 1 split (k̃ hi + lo, see precision) writing fp32,
+//   then cc_forward_train, O and den on those states plus O's rounding residue out_lo; the
+//   states and out_lo are kept for the backward (the states once, never per token).
 //   D, M here are the program's tile widths (CC_D, CC_M: 16 and 32 pad to 64, see limits).
 //   The walk is sequential in NC = N/64 over B·H·D·M/4096 CTAs (128 at B·H = 32, D = M =
 //   128: about one per H100 SM); each chunk's k, v are fetched a chunk ahead, so the walk
@@ -35,14 +38,14 @@
 //   64·65·4 B = 68 MB per head at D = M = 64, written once and read once by cc_forward (the
 //   three-pass design before it, per-chunk ΔS + an exclusive scan, wrote it twice and read
 //   it twice).
-//   Backward: cc_forward_h (split k̃, see precision) again (states recomputed, never stored
-//   per token); for normalised maps cc_backward_go, the forward once more on those states,
-//   writing only G_i·O_i from the fp32 O (M/64 partials per token, one per slice: N·M/64 fp32
-//   per head); cc_backward_h, the same walk from the last chunk to the first (R⁰, r⁰: another
-//   N/L·C·(M+1) fp32), then cc_backward_dq, cc_backward_dk (grid (NC, B·H, C/64)) and
-//   cc_backward_dv (grid (NC, B·H, M/64)). Per-token saved data: only den (N fp32 per head,
-//   written by the forward) and O itself, which the backward no longer reads (gd takes the
-//   fp32 O of cc_backward_go).
+//   Backward, on the training forward's kept S⁰, z⁰: for normalised maps cc_backward_go,
+//   G_i·O_i from O + out_lo (M/64 partials per token, one per slice: N·M/64 fp32 per head);
+//   cc_backward_h, the walk from the last chunk to the first (R⁰, r⁰: another N/L·C·(M+1)
+//   fp32), then cc_backward_dq, cc_backward_dk (grid (NC, B·H, C/64)) and cc_backward_dv
+//   (grid (NC, B·H, M/64)). Per-token saved data: den (N fp32 per head), O and out_lo
+//   (N·M 16-bit each per head); per chunk the states. Until 2026-11-26 the backward
+//   recomputed S⁰ (the walk again) and O (the forward again, for G·O): 1.1 ms of the model's
+//   3.5 ms at (2, 16384, 16, 128), for N·M·2 + N/L·C·(M+1)·4 bytes per head kept instead.
 //
 // ---- warp / fragment mapping ----
 //   Block = 128 threads = 4 warps; warp w owns rows 16w .. 16w+15 of the 64-row chunk (rows =
@@ -90,8 +93,9 @@
 //   forward, A in dQ and dK, Pᵀ/den in dV) are split hi + lo as well: those terms cancel
 //   against the inter-chunk ones (Σ_j A_ij ≈ 0 since k̃ ≈ 1 + elu(k), and v_j − O_i ≈ 0 for
 //   the first tokens), so their 16-bit rounding, not storage, would dominate bf16 dQ.
-//   gd_i = −G_i·O_i/den_i takes O in fp32 (cc_backward_go), never the stored 16-bit O: z⁰ gd
-//   and r carry it into dQ and dK, where they cancel against the S gn terms.
+//   gd_i = −G_i·O_i/den_i takes O as stored + residue (cc_forward_train's out_lo: ~16 bits
+//   bf16, ~22 fp16, cc_backward_go), never the stored 16-bit O alone: z⁰ gd and r carry it
+//   into dQ and dK, where they cancel against the S gn terms.
 //   r and the denominators' inter term go through CUDA-core fp32 dot products, z through an
 //   all-ones mma on the k̃ operand of S (fp32 accumulation).
 //   Measured on the simulator against the f64 oracle (B = H = 1, D = M = 64, elu+1, RMS
@@ -110,8 +114,8 @@
 //   only the 64-wide program pays the column guards. The chunk states stay in the padded
 //   layout (CC_STATE_STRIDE). Any N ≥ 1: the tail chunk is zero-padded on load and masked
 //   on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
-//   Dynamic shared memory ≤ 102,400 B per CTA (cc_backward_go at D = M = 256; ≤ 53,504 B at
-//   D, M ≤ 128: 44,544 B in cc_forward, 52,736 B in cc_backward_go, ≤ 53,504 B in the
+//   Dynamic shared memory ≤ 102,400 B per CTA (cc_forward_train at D = M = 256; ≤ 53,504 B at
+//   D, M ≤ 128: 44,544 B in cc_forward, 52,736 B in cc_forward_train, ≤ 53,504 B in the
 //   gradient kernels, 3–4 CTAs per SM; 27,648 B in the state walks) plus ≤ 2,304 B static:
 //   the host opts in above 48 KB and refuses a device whose
 //   opt-in maximum is below a launch's need (sm_80: 163 KB, sm_90: 227 KB fit every
@@ -179,6 +183,12 @@ __device__ __forceinline__ cc_u32 cc_pack(float lo, float hi) {
 
 __device__ __forceinline__ float cc_lo(cc_u32 r) { return la_to_float((cc_u16)(r & 0xffffu)); }
 __device__ __forceinline__ float cc_hi(cc_u32 r) { return la_to_float((cc_u16)(r >> 16)); }
+
+// The rounding residues (lo − stored lo, hi − stored hi) of two fp32 values whose 16-bit
+// storage values are `stored` (cc_pack of the same lo, hi), packed like cc_pack.
+__device__ __forceinline__ cc_u32 cc_residue(float lo, float hi, cc_u32 stored) {
+    return cc_pack(lo - cc_lo(stored), hi - cc_hi(stored));
+}
 
 // The fused feature map is a kernel argument (codes as LA_MAP, through the prelude's
 // la_phi_of_map): the branch is uniform across the grid and costs nothing next to the loads,
@@ -278,7 +288,7 @@ __device__ __forceinline__ void cc_mma_ss(float (&acc)[NT][4], const cc_u16* A, 
 }
 
 // The k-step unrolling of a product over a 256-wide dim: none (16 k-steps unrolled with
-// their fragments in flight spilled on sm_80: cc_backward_go, cc_backward_dk); whole below.
+// their fragments in flight spilled on sm_80: cc_forward_train, cc_backward_dk); whole below.
 #define CC_KS_UNROLL(KS) ((KS) <= 8 ? (KS) : 1)
 
 // acc += A(16-bit [m][k]) · B where B is an fp32 [n][k] state tile, split hi + lo after
@@ -395,7 +405,7 @@ __device__ __forceinline__ float cc_go_sum(cc_go_t x) { return x; }
 #endif
 
 // 1/den and −G·O for the 64 rows of a chunk (identity map: 1 and 0); rows ≥ n: 0 and 0.
-// G·O is the sum of the CC_MT partials cc_backward_go wrote from the fp32 O (not from the
+// G·O is the sum of the CC_MT partials cc_backward_go wrote from O + its residue (not from the
 // 16-bit stored O: gd = −G·O/den feeds z⁰gd and r, which cancel against the S gn terms, so
 // O's storage rounding was the largest error of bf16 dQ). gn = G·(1/den) and gd are never
 // formed in 16 bits: G (exact in storage precision) is the mma operand and 1/den scales fp32
@@ -751,16 +761,16 @@ __device__ __forceinline__ void cc_walk_put_terms(float* neg_go, float* w, cc_wa
 // running state by the mma): the same S⁰ bits as the per-chunk pass and the scan gave. Δz
 // is the row sums of the same k̃ operand(s), by the tensor cores (an all-ones A) where a
 // CUDA-core dot product summed them before: another summation order, fp32 either way.
-// split ≠ 0 (the backward's S⁰, z⁰): the weighted k̃ operand is split hi + lo, both 16-bit,
+// split ≠ 0 (the training forward's S⁰, z⁰, kept for the backward): the weighted k̃ operand is split hi + lo, both 16-bit,
 // two mma's per product, so S⁰ and z⁰ carry ~16 (bf16) / ~22 (fp16) bits of k̃ instead of 8 /
 // 11: in dQ, λ^{i+1}(gn S⁰ᵀ + gd z⁰) cancels against the intra term, and the rounding of k̃
 // in S⁰ was (after gd from the fp32 O) the largest error of bf16 dQ: 2.8e-3 → 1.75e-3 at
-// N = 1000, against 1.66e-3 for rounding the exact dQ to bf16. split = 0 (the forward): hi
+// N = 1000, against 1.66e-3 for rounding the exact dQ to bf16. split = 0 (the inference forward): hi
 // only; O's error there is its bf16 storage either way.
 // packed ≠ 0 (the forward, for cc_forward): S⁰ in the packed form of CC_STATE_STRIDE's
 // comment, split with the tile's power of two (its max from every warp through shared memory,
 // at the barrier the chunk had anyway), so cc_forward needs neither the fp32 tile in shared
-// memory nor a block max; packed = 0: fp32 (cc_backward_go and cc_backward_dq read it).
+// memory nor a block max; packed = 0: fp32 (cc_forward_train and cc_backward_dq read it).
 // grid (D/64, B·H, M/64), CC_WALK_THREADS; warp w rows (values e) 16(w mod 4) .. +15 of the
 // e-tile, columns (features d) 32(w / 4) .. +31 of the d-tile; warps 0 and 4 of e-tile 0
 // also run z of their columns (an all-ones mma); dynamic shared CC_WALK_SMEM. Limits: the
@@ -1018,7 +1028,7 @@ __device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&r
 }
 
 // cc_forward: q̃, k̃, the v slice, z⁰ and one 64×64 tile of the packed state (16 KB; at D ≥ 128
-// it overlays k̃ once P is done). cc_backward_go: q̃, then one region holding the fp32 state slice for the inter product and,
+// it overlays k̃ once P is done). cc_forward_train: q̃, then one region holding the fp32 state slice for the inter product and,
 // once every warp is done with it, k̃ and the v slice (as the gradient kernels' region), z⁰.
 // CC_STATE_REGION(LD, T_TILES): the bytes of such a region, the larger of the fp32 state slice
 // [64][LD] and the 16-bit [64][LD] tile plus T_TILES transposed [64][LDT] tiles that follow it.
@@ -1026,14 +1036,14 @@ __device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&r
     (CC_TILE * (LD) * 4 > CC_L * (LD) * 2 + (T_TILES) * CC_TILE * CC_LDT * 2                  \
          ? CC_TILE * (LD) * 4                                                                 \
          : CC_L * (LD) * 2 + (T_TILES) * CC_TILE * CC_LDT * 2)
-#define CC_GO_SMEM (CC_L * CC_LDD * 2 + CC_STATE_REGION(CC_LDD, 1) + CC_D * 4)
+#define CC_TRAIN_SMEM (CC_L * CC_LDD * 2 + CC_STATE_REGION(CC_LDD, 1) + CC_D * 4)
 // Launch bounds: 3 CTAs per SM at D ≤ 128 (≤ 168 registers; shared memory would allow 4, but
 // at 128 registers ptxas spilled 8–52 B); at D = 256 none beyond the block size (a minimum of
 // 1 took ptxas to 255 registers and spills).
 #if CC_D == 256
-#define CC_GO_BOUNDS __launch_bounds__(CC_THREADS)
+#define CC_TRAIN_BOUNDS __launch_bounds__(CC_THREADS)
 #else
-#define CC_GO_BOUNDS __launch_bounds__(CC_THREADS, 3)
+#define CC_TRAIN_BOUNDS __launch_bounds__(CC_THREADS, 3)
 #endif
 // 4 CTAs per SM where shared memory allows it (D ≤ 128: ≤ 44.5 KB); 2 at D = 256 (77.8 KB).
 #define CC_FWD_MIN_CTAS (CC_D == 256 ? 2 : 4)
@@ -1045,7 +1055,7 @@ __device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&r
 // k̃ come in two halves (both whole would be 128 registers of loads: cc_forward has 128 at
 // most at 4 CTAs per SM and ~255 at 2, with P and the output live beside them).
 // dw, mw: the row widths of q, k and v (cc_width); m_cols: v's columns in the slice at e0.
-// QZ, KV: which of the tiles (q̃ and z⁰; k̃ and v) this call loads (cc_backward_go takes q̃ and z⁰
+// QZ, KV: which of the tiles (q̃ and z⁰; k̃ and v) this call loads (cc_forward_train takes q̃ and z⁰
 // first, k̃ and v after its inter product; cc_forward all at once).
 template <bool QZ = true, bool KV = true>
 __device__ __forceinline__ void cc_forward_tiles(cc_u16* s_q, cc_u16* s_k, cc_u16* s_vt, float* s_z,
@@ -1095,7 +1105,7 @@ __device__ __forceinline__ void cc_forward_tiles(cc_u16* s_q, cc_u16* s_k, cc_u1
     }
 }
 
-// The fp32 state tile of cc_backward_go and the gradient kernels, dst[r][c] for r < 64, c < COLS (stride ld), from
+// The fp32 state tile of cc_forward_train and the gradient kernels, dst[r][c] for r < 64, c < COLS (stride ld), from
 // rows row0 .. row0+63 of a [.][COLS] matrix (natural: 16-byte loads, thread x, load s:
 // row (x + 128s) / (COLS/4), columns 4·((x + 128s) mod (COLS/4)) .. +3, one warp a 512-byte
 // row segment) or transposed, dst[r][c] = src[c · src_cols + row0 + r] (an 8×8 block per
@@ -1219,30 +1229,30 @@ __device__ __forceinline__ void cc_mma_packed(float (&acc)[CC_TILE / 8][4], cons
     }
 }
 
-// O[:, e0:e0+64] and den for one chunk (GO = false: cc_forward), or, in the backward, the
-// partial G_i·O_i over this slice of M from the fp32 O before any rounding (GO = true:
-// cc_backward_go, writes go[token · CC_MT + blockIdx.z] and neither O nor den). The state:
-// packed (cc_forward: 16-byte records staged one 64×64 tile at a time) or fp32 (GO: staged
-// whole, block max, split per fragment). grid (NC, B·H, M/64); dynamic shared CC_FWD_SMEM or
-// CC_GO_SMEM.
-template <bool GO>
+// O[:, e0:e0+64] and den for one chunk. TRAIN = false (cc_forward, inference): the packed
+// state (16-byte records staged one 64×64 tile at a time). TRAIN = true (cc_forward_train,
+// a forward the backward follows): the fp32 state of the split walk, staged whole, block
+// max, split per fragment, the state the backward keeps; also O's rounding residue
+// out_lo = O − O_stored (normalised maps), so the backward's G·O has the fp32 O without
+// recomputing it. grid (NC, B·H, M/64); dynamic shared CC_FWD_SMEM or CC_TRAIN_SMEM.
+template <bool TRAIN>
 __device__ __forceinline__ void
 cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
                 const la_storage_t* __restrict__ v, const float* __restrict__ states,
-                la_storage_t* __restrict__ out, float* __restrict__ den_out,
-                const la_storage_t* __restrict__ grad, float* __restrict__ go, int n,
-                int num_chunks, float log2_decay, float eps, int map, int d, int m) {
+                la_storage_t* __restrict__ out, la_storage_t* __restrict__ out_lo,
+                float* __restrict__ den_out, int n, int num_chunks, float log2_decay, float eps,
+                int map, int d, int m) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_q = (cc_u16*)cc_smem;                  // [64 i][LDD]  q̃
     cc_u16* s_k = s_q + CC_L * CC_LDD;               // [64 j][LDD]  k̃
     cc_u16* s_vt = s_k + CC_L * CC_LDD;              // [64 e][LDT]  v slice, transposed
-    // GO: [64 e][LDD] the fp32 S⁰ᵀ slice, over k̃ and v until the inter product is done
+    // TRAIN: [64 e][LDD] the fp32 S⁰ᵀ slice, over k̃ and v until the inter product is done
     float* s_s = (float*)s_k;
-    float* s_z = GO ? (float*)((unsigned char*)s_k + CC_STATE_REGION(CC_LDD, 1))  // [D] z⁰
-                    : (float*)(s_vt + CC_TILE * CC_LDT);
+    float* s_z = TRAIN ? (float*)((unsigned char*)s_k + CC_STATE_REGION(CC_LDD, 1))  // [D] z⁰
+                       : (float*)(s_vt + CC_TILE * CC_LDT);
     // cc_forward: one packed 64×64 tile, [64 e][16 records] (over k̃ at D ≥ 128, after P).
     uint4* s_st = CC_D > 64 ? (uint4*)s_k : (uint4*)(s_z + CC_D);
-    __shared__ float s_warp_max[CC_THREADS / 32];  // GO: the state's block max
+    __shared__ float s_warp_max[CC_THREADS / 32];  // TRAIN: the state's block max
 
     const int chunk = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
     const int tok0 = chunk * CC_L;
@@ -1255,7 +1265,7 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     // descending order of exponent (the smaller values first; ties in index order): the
     // accumulator then only ever scales down between two (cc_forward's inter term below).
     int ex[CC_DT], order[CC_DT];
-    if (!GO) {
+    if (!TRAIN) {
         const int* exp_words = cc_state_exp(state) + blockIdx.z * CC_DT;
 #pragma unroll
         for (int h = 0; h < CC_DT; ++h) {
@@ -1277,7 +1287,7 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     uint4 st[CC_PACKED_LOADS];
     float o[CC_TILE / 8][4];  // the numerator: inter-chunk, then intra-chunk (zeroed where it
                               // starts: early in cc_forward, ptxas spilled at 128 registers)
-    if (GO) {
+    if (TRAIN) {
         // q̃, z⁰ and the fp32 state slice; the inter-chunk product λ^{i+1} q̃_i S⁰ first (split
         // fp32 state; weighted below), so the state's region then takes k̃ and v: 52.7 KB of
         // shared memory at D = 128 where the three beside each other took 79 KB.
@@ -1308,8 +1318,8 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     float p[CC_L / 8][4];
     cc_zero(p);
     // Key tiles past this warp's last row (j > row0 + 15) are fully masked: skipped.
-    cc_mma_ss<CC_L / 8, CC_D / 16, GO ? CC_KS_UNROLL(CC_D / 16) : 1>(p, a_q, CC_LDD, s_k, CC_LDD, 0,
-                                                                   2 * (warp + 1));
+    cc_mma_ss<CC_L / 8, CC_D / 16, TRAIN ? CC_KS_UNROLL(CC_D / 16) : 1>(p, a_q, CC_LDD, s_k, CC_LDD, 0,
+                                                                      2 * (warp + 1));
     float row_sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int nt = 0; nt < CC_L / 8; ++nt)
@@ -1326,8 +1336,8 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
         row_sum[h] += __shfl_xor_sync(LA_FULL_MASK, row_sum[h], 2);
     }
 
-    // Inter-chunk: λ^{i+1} q̃_i S⁰ (GO: above) and λ^{i+1} q̃_i·z⁰.
-    if (!GO) {
+    // Inter-chunk: λ^{i+1} q̃_i S⁰ (TRAIN: above) and λ^{i+1} q̃_i·z⁰.
+    if (!TRAIN) {
         cc_zero(o);
         // The packed state, hi + lo already split by the walk with each tile's power of two:
         // no fp32 staging, block max or split here. D ≥ 128: the tiles through one buffer,
@@ -1414,36 +1424,6 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     const float den_lo = normalised ? w_lo * qz_lo + row_sum[0] + eps : 1.0f;
     const float den_hi = normalised ? w_hi * qz_hi + row_sum[1] + eps : 1.0f;
     const float inv_lo = 1.0f / den_lo, inv_hi = 1.0f / den_hi;
-    if (GO) {
-        // G·O over this slice: the fp32 numerator row · G, then 1/den; the quad's 4 lanes t
-        // hold the rest of the row.
-        // G is read 4 columns per lane (8 bytes) and moved into the fragment layout of o.
-        float dot_lo = 0.0f, dot_hi = 0.0f;
-#pragma unroll
-        for (int p = 0; p < CC_TILE / 16; ++p) {
-            const int e = e0 + p * 16 + cc_quad_col(t);
-            const bool col_ok = p * 16 < m_cols;  // columns past m: G = 0 (o is 0 there too)
-            uint2 g_lo = make_uint2(0u, 0u), g_hi = make_uint2(0u, 0u);
-            if (col_ok && i_lo < n) g_lo = *(const uint2*)(grad + (head_row0 + i_lo) * mw + e);
-            if (col_ok && i_hi < n) g_hi = *(const uint2*)(grad + (head_row0 + i_hi) * mw + e);
-            cc_quad_swap(g_lo.x, g_lo.y);
-            cc_quad_swap(g_hi.x, g_hi.y);
-            dot_lo += cc_lo(g_lo.x) * o[2 * p][0] + cc_hi(g_lo.x) * o[2 * p][1];
-            dot_hi += cc_lo(g_hi.x) * o[2 * p][2] + cc_hi(g_hi.x) * o[2 * p][3];
-            dot_lo += cc_lo(g_lo.y) * o[2 * p + 1][0] + cc_hi(g_lo.y) * o[2 * p + 1][1];
-            dot_hi += cc_lo(g_hi.y) * o[2 * p + 1][2] + cc_hi(g_hi.y) * o[2 * p + 1][3];
-        }
-#pragma unroll
-        for (int x = 1; x <= 2; x <<= 1) {
-            dot_lo += __shfl_xor_sync(LA_FULL_MASK, dot_lo, x);
-            dot_hi += __shfl_xor_sync(LA_FULL_MASK, dot_hi, x);
-        }
-        if (t == 0) {
-            if (i_lo < n) go[(head_row0 + i_lo) * CC_MT + blockIdx.z] = dot_lo * inv_lo;
-            if (i_hi < n) go[(head_row0 + i_hi) * CC_MT + blockIdx.z] = dot_hi * inv_hi;
-        }
-        return;
-    }
 #pragma unroll
     for (int p = 0; p < CC_TILE / 16; ++p) {  // 4 columns (8 bytes) per lane, cc_quad_swap
         const int e = e0 + p * 16 + cc_quad_col(t);
@@ -1451,11 +1431,25 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
         cc_u32 y_lo = cc_pack(o[2 * p + 1][0] * inv_lo, o[2 * p + 1][1] * inv_lo);
         cc_u32 x_hi = cc_pack(o[2 * p][2] * inv_hi, o[2 * p][3] * inv_hi);
         cc_u32 y_hi = cc_pack(o[2 * p + 1][2] * inv_hi, o[2 * p + 1][3] * inv_hi);
+        // TRAIN: the residues first (the same products, rounded the same way), then both swap.
+        cc_u32 rx_lo = 0, ry_lo = 0, rx_hi = 0, ry_hi = 0;
+        if (TRAIN && normalised) {
+            rx_lo = cc_residue(o[2 * p][0] * inv_lo, o[2 * p][1] * inv_lo, x_lo);
+            ry_lo = cc_residue(o[2 * p + 1][0] * inv_lo, o[2 * p + 1][1] * inv_lo, y_lo);
+            rx_hi = cc_residue(o[2 * p][2] * inv_hi, o[2 * p][3] * inv_hi, x_hi);
+            ry_hi = cc_residue(o[2 * p + 1][2] * inv_hi, o[2 * p + 1][3] * inv_hi, y_hi);
+            cc_quad_swap(rx_lo, ry_lo);
+            cc_quad_swap(rx_hi, ry_hi);
+        }
         cc_quad_swap(x_lo, y_lo);
         cc_quad_swap(x_hi, y_hi);
         if (p * 16 >= m_cols) continue;  // columns past m (warp-uniform), after the shuffles
         if (i_lo < n) *(uint2*)(out + (head_row0 + i_lo) * mw + e) = make_uint2(x_lo, y_lo);
         if (i_hi < n) *(uint2*)(out + (head_row0 + i_hi) * mw + e) = make_uint2(x_hi, y_hi);
+        if (TRAIN && normalised) {
+            if (i_lo < n) *(uint2*)(out_lo + (head_row0 + i_lo) * mw + e) = make_uint2(rx_lo, ry_lo);
+            if (i_hi < n) *(uint2*)(out_lo + (head_row0 + i_hi) * mw + e) = make_uint2(rx_hi, ry_hi);
+        }
     }
     if (blockIdx.z == 0 && t == 0) {
         if (i_lo < n) den_out[head_row0 + i_lo] = den_lo;
@@ -1463,35 +1457,65 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     }
 }
 
+// The two forward entry points: one parameter list (cc_forward does not use out_lo), so the
+// host has one argument struct.
+#define CC_FORWARD_ENTRY(name, BOUNDS, TRAIN)                                                        \
+    extern "C" __global__ void BOUNDS                                                                \
+    name(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,                     \
+         const la_storage_t* __restrict__ v, const float* __restrict__ states,                       \
+         la_storage_t* __restrict__ out, la_storage_t* __restrict__ out_lo,                          \
+         float* __restrict__ den_out, int n, int num_chunks, float log2_decay, float eps, int map,   \
+         int d, int m) {                                                                              \
+        cc_forward_body<TRAIN>(q, k, v, states, out, TRAIN ? out_lo : nullptr, den_out, n,           \
+                               num_chunks, log2_decay, eps, map, d, m);                              \
+    }
+
 // O[:, e0:e0+64] = num/den for one chunk and den (slice 0 writes it), num_i = λ^{i+1} q̃_iᵀS⁰
 // + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) v_j, den_i = λ^{i+1} q̃_iᵀz⁰ + Σ_{j≤i} λ^{i−j}(q̃_i·k̃_j) + ε
-// (identity map: den ≡ 1, not written); `states` holds S⁰ (cc_forward_h). grid (NC, B·H,
-// M/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_FWD_SMEM (≤ 44.5 KB at
+// (identity map: den ≡ 1, not written); `states` holds S⁰ (cc_forward_h, packed). grid (NC,
+// B·H, M/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_FWD_SMEM (≤ 44.5 KB at
 // D ≤ 128, 77.8 KB at 256). 4 CTAs per SM (2 at D = 256, CC_FWD_MIN_CTAS): ≤ 128 registers,
 // which ptxas meets by not holding every batched load at once (unbounded it took 178 at
 // D = 128). Limits: the file's.
-extern "C" __global__ void __launch_bounds__(CC_THREADS, CC_FWD_MIN_CTAS)
-cc_forward(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
-           const la_storage_t* __restrict__ v, const float* __restrict__ states,
-           la_storage_t* __restrict__ out, float* __restrict__ den_out, int n, int num_chunks,
-           float log2_decay, float eps, int map, int d, int m) {
-    cc_forward_body<false>(q, k, v, states, out, den_out, nullptr, nullptr, n, num_chunks,
-                           log2_decay, eps, map, d, m);
-}
+CC_FORWARD_ENTRY(cc_forward, __launch_bounds__(CC_THREADS, CC_FWD_MIN_CTAS), false)
 
-// Backward pre-pass (normalised maps): the forward recomputed on the S⁰ of the backward's
-// split cc_forward_h (fp32 states), writing go[token · CC_MT + slice] = G·O over the slice from
-// the fp32 O, for gd = −G·O/den (cc_row_grad_terms). cc_forward's grid; dynamic shared
-// CC_GO_SMEM (the fp32 state slice is staged and split here). O = num/den
-// uses the den recomputed here (on the split S⁰, z⁰, so it may differ from the saved den in
-// the last bits); the gradient kernels divide by the saved den. Limits: the file's.
-extern "C" __global__ void CC_GO_BOUNDS
-cc_backward_go(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
-               const la_storage_t* __restrict__ v, const float* __restrict__ states,
-               const la_storage_t* __restrict__ grad, float* __restrict__ go, int n,
-               int num_chunks, float log2_decay, float eps, int map, int d, int m) {
-    cc_forward_body<true>(q, k, v, states, nullptr, nullptr, grad, go, n, num_chunks,
-                          log2_decay, eps, map, d, m);
+// The forward of a staging the backward follows: O and den as cc_forward, on the fp32 S⁰, z⁰
+// of the split walk (cc_forward_h split = 1), which the backward keeps instead of recomputing
+// them, and out_lo = O − O_stored, O's rounding residue in storage precision (normalised maps
+// only; not written for identity), for the backward's G·O (cc_backward_go). cc_forward's grid;
+// dynamic shared CC_TRAIN_SMEM (the fp32 state slice is staged and split here). Limits: the
+// file's.
+CC_FORWARD_ENTRY(cc_forward_train, CC_TRAIN_BOUNDS, true)
+
+// Backward pre-pass (normalised maps): go[token · CC_MT + slice] = G·O over the token's 64-wide
+// slice of M, from the forward's O and its residue (cc_forward_train: O + out_lo carries ~16
+// bits in bf16, ~22 in fp16, where O alone carries 8 or 11), for gd = −G·O/den
+// (cc_row_grad_terms). Summed in fp32 in column order within 8-column groups, then the groups
+// by a butterfly. grid (⌈N/32⌉, B·H, M/64), CC_GO_THREADS threads: 8 lanes per token, each
+// one 16-byte load of G, O and out_lo (columns past m read nothing). Limits: the file's.
+#define CC_GO_THREADS 256
+#define CC_GO_TOKENS (CC_GO_THREADS / 8)
+extern "C" __global__ void __launch_bounds__(CC_GO_THREADS)
+cc_backward_go(const la_storage_t* __restrict__ grad, const la_storage_t* __restrict__ out,
+               const la_storage_t* __restrict__ out_lo, float* __restrict__ go, int n, int d, int m) {
+    const int tok = blockIdx.x * CC_GO_TOKENS + threadIdx.x / 8, part = threadIdx.x % 8;
+    const int mw = cc_width<CC_M>(m), col = blockIdx.z * CC_TILE + 8 * part;
+    const la_index_t row = (la_index_t)blockIdx.y * n + tok;
+    float s = 0.0f;
+    if (tok < n && col < mw) {
+        const la_index_t at = row * mw + col;
+        const uint4 g = *(const uint4*)(grad + at), o = *(const uint4*)(out + at);
+        const uint4 r = *(const uint4*)(out_lo + at);
+        const cc_u32 gw[4] = {g.x, g.y, g.z, g.w}, ow[4] = {o.x, o.y, o.z, o.w}, rw[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            s += cc_lo(gw[w]) * (cc_lo(ow[w]) + cc_lo(rw[w]));
+            s += cc_hi(gw[w]) * (cc_hi(ow[w]) + cc_hi(rw[w]));
+        }
+    }
+#pragma unroll
+    for (int x = 1; x < 8; x <<= 1) s += __shfl_xor_sync(LA_FULL_MASK, s, x);
+    if (part == 0 && tok < n) go[row * CC_MT + blockIdx.z] = s;
 }
 
 // ---- backward: gradients ----------------------------------------------------------------------
@@ -1798,7 +1822,7 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
 
 // dQ[:, d0:d0+64] for one chunk: (A k̃ + λ^{i+1}(gn S⁰ᵀ + gd z⁰)) ⊙ φ'(q), with
 // A_ij = (G_i·v_j − G_i·O_i)/den_i and gn S⁰ᵀ + gd z⁰ = (G S⁰ᵀ − (G·O) z⁰)/den; G·O from
-// go_parts (cc_backward_go, fp32 O).
+// go_parts (cc_backward_go, O + residue).
 // Precision: A k̃ cancels against the inter term (Σ_j A_ij ≈ 0 where k̃ ≈ 1 + elu(k)), so
 // 16-bit rounding of A and k̃ would dominate dQ's error in bf16: both are split hi + lo
 // (3 mma's: hi·hi + hi·lo + lo·hi), an emulated-fp32 product for this term only. Row i of A

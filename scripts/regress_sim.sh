@@ -4,7 +4,10 @@
 #
 # Profiles a fixed grid on the PTX simulator (every sim/* backend, D = M in {64, 128},
 # N in {1024, 4096}, forward + backward, B = H = 1, modelled on sm_90) and compares it with
-# the committed bench-results/sim/baseline.json: exit 1 if any per-token counter moved the
+# the committed bench-results/sim/baseline.json; and the inference forward of the chunked
+# form (a forward with no backward to follow runs other kernels there: cc_forward on the
+# packed states, where forward + backward runs cc_forward_train) on the same grid against
+# bench-results/sim/baseline-forward.json: exit 1 if any per-token counter moved the
 # wrong way by more than 0.5%, occupancy fell, a kernel appeared or vanished, or a profile
 # of the baseline failed or was not run. Counters are
 # exact, so there is no noise rule. With --update, rewrites the baseline instead (commit it
@@ -15,11 +18,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=./target/release/linattn
 baseline=bench-results/sim/baseline.json
+baseline_forward=bench-results/sim/baseline-forward.json
 grid=(--backend 'sim/*' --n 1024,4096 --d 64,128 --mode forward+backward --quiet)
+grid_forward=(--backend 'sim/causal_chunked/*' --n 1024,4096 --d 64,128 --mode forward --quiet)
 
 if [ "${1:-}" = "--update" ]; then
   "$bin" profile "${grid[@]}" --json "$baseline"
+  "$bin" profile "${grid_forward[@]}" --json "$baseline_forward"
 else
   "$bin" profile "${grid[@]}" --json target/regress-sim.json
-  "$bin" compare --complete "$baseline" target/regress-sim.json
+  "$bin" profile "${grid_forward[@]}" --json target/regress-sim-forward.json
+  status=0
+  "$bin" compare --complete "$baseline" target/regress-sim.json || status=1
+  "$bin" compare --complete "$baseline_forward" target/regress-sim-forward.json || status=1
+  exit $status
 fi

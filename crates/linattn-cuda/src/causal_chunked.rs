@@ -9,17 +9,20 @@
 //!   S⁰, z⁰ once (fla's chunk_h);
 //! * pass 2 (`cc_forward`): per chunk, O = (intra masked q̃k̃ᵀ v + inter q̃ S⁰) / den.
 //!
-//! The backward: pass 1 again (k̃ split hi + lo for accuracy), `cc_backward_go` (the
-//! forward once more on those states, writing only G·O from the fp32 O, for gd: normalised
-//! maps), `cc_backward_h` (the same walk from the last chunk: R⁰, r⁰), then
-//! `cc_backward_dq`, `cc_backward_dk`, `cc_backward_dv`.
+//! A forward the backward follows (d_out staged: training) runs pass 1 with k̃ split hi + lo
+//! for accuracy, writing fp32 states, and `cc_forward_train`, which also writes O's rounding
+//! residue; both are kept ([`Kept`]). The backward then needs neither the walk nor the
+//! forward again: `cc_backward_go` (G·O from O + residue, for gd: normalised maps),
+//! `cc_backward_h` (the walk from the last chunk: R⁰, r⁰), then `cc_backward_dq`,
+//! `cc_backward_dk`, `cc_backward_dv`.
 //!
 //! The walks run `B·H · D/64 · M/64` CTAs, sequential over the chunks; the per-chunk passes
 //! `N/64 · B·H · (M or D)/64`. The workspace is one fp32 state per chunk,
-//! `N/64 · D·(M+1) · 4` bytes per head (two of them in the backward: S⁰ and the reverse R⁰),
-//! written once and read once, plus, in the backward, `N · M/64` fp32 per head of G·O
-//! partials. The forward keeps `den` (N fp32 per head) next to O for
-//! the backward; no per-token state is ever stored.
+//! `N/64 · D·(M+1) · 4` bytes per head (two of them in the backward: S⁰, kept from the
+//! training forward, and the reverse R⁰), written once and read once, plus, in the backward,
+//! `N · M/64` fp32 per head of G·O partials. The forward keeps `den` (N fp32 per head) next to
+//! O, and in training O's residue (N·M 16-bit per head) and S⁰; no per-token state is ever
+//! stored.
 //!
 //! D and M are each one of 16, 32, 64, 128, 256 ([`HEAD_DIMS`]): a program per tile width
 //! 64, 128, 256 ([`TILE_WIDTHS`]), the real row widths as kernel arguments (16 and 32 run on
@@ -47,7 +50,10 @@ use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
 mod entries;
 mod plan;
 use plan::{check_head_dims, grids};
-pub use plan::{tile_width, LaunchPlan, CHUNK, HEAD_DIMS, STATIC_SHARED_MAX, TILE, TILE_WIDTHS};
+pub use plan::{
+    tile_width, LaunchPlan, CHUNK, GO_THREADS, GO_TOKENS, HEAD_DIMS, STATIC_SHARED_MAX, TILE,
+    TILE_WIDTHS,
+};
 
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_chunked.cu");
@@ -160,7 +166,8 @@ struct Kernels {
     walk_fwd: Kernel,
     walk_bwd: Kernel,
     forward: Kernel,
-    forward_go: Kernel,
+    forward_train: Kernel,
+    go: Kernel,
     dq: Kernel,
     dk: Kernel,
     dv: Kernel,
@@ -185,7 +192,8 @@ impl Kernels {
             walk_fwd: kernel(params::ForwardH::SPEC, plan.smem_walk)?,
             walk_bwd: kernel(params::BackwardH::SPEC, plan.smem_walk)?,
             forward: kernel(params::Forward::SPEC, plan.smem_forward)?,
-            forward_go: kernel(params::BackwardGo::SPEC, plan.smem_go)?,
+            forward_train: kernel(params::ForwardTrain::SPEC, plan.smem_train)?,
+            go: kernel(params::BackwardGo::SPEC, 0)?,
             dq: kernel(params::BackwardDq::SPEC, plan.smem_dq)?,
             dk: kernel(params::BackwardDk::SPEC, plan.smem_dk)?,
             dv: kernel(params::BackwardDv::SPEC, plan.smem_dv)?,
@@ -294,14 +302,25 @@ impl Plan {
     }
 }
 
-/// What the forward keeps: the per-token denominators (fp32, [B·H·N]), the backward's gn, gd.
-pub struct Saved {
+/// What the forward keeps: the per-token denominators (fp32, [B·H·N]), the backward's gn, gd;
+/// and, when a backward follows (d_out was staged), [`Kept`].
+pub struct Saved<T> {
     den: DeviceBuffer<f32>,
+    kept: Option<Kept<T>>,
+}
+
+/// What a forward the backward follows keeps beside O and den, so the backward neither walks
+/// the chunks forward again nor recomputes O: the fp32 chunk states S⁰, z⁰ of the split walk
+/// (`state_len` fp32, written and read once each, never per token) and O's rounding residue
+/// (B·H·N·M in storage precision; normalised maps only, empty for identity).
+pub struct Kept<T> {
+    states: DeviceBuffer<f32>,
+    out_lo: DeviceBuffer<T>,
 }
 
 impl<T: StorageElem> DeviceForm<T> for CausalChunked {
     type Plan = Plan;
-    type Saved = Saved;
+    type Saved = Saved<T>;
 
     fn info(&self) -> FormInfo {
         FormInfo {
@@ -357,22 +376,34 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         })
     }
 
-    fn forward(&self, run: &Run<'_, T>, plan: &Plan) -> Timed<Forward<T, Saved>> {
+    /// Inference (no d_out staged): the packed walk and `cc_forward`; the states are dropped.
+    /// Training (d_out staged, a backward follows): the split walk in fp32 and
+    /// `cc_forward_train`, keeping the states and O's residue for the backward ([`Kept`]).
+    fn forward(&self, run: &Run<'_, T>, plan: &Plan) -> Timed<Forward<T, Saved<T>>> {
         let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
         let shape = run.problem.shape;
+        let train = inputs.d_out.is_some();
+        let normalised = run.problem.map != FeatureMap::Identity;
         let out = DeviceBuffer::<T>::uninit(exec, meter, shape.v_len()?)?;
+        let out_lo_len = if train && normalised {
+            shape.v_len()?
+        } else {
+            0
+        };
+        let out_lo = DeviceBuffer::<T>::uninit(exec, meter, out_lo_len)?;
         let den = DeviceBuffer::<f32>::uninit(exec, meter, shape.bh() * shape.seq)?;
         let states = DeviceBuffer::<f32>::uninit(exec, meter, plan.plan.state_len)?;
         let (p, a) = (&plan.plan, plan.args);
         let elapsed = run.time(|| {
-            plan.forward_states(exec, inputs, &states, false)?;
-            // q, k: B·H·N·D; v, out: B·H·N·M; den: B·H·N; states: state_len.
+            plan.forward_states(exec, inputs, &states, train)?;
+            // q, k: B·H·N·D; v, out, out_lo: B·H·N·M; den: B·H·N; states: state_len.
             let params = params::Forward {
                 q: ptr(&inputs.q),
                 k: ptr(&inputs.k),
                 v: ptr(&inputs.v),
                 states: ptr(&states),
                 out: ptr(&out),
+                out_lo: ptr(&out_lo),
                 den_out: ptr(&den),
                 n: a.n,
                 num_chunks: a.num_chunks,
@@ -382,13 +413,20 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 d: a.d,
                 m: a.m,
             };
-            let value_tiles = (p.grid_value_tiles, p.smem_forward);
-            plan.launch(exec, &plan.kernels.forward, value_tiles, &params)
+            if train {
+                let value_tiles = (p.grid_value_tiles, p.smem_train);
+                let params = params::ForwardTrain(params);
+                plan.launch(exec, &plan.kernels.forward_train, value_tiles, &params)
+            } else {
+                let value_tiles = (p.grid_value_tiles, p.smem_forward);
+                plan.launch(exec, &plan.kernels.forward, value_tiles, &params)
+            }
         })?;
+        let kept = train.then_some(Kept { states, out_lo });
         Ok((
             Forward {
                 out,
-                saved: Saved { den },
+                saved: Saved { den, kept },
             },
             elapsed,
         ))
@@ -398,26 +436,34 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         &self,
         run: &Run<'_, T>,
         plan: &Plan,
-        fwd: &Forward<T, Saved>,
+        fwd: &Forward<T, Saved<T>>,
         d_out: &DeviceBuffer<T>,
     ) -> Timed<DeviceGrads<T>> {
         let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
         let shape = run.problem.shape;
         let normalised = run.problem.map != FeatureMap::Identity;
         let den = &fwd.saved.den;
+        // The forward of a staging with d_out always keeps them (device_backend refuses a
+        // backward without d_out before this).
+        let kept = fwd.saved.kept.as_ref().ok_or_else(|| {
+            AttnError::InvalidArgument(
+                "causal_chunked backward: the forward kept no chunk states (d_out was not staged)"
+                    .into(),
+            )
+        })?;
         let dq = DeviceBuffer::<T>::uninit(exec, meter, shape.qk_len()?)?;
         let dk = DeviceBuffer::<T>::uninit(exec, meter, shape.qk_len()?)?;
         let dv = DeviceBuffer::<T>::uninit(exec, meter, shape.v_len()?)?;
-        let states_fwd = DeviceBuffer::<f32>::uninit(exec, meter, plan.plan.state_len)?;
         let states_rev = DeviceBuffer::<f32>::uninit(exec, meter, plan.plan.state_len)?;
-        // G·O from the fp32 O, one partial per 64-wide slice of M's tile width (normalised
-        // maps only: the identity map has no gd and the kernels never read it).
+        // G·O from O and its residue, one partial per 64-wide slice of M's tile width
+        // (normalised maps only: the identity map has no gd and the kernels never read it).
         let go_len = if normalised {
             shape.bh() * shape.seq * (plan.plan.tile_m / TILE)
         } else {
             0
         };
         let go_parts = DeviceBuffer::<f32>::uninit(exec, meter, go_len)?;
+        let states_fwd = &kept.states;
         let (p, a, ks) = (&plan.plan, plan.args, &plan.kernels);
         let (q, k, v, grad) = (ptr(&inputs.q), ptr(&inputs.k), ptr(&inputs.v), ptr(d_out));
         let (go_parts_ptr, den_ptr) = (ptr(&go_parts), ptr(den));
@@ -425,26 +471,19 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         let (d, m) = (a.d, a.m);
         let key_tiles = |shared| (p.grid_key_tiles, shared);
         let elapsed = run.time(|| {
-            plan.forward_states(exec, inputs, &states_fwd, true)?;
             if normalised {
-                // q, k: B·H·N·D; v, d_out: B·H·N·M; go_parts: B·H·N·M/64.
+                // d_out, out, out_lo: B·H·N·M; go_parts: B·H·N·M/64.
                 let params = params::BackwardGo {
-                    q,
-                    k,
-                    v,
-                    states: ptr(&states_fwd),
                     grad,
+                    out: ptr(&fwd.out),
+                    out_lo: ptr(&kept.out_lo),
                     go: go_parts_ptr,
                     n,
-                    num_chunks,
-                    log2_decay,
-                    eps: a.eps,
-                    map,
                     d,
                     m,
                 };
-                let value_tiles = (p.grid_value_tiles, p.smem_go);
-                plan.launch(exec, &ks.forward_go, value_tiles, &params)?;
+                let launch = Launch::new(p.grid_go, GO_THREADS);
+                launch_kernel(exec.as_ref(), &ks.go, &launch, &params)?;
             }
             // q: B·H·N·D; d_out: B·H·N·M; go_parts, den: as above; states_rev: state_len.
             let params = params::BackwardH {
@@ -470,7 +509,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 grad,
                 go_parts: go_parts_ptr,
                 den: den_ptr,
-                states: ptr(&states_fwd),
+                states: ptr(states_fwd),
                 out: ptr(&dq),
                 n,
                 num_chunks,
@@ -504,7 +543,6 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
             let value_tiles = (p.grid_value_tiles, p.smem_dv);
             plan.launch(exec, &ks.dv, value_tiles, &params)
         })?;
-        drop(states_fwd);
         drop(states_rev);
         Ok((DeviceGrads { dq, dk, dv }, elapsed))
     }

@@ -8,7 +8,7 @@ use linattn_core::{
 };
 use linattn_cuda::causal_chunked::{
     backends, kernel_variants, map_code, tile_width, variant, CausalChunked, LaunchPlan, CHUNK,
-    ENTRY_POINTS, HEAD_DIMS, STATIC_SHARED_MAX,
+    ENTRY_POINTS, GO_TOKENS, HEAD_DIMS, STATIC_SHARED_MAX,
 };
 use linattn_cuda::{DeviceBackend, Platform};
 
@@ -31,6 +31,13 @@ fn chunk_count_covers_ragged_tails() {
         assert!(plan.num_chunks * CHUNK >= n && (plan.num_chunks - 1) * CHUNK < n);
         assert_eq!(plan.grid_value_tiles, (chunks as u32, 16, 1));
         assert_eq!(plan.grid_key_tiles, (chunks as u32, 16, 1));
+        // cc_backward_go: 32 tokens per block (8 lanes each), every token covered once.
+        let groups = plan.grid_go.0 as usize;
+        assert!(
+            groups * GO_TOKENS >= n && (groups - 1) * GO_TOKENS < n,
+            "N = {n}"
+        );
+        assert_eq!((plan.grid_go.1, plan.grid_go.2), (16, 1));
         // The state walks: one CTA per (b·h, 64×64 tile of the state), whatever N.
         assert_eq!(plan.grid_walk, (1, 16, 1));
     }
@@ -43,6 +50,7 @@ fn grids_tile_value_and_key_dims_by_64() {
     assert_eq!(plan.heads, 6);
     assert_eq!(plan.grid_value_tiles, (3, 6, 1)); // M/64 = 1
     assert_eq!(plan.grid_key_tiles, (3, 6, 2)); // D/64 = 2
+    assert_eq!(plan.grid_go, (5, 6, 1)); // ⌈130/32⌉ token groups, M/64 = 1
 
     // One state per chunk: D·M matrix + D vector + 8 words (the packed form's exponents).
     assert_eq!(plan.state_stride, 128 * 64 + 128 + 8);
@@ -62,19 +70,19 @@ fn shared_memory_matches_the_kernel_layouts() {
         small.smem_forward,
         2 * 64 * 72 * 2 + 64 * 72 * 2 + 64 * 4 + 64 * 64 * 4
     );
-    // cc_backward_go: q̃, then the fp32 state slice or (after the inter product) k̃ and v
+    // cc_forward_train: q̃, then the fp32 state slice or (after the inter product) k̃ and v
     // (at D = 64 both 18,432 B), then z⁰.
-    assert_eq!(small.smem_go, 64 * 72 * 2 + 64 * 72 * 4 + 64 * 4);
+    assert_eq!(small.smem_train, 64 * 72 * 2 + 64 * 72 * 4 + 64 * 4);
     assert!(
-        small.smem_forward <= 48 * 1024 && small.smem_go <= 48 * 1024,
+        small.smem_forward <= 48 * 1024 && small.smem_train <= 48 * 1024,
         "D = M = 64 forward fits without opt-in"
     );
     let large = LaunchPlan::new(&shape(1, 100, 128, 128)).unwrap();
     // 4 CTAs per H100 SM (228 KB, 1 KB reserved per CTA) at D = 128.
     assert_eq!(large.smem_forward, 44_544);
     assert!(4 * (large.smem_forward + 1024) <= 228 * 1024);
-    assert_eq!(large.smem_go, 64 * 136 * 2 + 64 * 136 * 4 + 128 * 4);
-    assert_eq!(large.smem_go, 52_736);
+    assert_eq!(large.smem_train, 64 * 136 * 2 + 64 * 136 * 4 + 128 * 4);
+    assert_eq!(large.smem_train, 52_736);
     // The gradient kernels: the rows tile, then one region for the fp32 state slice or, after
     // the inter product, the score columns and the transposed tile(s); dQ, dK the vector.
     let (rows, state) = (64 * 136 * 2, 64 * 136 * 4);
@@ -83,7 +91,12 @@ fn shared_memory_matches_the_kernel_layouts() {
     assert_eq!(large.smem_dq, rows + (rows + 2 * 64 * 72 * 2) + 64 * 4);
     assert_eq!(large.smem_dv, rows + state);
     // 4 CTAs of each fit an H100 SM by shared memory (with ≤ 528 B static).
-    for bytes in [large.smem_go, large.smem_dq, large.smem_dk, large.smem_dv] {
+    for bytes in [
+        large.smem_train,
+        large.smem_dq,
+        large.smem_dk,
+        large.smem_dv,
+    ] {
         assert!(4 * (bytes + 528 + 1024) <= 228 * 1024, "{bytes}");
     }
     // Walks: v or G tile, k̃ or q̃ tile and its residue, whatever D and M.
@@ -94,7 +107,7 @@ fn shared_memory_matches_the_kernel_layouts() {
     for p in [small, large] {
         for bytes in [
             p.smem_forward,
-            p.smem_go,
+            p.smem_train,
             p.smem_dq,
             p.smem_dk,
             p.smem_dv,
@@ -142,14 +155,14 @@ fn head_dims_256_take_four_tiles_and_more_shared_memory() {
     // Strides 264 (features), 72 (tokens); cc_forward's packed tile overlays k̃ (D > 64).
     assert_eq!(p.smem_forward, 2 * 64 * 264 * 2 + 64 * 72 * 2 + 256 * 4);
     assert_eq!(p.smem_forward, 77_824);
-    assert_eq!(p.smem_go, 64 * 264 * 2 + 64 * 264 * 4 + 256 * 4);
+    assert_eq!(p.smem_train, 64 * 264 * 2 + 64 * 264 * 4 + 256 * 4);
     // The gradient kernels' region is the fp32 state slice at 256 (larger than the score
     // columns and transposed tiles it later holds).
     assert_eq!(p.smem_dk, 64 * 264 * 2 + 64 * 264 * 4 + 64 * 4);
     assert_eq!(p.smem_dq, p.smem_dk);
     assert_eq!(p.smem_dv, 64 * 264 * 2 + 64 * 264 * 4);
-    assert_eq!(p.smem_go, 102_400);
-    assert_eq!(p.max_shared(), p.smem_go);
+    assert_eq!(p.smem_train, 102_400);
+    assert_eq!(p.max_shared(), p.smem_train);
     // sm_80 (163 KB) and sm_90 (227 KB) opt in to it with the static part; sm_86/89 (99 KB)
     // cannot, and are refused naming the need and the device.
     p.check_shared("sm_80", 163 << 10).unwrap();
@@ -172,6 +185,7 @@ fn head_dims_256_take_four_tiles_and_more_shared_memory() {
     assert_eq!(p.grid_walk, (4, 1, 1));
     assert_eq!(p.grid_value_tiles, (2, 1, 1));
     assert_eq!(p.grid_key_tiles, (2, 1, 4));
+    assert_eq!(p.grid_go, (3, 1, 1));
     assert_eq!(p.state_stride, 256 * 64 + 256 + 8);
     // D, M ≤ 128 fit sm_86/89's 99 KB opt-in.
     for (d, m) in [(128, 128), (16, 128), (128, 32)] {

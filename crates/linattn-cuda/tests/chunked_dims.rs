@@ -7,11 +7,14 @@
 //! store) and 256 on its own: on the simulator, memcheck, racecheck and initcheck are on, so a
 //! store past a row of width 16 or 32 or a read of unwritten padding fails the case.
 //! N stays small: D = M = 256 simulates 4 × 4 state tiles per chunk.
+//! A forward staged with d_out (training) runs other kernels than one staged without
+//! (inference: the packed walk and `cc_forward`), so each case also runs the inference
+//! forward alone against the oracle.
 
 use linattn_core::{Backend, Causality, FeatureMap, Inputs, Problem, Shape};
 use linattn_cuda::causal_chunked::{backends, HEAD_DIMS};
 use linattn_cuda::Platform;
-use linattn_testkit::{against_oracle, stamp_executors};
+use linattn_testkit::{against_oracle, forward_against_oracle, stamp_executors};
 
 /// (D, M, N, map, λ): together every head dim as D and as M.
 const CASES: [(usize, usize, usize, FeatureMap, f64); 7] = [
@@ -34,6 +37,15 @@ fn main() {
                 case.0, case.1, case.2, case.3, case.4),
             matches_oracle(platform, &b, case)
     );
+    trials.extend(stamp_executors!(
+        for platform in Platform::ALL, (b, case) in backends(platform).into_iter().flat_map(|b| {
+            let name = b.name().to_string();
+            CASES.iter().map(move |c| (name.clone(), *c))
+        }) =>
+            format!("{b}: D={} M={} N={} {} λ={}: the inference forward's O matches the f64 oracle",
+                case.0, case.1, case.2, case.3, case.4),
+            inference_matches_oracle(platform, &b, case)
+    ));
     trials.push(linattn_testkit::host(
         "the cases cover every head dim as D and as M",
         covers_every_head_dim,
@@ -52,12 +64,13 @@ fn covers_every_head_dim() {
     );
 }
 
-fn matches_oracle(
+/// The backend, the problem and its inputs (with d_out) of one case.
+fn staged(
     platform: Platform,
     name: &str,
     (d, m, n, map, decay): (usize, usize, usize, FeatureMap, f64),
-) -> Result<(), String> {
-    let mut b: Box<dyn Backend> = backends(platform)
+) -> Result<(Box<dyn Backend>, Problem, Inputs), String> {
+    let b: Box<dyn Backend> = backends(platform)
         .into_iter()
         .find(|b| b.name() == name)
         .ok_or_else(|| format!("no backend {name}"))?;
@@ -66,5 +79,23 @@ fn matches_oracle(
         .map_err(|e| format!("{name} refuses {problem}: {e}"))?;
     let seed = (d * 1000 + m) as u64;
     let inputs = Inputs::random(problem.shape, seed, true).map_err(|e| e.to_string())?;
+    Ok((b, problem, inputs))
+}
+
+fn matches_oracle(
+    platform: Platform,
+    name: &str,
+    case: (usize, usize, usize, FeatureMap, f64),
+) -> Result<(), String> {
+    let (mut b, problem, inputs) = staged(platform, name, case)?;
     against_oracle(b.as_mut(), &problem, &inputs)
+}
+
+fn inference_matches_oracle(
+    platform: Platform,
+    name: &str,
+    case: (usize, usize, usize, FeatureMap, f64),
+) -> Result<(), String> {
+    let (mut b, problem, inputs) = staged(platform, name, case)?;
+    forward_against_oracle(b.as_mut(), &problem, &inputs)
 }

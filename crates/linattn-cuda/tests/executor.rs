@@ -238,35 +238,38 @@ fn initcheck_fault(exec: &Arc<dyn Executor>) -> Result<(), String> {
 fn shared_opt_in(exec: &Arc<dyn Executor>) -> Result<(), String> {
     let variant =
         linattn_cuda::causal_chunked::variant(Precision::F16, 64, 64).map_err(|e| e.to_string())?;
-    // cc_backward_go keeps a static shared int (its block max); cc_forward has none since it
-    // reads the state packed.
-    let entry = linattn_cuda::causal_chunked::params::BackwardGo::SPEC.entry;
+    // cc_forward_train keeps static shared floats (its block max); cc_forward has none since
+    // it reads the state packed.
+    let entry = linattn_cuda::causal_chunked::params::ForwardTrain::SPEC.entry;
     let kernel = exec.kernel(&variant, entry).map_err(|e| e.to_string())?;
     let static_bytes = kernel.ptxas.as_ref().map_or(0, |r| r.shared_bytes);
     let dynamic = 48 * 1024 - static_bytes / 2;
     if static_bytes < 2 || static_bytes + dynamic <= 48 * 1024 {
         return Err(format!(
-            "cc_backward_go has {static_bytes} static shared bytes: test premise"
+            "cc_forward_train has {static_bytes} static shared bytes: test premise"
         ));
     }
     let meter = MemoryMeter::new();
     let buffer = DeviceBuffer::<f32>::zeros(exec, &meter, 1).map_err(|e| e.to_string())?;
     let b = ptr(&buffer);
-    let arguments = linattn_cuda::causal_chunked::params::BackwardGo {
-        q: b,
-        k: b,
-        v: b,
-        states: b,
-        grad: b,
-        go: b,
-        n: 1,
-        num_chunks: 1,
-        log2_decay: 0.0,
-        eps: 1e-6,
-        map: 1,
-        d: 64,
-        m: 64,
-    }
+    let arguments = linattn_cuda::causal_chunked::params::ForwardTrain(
+        linattn_cuda::causal_chunked::params::Forward {
+            q: b,
+            k: b,
+            v: b,
+            states: b,
+            out: b,
+            out_lo: b,
+            den_out: b,
+            n: 1,
+            num_chunks: 1,
+            log2_decay: 0.0,
+            eps: 1e-6,
+            map: 1,
+            d: 64,
+            m: 64,
+        },
+    )
     .args();
     match exec.launch(
         &kernel,

@@ -170,9 +170,10 @@ fn sampled_counters_and_model_equal_the_full_run() -> Result<(), String> {
             within(&format!("{what} model"), f.model_ns, s.model_ns, 0.01)?;
         }
     }
-    // The chunked backend's 8 launches on grid y = B·H at each shape and the recurrent's 5;
-    // the noncausal kernels' grids have at most 2 rows.
-    if sampled_launches < 21 {
+    // The chunked backend's 7 launches on grid y = B·H at each shape (the training forward's
+    // 2, the backward's 5) and the recurrent's 5; the noncausal kernels' grids have at most
+    // 2 rows.
+    if sampled_launches < 19 {
         return Err(format!("only {sampled_launches} launches were sampled"));
     }
     Ok(())

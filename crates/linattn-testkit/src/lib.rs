@@ -17,7 +17,7 @@ mod outcome;
 
 pub use counters::{counters_scale, kernel_counters};
 pub use linattn_cuda::Platform;
-pub use oracle::{against_oracle, close, oracle, rounder, run_judged};
+pub use oracle::{against_oracle, close, forward_against_oracle, oracle, rounder, run_judged};
 pub use outcome::{all, TrialOutcome};
 
 pub use libtest_mimic::Trial;

@@ -68,3 +68,25 @@ pub fn against_oracle(
     let want = oracle(problem, &inputs).map_err(|e| format!("{} {e}", b.name()))?;
     run_judged(b, problem, &inputs, &want).map(drop)
 }
+
+/// The forward alone of `b` (inputs staged without d_out, so a backend that keeps state for a
+/// backward does not) against linattn-cpu's f64 oracle, inputs rounded to the backend's
+/// storage, O judged at the backend's precision.
+pub fn forward_against_oracle(
+    b: &mut dyn Backend,
+    problem: &Problem,
+    inputs: &Inputs,
+) -> Result<(), String> {
+    let label = format!("{} {problem}", b.name());
+    let mut inputs = inputs.rounded(rounder(b.info().precision));
+    inputs.d_out = None;
+    let want = linattn_cpu::oracle::forward(problem, &inputs)
+        .map_err(|e| format!("{label}: oracle: {e}"))?;
+    let out = b
+        .forward(problem, &inputs)
+        .map_err(|e| format!("{label}: {e}"))?;
+    Judge::for_precision(b.info().precision)
+        .case((&want, &out), None)
+        .map_err(|e| format!("{label}: {e}"))?
+        .into_result(&label)
+}

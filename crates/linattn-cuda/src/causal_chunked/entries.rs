@@ -17,15 +17,18 @@ crate::kernel_params! {
         q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,
         log2_decay: f32, chunk_decay: f32, map: i32, d: i32, m: i32,
     }
-    /// `cc_forward`: pass 2, O and den per chunk.
+    /// `cc_forward`: pass 2, O and den per chunk (`out_lo` unused: the parameter list is
+    /// `cc_forward_train`'s).
     pub struct Forward => "cc_forward" {
-        q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, eps: f32, map: i32, d: i32, m: i32,
+        q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, out_lo: Ptr, den_out: Ptr, n: i32,
+        num_chunks: i32, log2_decay: f32, eps: f32, map: i32, d: i32, m: i32,
     }
-    /// `cc_backward_go`: the forward once more, writing only G·O partials.
+    /// `cc_forward_train`: pass 2 of a forward the backward follows, on the fp32 states of the
+    /// split walk (kept for the backward); also O's rounding residue `out_lo`.
+    pub struct ForwardTrain => "cc_forward_train" = Forward;
+    /// `cc_backward_go`: G·O partials per token and 64-wide slice of M, from O + `out_lo`.
     pub struct BackwardGo => "cc_backward_go" {
-        q: Ptr, k: Ptr, v: Ptr, states: Ptr, grad: Ptr, go: Ptr, n: i32, num_chunks: i32,
-        log2_decay: f32, eps: f32, map: i32, d: i32, m: i32,
+        grad: Ptr, out: Ptr, out_lo: Ptr, go: Ptr, n: i32, d: i32, m: i32,
     }
     /// `cc_backward_dq`: ∂Q per chunk.
     pub struct BackwardDq => "cc_backward_dq" {

@@ -10,6 +10,9 @@ use crate::runtime::as_i32;
 
 /// Tokens per chunk (`CC_L`).
 pub const CHUNK: usize = 64;
+/// Threads of a `cc_backward_go` block (`CC_GO_THREADS`), and its tokens (8 lanes each).
+pub const GO_THREADS: u32 = 256;
+pub const GO_TOKENS: usize = GO_THREADS as usize / 8;
 /// Width of the slice of M (forward, dV) or of D (dQ, dK, R state) one CTA computes.
 pub const TILE: usize = 64;
 /// The head dims D and M the kernels take, in any combination.
@@ -40,11 +43,12 @@ pub(crate) fn check_head_dims(
 }
 
 /// The grid of every chunked launch, each axis named for the limit check (`limits`): the
-/// state walks (D/64, B·H, M/64); the chunk kernels (⌈N/64⌉ chunks, B·H, M/64 or D/64), with
+/// state walks (D/64, B·H, M/64); the chunk kernels (⌈N/64⌉ chunks, B·H, M/64 or D/64) and
+/// the G·O pre-pass (⌈N/32⌉ token groups, B·H, M/64), with
 /// D and M their tile widths (16 and 32 take one tile). [`LaunchPlan`] takes its grids from
 /// here, so the check and the launch cannot part. Head dims outside [`HEAD_DIMS`] count as
 /// one tile (the head-dim check refuses them first).
-pub(crate) fn grids(shape: &Shape) -> [Grid; 7] {
+pub(crate) fn grids(shape: &Shape) -> [Grid; 8] {
     let tiles = |dim: usize| tile_width(dim).unwrap_or(TILE) / TILE;
     let chunks = || Axis::covering("N", shape.seq as u64, CHUNK as u64);
     let bh = || Axis::each("B·H", shape.bh());
@@ -54,7 +58,12 @@ pub(crate) fn grids(shape: &Shape) -> [Grid; 7] {
         Grid::of::<params::ForwardH>(key_tiles(), bh(), value_tiles()),
         Grid::of::<params::BackwardH>(key_tiles(), bh(), value_tiles()),
         Grid::of::<params::Forward>(chunks(), bh(), value_tiles()),
-        Grid::of::<params::BackwardGo>(chunks(), bh(), value_tiles()),
+        Grid::of::<params::ForwardTrain>(chunks(), bh(), value_tiles()),
+        Grid::of::<params::BackwardGo>(
+            Axis::covering("N", shape.seq as u64, GO_TOKENS as u64),
+            bh(),
+            value_tiles(),
+        ),
         Grid::of::<params::BackwardDv>(chunks(), bh(), value_tiles()),
         Grid::of::<params::BackwardDq>(chunks(), bh(), key_tiles()),
         Grid::of::<params::BackwardDk>(chunks(), bh(), key_tiles()),
@@ -78,8 +87,10 @@ pub struct LaunchPlan {
     pub state_stride: usize,
     /// fp32 elements of one state buffer (all heads, all chunks).
     pub state_len: usize,
-    /// (NC, B·H, M/64): cc_forward, cc_backward_go, cc_backward_dv.
+    /// (NC, B·H, M/64): cc_forward, cc_forward_train, cc_backward_dv.
     pub grid_value_tiles: (u32, u32, u32),
+    /// (⌈N/32⌉, B·H, M/64): cc_backward_go, `GO_THREADS` per block.
+    pub grid_go: (u32, u32, u32),
     /// (NC, B·H, D/64): cc_backward_dq, cc_backward_dk.
     pub grid_key_tiles: (u32, u32, u32),
     /// (D/64, B·H, M/64): the state walks cc_forward_h, cc_backward_h.
@@ -88,8 +99,8 @@ pub struct LaunchPlan {
     pub smem_walk: u32,
     /// cc_forward: q̃, k̃, the v slice, z⁰ and (D = 64) one packed 64×64 state tile.
     pub smem_forward: u32,
-    /// cc_backward_go: q̃, a region for the fp32 state slice or k̃ and the v slice, z⁰.
-    pub smem_go: u32,
+    /// cc_forward_train: q̃, a region for the fp32 state slice or k̃ and the v slice, z⁰.
+    pub smem_train: u32,
     pub smem_dq: u32,
     pub smem_dk: u32,
     pub smem_dv: u32,
@@ -108,7 +119,7 @@ impl LaunchPlan {
             }
         };
         let heads = shape.bh();
-        let [walk, _, value_tiles, _, _, key_tiles, _] = grids(shape);
+        let [walk, _, value_tiles, _, go, _, key_tiles, _] = grids(shape);
         let num_chunks = shape.seq.div_ceil(CHUNK);
         // Kernels take N and the chunk count as int and index in 64 bits.
         as_i32("sequence length N", shape.seq)?;
@@ -138,6 +149,7 @@ impl LaunchPlan {
             state_stride,
             state_len,
             grid_value_tiles: value_tiles.dims()?,
+            grid_go: go.dims()?,
             grid_key_tiles: key_tiles.dims()?,
             grid_walk: walk.dims()?,
             smem_walk: u(3 * TILE * ld_t * half, "shared bytes")?,
@@ -148,9 +160,9 @@ impl LaunchPlan {
                     + if d == 64 { TILE * TILE * 4 } else { 0 },
                 "shared bytes",
             )?,
-            // cc_backward_go: q̃, one region for the fp32 state slice or (after the inter
+            // cc_forward_train: q̃, one region for the fp32 state slice or (after the inter
             // product) k̃ and the v slice (CC_STATE_REGION), z⁰.
-            smem_go: u(
+            smem_train: u(
                 CHUNK * ld_d * half + state_region(ld_d, 1) + d * 4,
                 "shared bytes",
             )?,
@@ -180,7 +192,7 @@ impl LaunchPlan {
         [
             self.smem_walk,
             self.smem_forward,
-            self.smem_go,
+            self.smem_train,
             self.smem_dq,
             self.smem_dk,
             self.smem_dv,
