@@ -41,9 +41,9 @@ regress GRID="bench-results/regress-grid.toml": build
     {{bin}} bench --grid {{GRID}} --out /tmp/linattn-regress.json --no-progress
     {{bin}} compare auto /tmp/linattn-regress.json
 
-# Delete each __syncthreads() of kernels/ in turn: the simulator must catch every one (a checker's fault or a wrong answer); the default tests run one per kernel file. ~7 min on 2 cores (14 cold).
-barriers:
-    cargo test --release -p linattn-lab --test barrier_deletion -- --include-ignored
+# Delete each __syncthreads() of kernels/ in turn: the simulator must catch every one (a checker's fault or a wrong answer); the default tests run one per kernel file. ~7 min on 2 cores (14 cold). FILTER narrows it by name (`just barriers causal_chunked`).
+barriers *FILTER:
+    cargo test --release -p linattn-lab --test barrier_deletion -- --include-ignored {{FILTER}}
 
 # Simulator counters of a fixed grid (every sim/* backend, D = M in {64, 128}, N in {1024, 4096}; and the chunked inference forward) vs bench-results/sim/baseline.json and baseline-forward.json; exit 1 on a 0.5% move the wrong way. CI runs it.
 regress-sim: build

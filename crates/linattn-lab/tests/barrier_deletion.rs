@@ -35,6 +35,11 @@ const LADDERS: &[(&str, &[Probe])] = &[
     (
         "causal_chunked.cu",
         &[
+            // The inference forward (no d_out: the packed walk and cc_forward), which `check`
+            // does not run (it stages d_out for every backend with a backward); D = 128 for
+            // cc_forward's loop over the packed state's tiles.
+            chunked_inference(64),
+            chunked_inference(128),
             check("sim/causal_chunked/f16", 65),
             check("sim/causal_chunked/f16", 130),
         ],
@@ -102,6 +107,19 @@ const fn check(backends: &'static str, max_n: usize) -> Probe {
         backends,
         max_n,
         globalcheck: true,
+    }
+}
+
+/// `linattn attend` of the chunked form without d_out, against the f64 recurrent reference:
+/// N = 130 (two whole chunks and a tail), B·H = 2, D = `d`, M = 64.
+const fn chunked_inference(d: usize) -> Probe {
+    Probe::Attend {
+        backend: "sim/causal_chunked/f16",
+        reference: "cpu-ref/causal_recurrent/f64",
+        dims: Dims(1, 2, 130, d, 64),
+        map: "elu+1",
+        causal: true,
+        backward: false,
     }
 }
 

@@ -218,7 +218,7 @@ impl Workspace {
                 let dir = work.join("got");
                 let out = self.command(kernel_dir).args(args(backend, &dir)).output();
                 let out = out.map_err(|e| format!("linattn attend: {e}"))?;
-                run_verdict(&out, &dir, files, &expected)
+                run_verdict(&out, &dir, files, &expected, precision_of(backend)?)
             }
             Probe::Decode {
                 backend,
@@ -265,7 +265,7 @@ impl Workspace {
                     .args(args(backend, &work.join("o.npy")))
                     .output();
                 let out = out.map_err(|e| format!("linattn decode: {e}"))?;
-                run_verdict(&out, work, &["o"], &expected)
+                run_verdict(&out, work, &["o"], &expected, precision_of(backend)?)
             }
             Probe::Latency { filter } => {
                 let out = self
@@ -419,18 +419,27 @@ fn check_verdict(out: &Output, json: &Path) -> Result<Verdict, String> {
     })
 }
 
+/// The storage precision a backend name ends with (`sim/causal_chunked/f16` → f16).
+fn precision_of(backend: &str) -> Result<Precision, String> {
+    let last = backend.rsplit('/').next().unwrap_or(backend);
+    last.parse()
+        .map_err(|e| format!("{backend}: no precision in the name: {e:?}"))
+}
+
 /// An attend or decode run: a fault on stderr, or each output against the reference by
-/// linattn-core's f32 verdict rule.
+/// linattn-core's verdict rule at the backend's precision (the reference's inputs are not
+/// rounded to its storage; the precision's tolerance covers that rounding).
 fn run_verdict(
     out: &Output,
     dir: &Path,
     files: &[&str],
     expected: &[Vec<f64>],
+    precision: Precision,
 ) -> Result<Verdict, String> {
     if !out.status.success() {
         return Ok(fault_in(&stderr_tail(out)));
     }
-    let judge = Judge::for_precision(Precision::F32);
+    let judge = Judge::for_precision(precision);
     for (name, reference) in files.iter().zip(expected) {
         let got = read_npy(&dir.join(format!("{name}.npy")))?;
         let verdict = judge.tensor(name, reference, &got);
