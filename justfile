@@ -21,7 +21,7 @@ build:
 check *ARGS: build
     {{bin}} check {{ARGS}}
 
-# Every CUDA kernel on the PTX simulator (sim/*) against the f64 oracle, long cases (N up to 65536) included; about an hour on 2 cores. With globalcheck (the default) sim/causal_cumsum/* needs more than 24 GB: add --no-globalcheck on such a machine.
+# Every CUDA kernel on the PTX simulator (sim/*) against the f64 oracle, long cases (N up to 65536) included; about an hour on 2 cores. With globalcheck (the default) sim/causal_cumsum/* and sim/causal_recurrent+storedbwd/* need more than 24 GB: add --no-globalcheck on such a machine.
 check-sim *ARGS: build
     {{bin}} check --backends 'sim/*' --long {{ARGS}}
 
