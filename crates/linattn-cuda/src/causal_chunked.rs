@@ -383,7 +383,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
         let shape = run.problem.shape;
         let train = inputs.d_out.is_some();
-        let normalised = run.problem.map != FeatureMap::Identity;
+        let normalised = run.problem.map.normalised();
         let out = DeviceBuffer::<T>::uninit(exec, meter, shape.v_len()?)?;
         let out_lo_len = if train && normalised {
             shape.v_len()?
@@ -441,7 +441,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
     ) -> Timed<DeviceGrads<T>> {
         let (exec, meter, inputs) = (run.exec, run.meter, run.inputs);
         let shape = run.problem.shape;
-        let normalised = run.problem.map != FeatureMap::Identity;
+        let normalised = run.problem.map.normalised();
         let den = &fwd.saved.den;
         // The forward of a staging with d_out always keeps them (device_backend refuses a
         // backward without d_out before this).
