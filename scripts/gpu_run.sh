@@ -20,14 +20,16 @@
 #   peers       fla chunk / fused-recurrent and SDPA flash, one process   (with ratios.txt:
 #   ratios      linattn chunked bf16 / fla chunk per shape and mode        the table)
 #   ncu         Nsight Compute counters of the hot kernels (N=4096)      -> ncu.csv
+#   ncu-fla     time, DRAM bytes, occupancy of the chunked bf16 kernels   -> ncu-fla.csv
+#               at (B, T, H, D) = (2, 16384, 16, 128)
 #   memcheck    compute-sanitizer memcheck over linattn check, 5 backends -> sanitize.txt
 #   racecheck   racecheck over one linattn bench run per backend, N=1100
 #   decode      linattn bench --mode decode, context 2^8..2^16           (in rest.tgz)
 #   decode-b32  the same at B = H = 32, D = M = 128, context 2^8            (in rest.tgz)
 #   sweep       linattn bench B=4 H=16 D=64, N=2^10..2^16                -> sweep.json
-# $OUT gets at most 7 files, rewritten as each step ends (a kill keeps what finished):
+# $OUT gets at most 8 files, rewritten as each step ends (a kill keeps what finished):
 # summary.txt (the step log, the ratio table, the check verdict), check.json,
-# side-by-side.tgz, ncu.csv, sanitize.txt, sweep.json, rest.tgz (every step's full log,
+# side-by-side.tgz, ncu.csv, ncu-fla.csv, sanitize.txt, sweep.json, rest.tgz (every step's full log,
 # latency.json, mma-probe.json, mufu/, decode results, the environment). Exit status: 0 when no step failed or timed out (budget
 # skips are not failures), 1 otherwise, 2 for a budget too small for the first step or a bad
 # pack (named before anything runs).
@@ -84,7 +86,7 @@ if [ "$DRY_RUN" != 1 ]; then
     mkdir -p "$OUT" || die "cannot create OUT=$OUT"
     OUT=$(cd "$OUT" && pwd)
     # Results of an earlier run must not pass for this one's.
-    rm -f "$OUT"/{summary.txt,check.json,side-by-side.tgz,ncu.csv,sanitize.txt,sweep.json,rest.tgz}
+    rm -f "$OUT"/{summary.txt,check.json,side-by-side.tgz,ncu.csv,ncu-fla.csv,sanitize.txt,sweep.json,rest.tgz}
 fi
 
 # ---- environment: kernel cache, libraries, fla ------------------------------------------
@@ -171,7 +173,7 @@ collect() { # everything finished so far into $OUT
         [ -f "$f" ] && { echo "==== ${f##*/} (last 300 lines)"; tail -n 300 "$f"; }
     done >"$WORK/sanitize.txt"
     [ -s "$WORK/sanitize.txt" ] && cp "$WORK/sanitize.txt" "$OUT/sanitize.txt"
-    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json mma-probe.json mufu ncu/bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
+    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json mma-probe.json mufu ncu/bench.json ncu/fla-bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
     mv "$OUT/.rest.tmp" "$OUT/rest.tgz"
 }
 add_row() { # NAME STATUS RC SECS DEADLINE LEFT COMMAND...: one line of the step log
@@ -269,14 +271,14 @@ step mufu 10 60 20 -- "$B" mufu --platform cuda --out "$WORK/mufu"
 # Side by side at fla's benchmark shapes (B, T, H, D), bf16: linattn, then the peers in
 # one process (fla's Triton compile and autotune, ~90 s, paid once), then the ratio table.
 LB=cuda/causal_chunked/bf16,cuda/causal_chunked/f16,cuda/causal_recurrent/bf16,cuda/softmax/f16
-SHAPES=(4x2048x16x128 2x16384x16x128 8x1024x8x64)
+SHAPES=(4x2048x16x128 2x16384x16x128 8x1024x8x64 1x8192x96x128 4x4096x64x128)
 for sh in "${SHAPES[@]}"; do
     IFS=x read -r b n h d <<<"$sh"
     step "lin-b$b-n$n" 10 30 12 -- "$B" bench --backends "$LB" --n "$n" --batch "$b" --heads "$h" --dk "$d" \
         --mode forward,forward+backward --cell-seconds 0.3 --warmup 3 --no-progress \
         --deadline @DEADLINE@ --out "$WORK/sbs/lin-b$b-n$n-h$h-d$d.json"
 done
-step peers 60 180 130 -- "$PY" "$PACK/peers.py" --shapes "$(IFS=,; echo "${SHAPES[*]}")" --precision bf16 \
+step peers 60 200 160 -- "$PY" "$PACK/peers.py" --shapes "$(IFS=,; echo "${SHAPES[*]}")" --precision bf16 \
     --peers fla-chunk,fla-fused-recurrent,sdpa-flash --mode forward,forward+backward \
     --cell-seconds 0.3 --warmup 3 --deadline @DEADLINE@ --out "$WORK/sbs/peers.json"
 sbs_files=()
@@ -295,6 +297,14 @@ step ncu 20 60 40 needs=ncu -- ncu --clock-control none --kernel-name 'regex:^(c
     --mode forward+backward --warmup 0 --repeats 1 --no-progress --deadline @DEADLINE@ --out "$WORK/ncu/bench.json"
 # shellcheck disable=SC2016 # $1 and $2 are bash -c's own arguments
 step ncu-csv 5 30 5 needs=ncu -- bash -c 'ncu --import "$1" --csv >"$2"' _ "$WORK/ncu/profile.ncu-rep" "$OUT/ncu.csv"
+
+# The same counters and times for the chunked kernels at one fla shape, where the model must
+# predict the targets (issue #22): fewer metrics, so fewer replays of the large launches.
+MF=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__maximum_warps_per_active_cycle_pct,launch__registers_per_thread,launch__grid_size,launch__block_size
+# shellcheck disable=SC2016 # $1.. are bash -c's own arguments
+step ncu-fla 20 60 30 needs=ncu -- bash -c 'ncu --clock-control none --kernel-name "regex:^cc_" --launch-count 40 --metrics "$1" --export "$2" --force-overwrite "${@:4}" && ncu --import "$2.ncu-rep" --csv >"$3"' _ \
+    "$MF" "$WORK/ncu/fla" "$OUT/ncu-fla.csv" "$B" bench --backends cuda/causal_chunked/bf16 --n 16384 --batch 2 --heads 16 --dk 128 \
+    --mode forward,forward+backward --warmup 0 --repeats 1 --no-progress --out "$WORK/ncu/fla-bench.json"
 
 # Sanitizers. check has no smaller grid than its default, so memcheck takes 5 backends over
 # it (0 errors in under 35 s on the H100); racecheck, far slower, gets one bench run per backend.
