@@ -5,6 +5,9 @@
 #   OUT=/some/dir scripts/gpu_run.sh PACKDIR            (from a checkout)
 #   DRY_RUN=1 gpu-pack/gpu_run.sh                       (the plan; needs no GPU)
 #
+# A second run can take a subset: STEPS (comma-separated globs of step names, e.g.
+# STEPS='lin-*,peers,ratios'), SHAPES (B x T x H x D list for the side-by-side steps, e.g.
+# SHAPES=8x1024x8x64,1x8192x96x128) and PEERS (peers.py's --peers list).
 # BUDGET (seconds, default 480) covers the whole run. Steps go in priority order, each under
 # its own deadline: the smaller of its cap and what is left of the budget. A step whose
 # minimum no longer fits is recorded as skipped, and time a step leaves unused passes on.
@@ -52,6 +55,8 @@ fi
 [ -d "$PACK" ] || die "pack directory $PACK does not exist"
 PACK=$(cd "$PACK" && pwd)
 BUDGET=${BUDGET:-480}
+STEPS=${STEPS:-}
+PEERS=${PEERS:-fla-chunk,fla-fused-recurrent,sdpa-flash}
 DRY_RUN=${DRY_RUN:-0}
 OUT=${OUT:-$PWD/gpu-out}
 PY=${PYTHON:-python3}
@@ -186,6 +191,17 @@ shown() { # a command as text, the pack's path shortened
     echo "${s//$PACK/\$PACK}"
 }
 
+selected() { # NAME: whether STEPS (globs; empty: every step) selects this step
+    local pat
+    [ -z "$STEPS" ] && return 0
+    IFS=, read -ra pats <<<"$STEPS"
+    for pat in "${pats[@]}"; do
+        # shellcheck disable=SC2053 # pat is a glob on purpose
+        [[ $1 == $pat ]] && return 0
+    done
+    return 1
+}
+
 # step NAME MIN CAP EST [needs=TOOL] -- COMMAND...: run COMMAND under a deadline computed from
 # the budget left (or, in a dry run, print it). @DEADLINE@ in COMMAND becomes the seconds a
 # --deadline flag gets: the deadline less a margin for the last cell and the file write.
@@ -194,6 +210,11 @@ step() {
     shift 4
     if [ "$1" != "--" ]; then needs=${1#needs=} && shift; fi
     shift
+    if ! selected "$name"; then
+        add_row "$name" "not selected (STEPS=$STEPS)" - - - - "$@"
+        [ "$DRY_RUN" = 1 ] && printf '%-13s %s\n' "$name" "not selected (STEPS=$STEPS)"
+        return
+    fi
     if [ "$DRY_RUN" = 1 ]; then left=$((BUDGET - sim_elapsed - RESERVE)); else left=$((BUDGET - (SECONDS - T0) - RESERVE)); fi
     t=$((left - KILL < cap ? left - KILL : cap))
     dl=$((t - (t / 10 > 5 ? t / 10 : 5)))
@@ -271,7 +292,10 @@ step mufu 10 60 20 -- "$B" mufu --platform cuda --out "$WORK/mufu"
 # Side by side at fla's benchmark shapes (B, T, H, D), bf16: linattn, then the peers in
 # one process (fla's Triton compile and autotune, ~90 s, paid once), then the ratio table.
 LB=cuda/causal_chunked/bf16,cuda/causal_chunked/f16,cuda/causal_recurrent/bf16,cuda/softmax/f16
-SHAPES=(4x2048x16x128 2x16384x16x128 8x1024x8x64 1x8192x96x128 4x4096x64x128)
+IFS=, read -ra SHAPES <<<"${SHAPES:-4x2048x16x128,2x16384x16x128,8x1024x8x64,1x8192x96x128,4x4096x64x128}"
+for sh in "${SHAPES[@]}"; do
+    [[ $sh =~ ^[0-9]+x[0-9]+x[0-9]+x[0-9]+$ ]] || die "SHAPES: '$sh' is not B x T x H x D (e.g. 2x16384x16x128)"
+done
 for sh in "${SHAPES[@]}"; do
     IFS=x read -r b n h d <<<"$sh"
     step "lin-b$b-n$n" 10 30 12 -- "$B" bench --backends "$LB" --n "$n" --batch "$b" --heads "$h" --dk "$d" \
@@ -279,7 +303,7 @@ for sh in "${SHAPES[@]}"; do
         --deadline @DEADLINE@ --out "$WORK/sbs/lin-b$b-n$n-h$h-d$d.json"
 done
 step peers 60 200 160 -- "$PY" "$PACK/peers.py" --shapes "$(IFS=,; echo "${SHAPES[*]}")" --precision bf16 \
-    --peers fla-chunk,fla-fused-recurrent,sdpa-flash --mode forward,forward+backward \
+    --peers "$PEERS" --mode forward,forward+backward \
     --cell-seconds 0.3 --warmup 3 --deadline @DEADLINE@ --out "$WORK/sbs/peers.json"
 sbs_files=()
 for sh in "${SHAPES[@]}"; do
