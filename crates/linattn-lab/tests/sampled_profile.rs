@@ -8,7 +8,7 @@
 //! says its rows differed there, then within 1%; the lane counts (thread instructions, fp32
 //! flops, bytes asked; data-dependent lane predicates) and the model's time within 1%; every
 //! launch with more than 2 rows actually sampled and scaled, the others run whole. And the
-//! CLI says which rows ran.
+//! CLI says which rows ran, for each of `--mode forward,forward+backward` in that order.
 //!
 //! Stamped for the simulator: without NVRTC the trial shows as ignored with the reason.
 //! One trial per process: the sample setting is the shared executor's.
@@ -192,7 +192,7 @@ fn profile_sample_names_the_rows_it_ran() -> Result<(), String> {
             "--heads",
             "4",
             "--mode",
-            "forward",
+            "forward,forward+backward",
             "--quiet",
             "--sample",
             "3",
@@ -207,10 +207,16 @@ fn profile_sample_names_the_rows_it_ran() -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let line = "cc_forward (1 of 1 launches): simulated 3 of 8 rows of grid y (y = 0, 4, 7), \
-                scaled ×2.6667";
-    if !stdout.contains(line) {
-        return Err(format!("no line \"{line}\" in:\n{stdout}"));
+    // Both modes, in the order given: the inference forward's cc_forward, then the
+    // training forward's cc_forward_train.
+    let rows = "simulated 3 of 8 rows of grid y (y = 0, 4, 7), scaled ×2.6667";
+    let lines = [
+        format!("cc_forward (1 of 1 launches): {rows}"),
+        format!("cc_forward_train (1 of 1 launches): {rows}"),
+    ];
+    let at: Vec<Option<usize>> = lines.iter().map(|l| stdout.find(l.as_str())).collect();
+    match at[..] {
+        [Some(a), Some(b)] if a < b => Ok(()),
+        _ => Err(format!("not {lines:?} in this order in:\n{stdout}")),
     }
-    Ok(())
 }

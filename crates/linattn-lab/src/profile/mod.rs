@@ -41,7 +41,7 @@ bytes / HBM bandwidth; tensor FLOPs / tensor peak; fp32 FLOPs / fp32 peak) + lau
 with an infinite L2 and no ptxas scheduling; the roofline alone is shown beside it. Memory counters count what ptxas makes of the PTX (adjacent accesses \
 fused, repeated shared loads dropped; linattn-ptxsim's ptxas.rs); instruction counts are PTX's. \
 --against FILE.csv puts each launch beside an Nsight Compute export of the same launches \
-(bench-results/h100/ncu-n4096.csv: cuda/causal_recurrent/f16, cuda/causal_chunked/f16, \
+(bench-results/h100/2026-11-25/ncu-n4096.csv: cuda/causal_recurrent/f16, cuda/causal_chunked/f16, \
 cuda/noncausal/f16 at --n 4096 --d 64).")]
 pub struct ProfileArgs {
     /// Backends to profile: `sim/*` names or globs (comma-separated). With --replay: which
@@ -74,8 +74,10 @@ pub struct ProfileArgs {
     causality: Option<Causality>,
     #[arg(long, default_value_t = 1.0)]
     decay: f64,
-    #[arg(long, default_value = "forward+backward")]
-    mode: Mode,
+    /// forward, forward+backward, or both (comma-separated): each profiled in the order
+    /// given, so that --against pairs them with an export of the same sequence.
+    #[arg(long, value_delimiter = ',', default_value = "forward+backward")]
+    mode: Vec<Mode>,
     /// Write the profiles as a results file (schema_version 2) to this path.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
@@ -106,13 +108,13 @@ pub struct ProfileArgs {
     tolerance: Option<f64>,
     /// Also write a launch trace of the run to this folder: every allocation, upload and
     /// launch with its PTX and arguments, replayable on the simulator after the kernels
-    /// change (how bench-results/h100/trace-n4096 keeps the calibration's kernels). The
+    /// change (how bench-results/h100/2026-11-25/trace-n4096 keeps the calibration's kernels). The
     /// jobs then run one at a time.
     #[arg(long, value_name = "DIR", conflicts_with = "sample")]
     record_trace: Option<PathBuf>,
     /// Instead of running backends, replay a launch trace (--record-trace) and put its
     /// launches beside --against's export: the simulator on the kernels the trace holds, as
-    /// they were when the export was taken (bench-results/h100/trace-n4096).
+    /// they were when the export was taken (bench-results/h100/2026-11-25/trace-n4096).
     #[arg(
         long,
         value_name = "DIR",
@@ -172,17 +174,19 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
     // at B·H = 1) keeps one core busy, and the profiler records per thread.
     let mut jobs = Vec::new();
     for backend in &backends {
-        for &d in &dims {
-            for &n in &seqs {
-                let shape = Shape::new(args.batch, args.heads, n, d, args.dv.unwrap_or(d));
-                let causality = args.causality.unwrap_or(match backend.info().algorithm {
-                    Algorithm::Linear(form) if !form.supports(Causality::Causal) => {
-                        Causality::NonCausal
-                    }
-                    _ => Causality::Causal,
-                });
-                let problem = Problem::new(shape, causality, args.map).with_decay(args.decay);
-                jobs.push((backend.name().to_string(), problem));
+        for &mode in &args.mode {
+            for &d in &dims {
+                for &n in &seqs {
+                    let shape = Shape::new(args.batch, args.heads, n, d, args.dv.unwrap_or(d));
+                    let causality = args.causality.unwrap_or(match backend.info().algorithm {
+                        Algorithm::Linear(form) if !form.supports(Causality::Causal) => {
+                            Causality::NonCausal
+                        }
+                        _ => Causality::Causal,
+                    });
+                    let problem = Problem::new(shape, causality, args.map).with_decay(args.decay);
+                    jobs.push((backend.name().to_string(), problem, mode));
+                }
             }
         }
     }
@@ -194,12 +198,12 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
     if args.record_trace.is_some() {
         executor.start_trace();
     }
-    let results = run_longest_first(&jobs, workers, |(name, problem)| {
+    let results = run_longest_first(&jobs, workers, |(name, problem, mode)| {
         let mut backend = registry::selected_backends(Some(name))
             .map_err(|e| e.to_string())?
             .pop()
             .ok_or_else(|| format!("no backend {name}"))?;
-        match profile_with_launches(backend.as_mut(), problem, args.mode, &arch) {
+        match profile_with_launches(backend.as_mut(), problem, *mode, &arch) {
             Ok(done) => Ok(Some(done)),
             // A shape the backend does not take (head dim, map) is skipped, not a failure.
             Err(AttnError::Unsupported(why)) => {
@@ -371,9 +375,9 @@ fn print_against(hw: &[ncu::NcuLaunch], sim: &[SimLaunch], tolerance: Option<f64
 /// results in job order. A recurrent scan at B·H = 1 is a few CTAs working serially for
 /// minutes: started last, it would leave every other core idle at the end.
 fn run_longest_first<R: Send>(
-    jobs: &[(String, Problem)],
+    jobs: &[Job],
     workers: usize,
-    work: impl Fn(&(String, Problem)) -> R + Sync,
+    work: impl Fn(&Job) -> R + Sync,
 ) -> Vec<R> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     if workers > 1 {
@@ -398,9 +402,12 @@ fn run_longest_first<R: Send>(
     done.into_iter().map(|(_, result)| result).collect()
 }
 
+/// One profile: backend name, problem, mode.
+type Job = (String, Problem, Mode);
+
 /// A rough relative cost of a profile job for scheduling: tokens × D × M, times N / 64 for
 /// softmax (quadratic), times 8 for the serial recurrent scans (few CTAs, one core).
-fn job_cost((name, problem): &(String, Problem)) -> f64 {
+fn job_cost((name, problem, _): &Job) -> f64 {
     let s = problem.shape;
     let base = (s.bh() * s.seq) as f64 * s.dk as f64 * s.dv as f64;
     if name.contains("softmax") {
