@@ -22,7 +22,7 @@
 //                      the ring's stride causes)                  (classes "l2_hit", "dram")
 //     lp_scan_group4   the loop of cc_scan, the chunk-state scan the H100 ran on 2026-11-25
 //                      (since replaced by cc_forward_h; the launches are kept in
-//                      bench-results/h100/trace-n4096), for one warp: per link, 4 coalesced
+//                      bench-results/h100/2026-11-25/trace-n4096), for one warp: per link, 4 coalesced
 //                      loads `stride` floats apart, then the carry stored in place of each
 //                      and fma'd with it, as the scan does (the next link's loads issue after
 //                      those stores). lp_load_group4 / lp_load_group1: 4 / 1 such loads with

@@ -1,7 +1,7 @@
-//! The simulator's counters against the H100's (bench-results/h100/ncu-n4096.csv, Nsight
+//! The simulator's counters against the H100's (bench-results/h100/2026-11-25/ncu-n4096.csv, Nsight
 //! Compute on the first hardware run): the same 27 launches (causal_recurrent,
 //! causal_chunked and noncausal, f16, B = H = 1, N = 4096, D = M = 64, forward + backward)
-//! replayed on the simulator (sm_90) from bench-results/h100/trace-n4096, paired per kernel
+//! replayed on the simulator (sm_90) from bench-results/h100/2026-11-25/trace-n4096, paired per kernel
 //! name in order, every held counter (global load/store sectors and requests, shared
 //! load/store wavefronts, registers, theoretical occupancy) within 5% launch by launch. And
 //! `linattn profile --replay --against` on the same file, and on broken copies of it: another
@@ -16,7 +16,15 @@ use linattn_lab::profile::against;
 use linattn_testkit::Platform;
 
 mod h100_reference;
-use h100_reference::{csv, hardware_and_simulated, trace};
+use h100_reference::Run;
+
+fn csv() -> PathBuf {
+    Run::First.csv()
+}
+
+fn trace() -> PathBuf {
+    Run::First.trace()
+}
 
 fn main() {
     let mut trials = Vec::new();
@@ -24,6 +32,10 @@ fn main() {
         (
             "every_held_counter_is_within_5_percent_of_the_h100",
             every_held_counter_is_within_5_percent_of_the_h100 as fn() -> Result<(), String>,
+        ),
+        (
+            "the_second_run_is_within_5_percent_but_for_three_known_misses",
+            the_second_run_is_within_5_percent_but_for_three_known_misses,
         ),
         (
             "profile_against_the_committed_csv_passes",
@@ -53,20 +65,47 @@ fn main() {
     linattn_testkit::run(trials)
 }
 
-fn every_held_counter_is_within_5_percent_of_the_h100() -> Result<(), String> {
-    let (hw, sim) = hardware_and_simulated()?;
+/// The held counters of `run` outside 5%, after checking that every launch pairs like for like.
+fn outside_5_percent(run: Run) -> Result<Vec<String>, String> {
+    let (hw, sim) = run.hardware_and_simulated()?;
     let pairs = against::pair(&hw, &sim);
     println!("{}", against::render(&pairs));
     let problems: Vec<&String> = pairs.iter().filter_map(|p| p.problem.as_ref()).collect();
-    if !problems.is_empty() || pairs.len() != 27 {
+    if !problems.is_empty() || pairs.len() != run.launches() {
         return Err(format!(
-            "{} pairs, not 27 like for like: {problems:?}",
-            pairs.len()
+            "{run:?}: {} pairs, not {} like for like: {problems:?}",
+            pairs.len(),
+            run.launches()
         ));
     }
-    let off = against::outside(&pairs, 0.05);
+    Ok(against::outside(&pairs, 0.05))
+}
+
+fn every_held_counter_is_within_5_percent_of_the_h100() -> Result<(), String> {
+    let off = outside_5_percent(Run::First)?;
     if !off.is_empty() {
         return Err(format!("outside 5%:\n{}", off.join("\n")));
+    }
+    Ok(())
+}
+
+/// The second run's misses, as the simulator counts them today: shared-load wavefronts of
+/// the two chunk-state walks (the simulator 1.19× and 1.33× the hardware's) and of cs_outer
+/// (0.94×). Any other counter outside 5% fails, and so does a miss that is fixed, so that
+/// this list is kept true.
+const SECOND_RUN_MISSES: [&str; 3] = [
+    "#6 cs_outer shared ld wavefronts: simulator 1048576, hardware 1112211",
+    "#19 cc_forward_h shared ld wavefronts: simulator 50400, hardware 42336",
+    "#22 cc_backward_h shared ld wavefronts: simulator 65142, hardware 49014",
+];
+
+fn the_second_run_is_within_5_percent_but_for_three_known_misses() -> Result<(), String> {
+    let off = outside_5_percent(Run::Second)?;
+    if off != SECOND_RUN_MISSES {
+        return Err(format!(
+            "outside 5%, expected exactly {SECOND_RUN_MISSES:#?}:\n{}",
+            off.join("\n")
+        ));
     }
     Ok(())
 }

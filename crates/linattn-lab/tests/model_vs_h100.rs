@@ -1,54 +1,81 @@
-//! The model's time against the H100's measured time (bench-results/h100/ncu-n4096.csv,
-//! `gpu__time_duration.sum`, the same 27 launches as counters_vs_h100).
+//! The model's time against the H100's measured time (`gpu__time_duration.sum` of each
+//! run's ncu-n4096.csv under bench-results/h100/, the launches counters_vs_h100 compares).
 //!
-//! A regression guard, not the goal: it holds the model no worse than the latency model's
-//! first step achieved (each launch's model/measured within [0.25, 1.40], 24 of the 27 within
-//! 1.5×, each backend's total within [0.80, 1.10]). The targets (every launch within
-//! 1.5×, every backend total within 1.25×) are not all met: cc_scan is modelled at ~0.3×.
-//! Tighten these bounds as the model improves.
+//! A regression guard, not the goal: it holds the model no worse than it is today. The
+//! issue's targets are every launch within 1.5× and every backend's total within 1.25×:
+//! - the first run (2026-11-25, 27 launches): each launch within [0.25, 1.40], 24 within
+//!   1.5×, totals within [0.80, 1.10]; cc_scan (a kernel since removed) is modelled at ~0.3×;
+//! - the second run (2026-11-26, today's kernels, 36 launches): each within [0.55, 1.45],
+//!   32 within 1.5× (the four short cumsum scans, 16–27 µs, are modelled at 0.57–0.64×),
+//!   totals within [0.80, 1.25]: the total target.
 //!
-//! Stamped for the simulator: without NVRTC the trial shows as ignored with the reason.
+//! Tighten these bounds as the model improves. Stamped for the simulator: without NVRTC the
+//! trials show as ignored with the reason.
 
 use linattn_lab::profile::{against, times};
 use linattn_testkit::Platform;
 
 mod h100_reference;
-use h100_reference::hardware_and_simulated;
+use h100_reference::Run;
 
-/// Each launch's model/measured within this range.
-const LAUNCH_RATIO: (f64, f64) = (0.25, 1.40);
-/// At least this many of the 27 within 1.5× either way.
-const WITHIN_1_5X: usize = 24;
-/// Each backend's total model/measured within this range.
-const TOTAL_RATIO: (f64, f64) = (0.80, 1.10);
+/// What one run's model must keep to.
+struct Bounds {
+    /// Each launch's model/measured within this range.
+    launch: (f64, f64),
+    /// At least this many launches within 1.5× either way.
+    within_1_5x: usize,
+    /// Each backend's total model/measured within this range.
+    total: (f64, f64),
+}
+
+fn bounds(run: Run) -> Bounds {
+    match run {
+        Run::First => Bounds {
+            launch: (0.25, 1.40),
+            within_1_5x: 24,
+            total: (0.80, 1.10),
+        },
+        Run::Second => Bounds {
+            launch: (0.55, 1.45),
+            within_1_5x: 32,
+            total: (0.80, 1.25),
+        },
+    }
+}
 
 fn main() {
-    let trials = linattn_testkit::stamp_executors!(
-        for platform in [Platform::Sim] =>
-            "the_model_time_is_no_worse_than_recorded",
-            the_model_time_is_no_worse_than_recorded()
-    );
+    let mut trials = Vec::new();
+    for (name, run) in [
+        ("the_model_time_is_no_worse_than_recorded", Run::First),
+        ("the_model_time_of_the_second_run", Run::Second),
+    ] {
+        trials.extend(linattn_testkit::stamp_executors!(
+            for platform in [Platform::Sim] => name, model_time_within_bounds(run)
+        ));
+    }
     linattn_testkit::run(trials)
 }
 
-fn the_model_time_is_no_worse_than_recorded() -> Result<(), String> {
-    let (hw, sim) = hardware_and_simulated()?;
+fn model_time_within_bounds(run: Run) -> Result<(), String> {
+    let b = bounds(run);
+    let (hw, sim) = run.hardware_and_simulated()?;
     let pairs = against::pair(&hw, &sim);
     let rows = times::rows(&pairs);
     println!("{}", times::render(&rows));
-    if rows.len() != 27 {
+    if rows.len() != run.launches() {
         return Err(format!(
-            "{} launches with a measured time, not 27",
-            rows.len()
+            "{run:?}: {} launches with a measured time, not {}",
+            rows.len(),
+            run.launches()
         ));
     }
     let mut problems = Vec::new();
     for r in &rows {
         let ratio = r.ratio();
-        if !(LAUNCH_RATIO.0..=LAUNCH_RATIO.1).contains(&ratio) {
+        if !(b.launch.0..=b.launch.1).contains(&ratio) {
             problems.push(format!(
-                "#{} {}: model/measured {ratio:.3} outside {LAUNCH_RATIO:?}",
-                r.id, r.kernel
+                "#{} {}: model/measured {ratio:.3} outside {:?}",
+                r.id, r.kernel, b.launch
             ));
         }
     }
@@ -56,22 +83,24 @@ fn the_model_time_is_no_worse_than_recorded() -> Result<(), String> {
         .iter()
         .filter(|r| (1.0 / 1.5..=1.5).contains(&r.ratio()))
         .count();
-    if within < WITHIN_1_5X {
+    if within < b.within_1_5x {
         problems.push(format!(
-            "{within} launches within 1.5×, fewer than {WITHIN_1_5X}"
+            "{within} launches within 1.5×, fewer than {}",
+            b.within_1_5x
         ));
     }
     for (backend, measured, model, _) in times::totals(&rows) {
         let ratio = model / measured;
-        if !(TOTAL_RATIO.0..=TOTAL_RATIO.1).contains(&ratio) {
+        if !(b.total.0..=b.total.1).contains(&ratio) {
             problems.push(format!(
-                "{backend} total: model/measured {ratio:.3} outside {TOTAL_RATIO:?}"
+                "{backend} total: model/measured {ratio:.3} outside {:?}",
+                b.total
             ));
         }
     }
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(problems.join("\n"))
+        Err(format!("{run:?}:\n{}", problems.join("\n")))
     }
 }

@@ -358,8 +358,8 @@ mod tests {
     /// The committed export of the first H100 run reads whole: 27 launches, 17 metrics each.
     #[test]
     fn the_committed_h100_export_reads() {
-        let path =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench-results/h100/ncu-n4096.csv");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../bench-results/h100/2026-11-25/ncu-n4096.csv");
         let launches = read(&path).unwrap();
         assert_eq!(launches.len(), 27);
         assert!(launches.iter().all(|l| l.metrics.len() == 17));

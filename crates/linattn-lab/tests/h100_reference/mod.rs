@@ -1,5 +1,7 @@
-//! The first H100 run's Nsight Compute export and the same launches on the simulator: what
-//! counters_vs_h100 and model_vs_h100 both compare.
+//! The H100 runs' Nsight Compute exports and the same launches on the simulator: what
+//! counters_vs_h100 and model_vs_h100 compare. Each run keeps its export beside a launch
+//! trace of the kernels it ran (`linattn profile --record-trace`), so that the comparison
+//! keeps measuring the simulator when the kernels change.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -8,24 +10,51 @@ use linattn_lab::profile::against::SimLaunch;
 use linattn_lab::profile::ncu::{self, NcuLaunch};
 use linattn_lab::profile::replay;
 
-/// bench-results/h100/ncu-n4096.csv.
-pub fn csv() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench-results/h100/ncu-n4096.csv")
+/// One hardware run under bench-results/h100/: B = H = 1, N = 4096, D = M = 64, f16, elu+1,
+/// forward + backward, `ncu --clock-control none`.
+#[derive(Clone, Copy, Debug)]
+pub enum Run {
+    /// 2026-11-25, main at 588430d: causal_recurrent, causal_chunked, noncausal; 27 launches.
+    First,
+    /// 2026-11-26, kernels of ae9b497: causal_recurrent, causal_chunked (the training
+    /// forward that keeps its states), noncausal, causal_cumsum; 36 launches.
+    Second,
 }
 
-/// bench-results/h100/trace-n4096: the launches of the export (sim/causal_recurrent/f16,
-/// sim/causal_chunked/f16, sim/noncausal/f16; B = H = 1, N = 4096, D = M = 64, elu+1,
-/// forward + backward) as the simulator ran them with the kernels the H100 ran: their PTX,
-/// shapes, arguments and input bytes (`linattn profile --record-trace`).
-pub fn trace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench-results/h100/trace-n4096")
-}
+impl Run {
+    fn dir(self) -> PathBuf {
+        let date = match self {
+            Run::First => "2026-11-25",
+            Run::Second => "2026-11-26",
+        };
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../bench-results/h100")
+            .join(date)
+    }
 
-/// The export's launches and the simulator's (the trace's arch, sm_90) of the same runs,
-/// replayed from the trace so that the comparison keeps measuring the simulator when the
-/// kernels change.
-pub fn hardware_and_simulated() -> Result<(Vec<NcuLaunch>, Vec<SimLaunch>), String> {
-    let hw = ncu::read(&csv()).map_err(|e| e.to_string())?;
-    let sim = replay(&trace()).map_err(|e| e.to_string())?;
-    Ok((hw, sim))
+    /// The launches Nsight Compute recorded.
+    pub fn launches(self) -> usize {
+        match self {
+            Run::First => 27,
+            Run::Second => 36,
+        }
+    }
+
+    /// The run's `ncu --csv` export.
+    pub fn csv(self) -> PathBuf {
+        self.dir().join("ncu-n4096.csv")
+    }
+
+    /// The launches of the export as the simulator ran them with the kernels the H100 ran:
+    /// their PTX, shapes, arguments and input bytes.
+    pub fn trace(self) -> PathBuf {
+        self.dir().join("trace-n4096")
+    }
+
+    /// The export's launches and the simulator's (the trace's arch, sm_90) of the same runs.
+    pub fn hardware_and_simulated(self) -> Result<(Vec<NcuLaunch>, Vec<SimLaunch>), String> {
+        let hw = ncu::read(&self.csv()).map_err(|e| e.to_string())?;
+        let sim = replay(&self.trace()).map_err(|e| e.to_string())?;
+        Ok((hw, sim))
+    }
 }
