@@ -185,7 +185,7 @@ mod tests {
         assert_eq!(Candidate::of(MmaModel::A100).name(), "block 8, 24 bits, RZ");
         assert_eq!(
             Candidate::of(MmaModel::H100).name(),
-            "block 16, 25 bits, RZ"
+            "block 16, 26 bits, RZ"
         );
         assert_eq!(Candidate::of(MmaModel::Exact).name(), "exact RN");
         for m in MmaModel::ALL {

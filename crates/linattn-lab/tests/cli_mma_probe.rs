@@ -14,9 +14,9 @@ use linattn_testkit::Platform;
 fn main() {
     let cases: [(&str, Option<&str>, &str); 5] = [
         ("exact", None, "exact RN"),
-        ("as-compiled", None, "exact RN"),
+        ("as-compiled", None, "block 16, 26 bits, RZ"),
         ("pessimistic", None, "block 8, 24 bits, RZ"),
-        ("exact", Some("h100"), "block 16, 25 bits, RZ"),
+        ("exact", Some("h100"), "block 16, 26 bits, RZ"),
         ("pessimistic", Some("exact"), "exact RN"),
     ];
     let trials = linattn_testkit::stamp_executors!(

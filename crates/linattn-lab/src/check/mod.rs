@@ -82,7 +82,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "MODE", default_value = "exact", value_parser = parse_numerics)]
     numerics: Numerics,
     /// How the simulator's `mma` sums, whatever `--numerics` says: exact, a100 (Fasi et al.'s
-    /// truncating model) or h100 (the H100 candidate). Default: the numerics mode's own.
+    /// truncating model) or h100 (the H100's, as `linattn mma-probe` measured it). Default: the numerics mode's own.
     #[arg(long, value_name = "MODEL", value_parser = parse_mma_model)]
     mma_model: Option<MmaModel>,
     /// A directory of MUFU tables (`linattn mufu --platform cuda`): with `--numerics

@@ -19,12 +19,15 @@
 //!
 //! [`PESSIMISTIC`] takes the A100's parameters (8-product blocks, 24 bits): the less accurate
 //! of the two targets, so a kernel passing with it has the H100's wider accumulation to
-//! spare. [`H100`] is the candidate for Hopper: emulation_sys's 25 bits and round toward
-//! zero, and all 16 products of an m16n8k16 in one block (an assumption of issue #23, to be
-//! checked against Khattak and Mikaitis' H100 model and our H100). Which model it follows is
-//! for `kernels/mma_probe.cu` to settle (`linattn mma-probe`, issue #23 part 6): it scores
-//! [`dot_exact`], [`dot_exact_rounded`] and [`dot_truncating`] over blocks, widths and final
-//! roundings against the device's bits.
+//! spare. [`H100`] is what our H100 showed: `kernels/mma_probe.cu` (`linattn mma-probe`,
+//! issue #23 part 6) scored [`dot_exact`], [`dot_exact_rounded`] and [`dot_truncating`] over
+//! blocks of 4/8/16, 24–27 bits and RZ/RN against the device's bits on 2026-11-26
+//! (`bench-results/h100/2026-11-26/mma-probe.json`): all 16 products in one block, 26 bits,
+//! toward zero matched 335 of 359 f16 and 333 of 359 bf16 vectors, all 39 designed ones of
+//! each; emulation_sys's 25 bits matched 189 and 208, exact sums 170 and 196. No candidate
+//! matches every vector: the 24–26 others are 1 ulp off either way (8 in one cancelling
+//! sum), some as if more bits were kept, some fewer; truncating the aligned terms toward −∞
+//! instead of zero, or aligning on the products without the accumulator, fit worse.
 
 /// How a block's exact sum becomes the f32 accumulator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,10 +77,11 @@ pub const A100: TensorCoreModel = TensorCoreModel {
 /// The pessimistic numerics mode's model: the A100's.
 pub const PESSIMISTIC: TensorCoreModel = A100;
 
-/// The H100 candidate: one block of 16 products, 25 bits (emulation_sys), toward zero.
+/// The H100's, as our mma probe measured it: one block of 16 products, 26 bits, toward
+/// zero (see the module documentation).
 pub const H100: TensorCoreModel = TensorCoreModel {
     block: 16,
-    kept_bits: 25,
+    kept_bits: 26,
     rounding: FinalRounding::TowardZero,
 };
 
@@ -311,8 +315,8 @@ mod tests {
             ..model(FinalRounding::Nearest)
         };
         assert_eq!(dot_truncating(1.0, &products, rn25), 1.0);
-        // The H100 candidate keeps one bit more than the A100's model: 16 terms of 2^-24
-        // survive in one block of 25 bits, not in two of 24.
+        // The H100's model keeps two bits more than the A100's: 16 terms of 2^-24 survive
+        // in one block of 26 bits, not in two of 24.
         let small = [p(-24); 16];
         assert_eq!(dot_truncating(1.0, &small, H100), (1.0 + p(-20)) as f32);
         assert_eq!(dot_truncating(1.0, &small, A100), 1.0);
