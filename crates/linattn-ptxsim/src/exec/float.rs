@@ -9,9 +9,10 @@
 //! them to the edge of those bounds in its pessimistic mode.
 //!
 //! Subnormals of the `.approx` functions, as the PTX ISA (9.7.3) gives them: `.ftz` flushes
-//! inputs and results to sign-preserving zero; without it subnormals are supported, except
-//! that rsqrt.approx.f32 flushes subnormal inputs (±inf on an H100, issue #23, though the ISA
-//! says they are supported), tanh.approx passes subnormal inputs through, and div.approx
+//! inputs and results to sign-preserving zero; without it subnormals are supported (for
+//! rsqrt.approx.f32 ptxas scales a subnormal input by 2^24 before `MUFU.RSQ` and the result
+//! by 2^12 after: finite on the H100, `bench-results/h100/2026-11-26/mufu/`), tanh.approx
+//! passes subnormal inputs through, and div.approx
 //! returns a signed zero (NaN for an infinite dividend) when 2^126 < |divisor| < 2^128.
 
 use crate::ir::{FloatMode, IntRounding, Rounding, UnOp};
@@ -266,11 +267,10 @@ pub fn bf16_bits_to_f32(bits: u16) -> f32 {
     f32::from_bits(u32::from(bits) << 16)
 }
 
-/// The input an f32 unary function sees: flushed under `.ftz`, and, for rsqrt.approx, always
-/// (measured on an H100: every subnormal input gives ±inf, issue #23).
+/// The input an f32 unary function sees: flushed under `.ftz`.
 #[inline]
-pub fn approx_input(op: UnOp, x: f32, mode: FloatMode) -> f32 {
-    if mode.ftz || op == UnOp::Rsqrt {
+pub fn approx_input(x: f32, mode: FloatMode) -> f32 {
+    if mode.ftz {
         flush(x)
     } else {
         x
@@ -295,7 +295,7 @@ pub fn approx_exact(op: UnOp, x: f32) -> f64 {
 
 /// The `.approx` and IEEE unary functions on f32.
 pub fn unary(op: UnOp, x: f32, mode: FloatMode) -> f32 {
-    let x = approx_input(op, x, mode);
+    let x = approx_input(x, mode);
     let wide = f64::from(x);
     let r = match op {
         UnOp::Neg => -x,
