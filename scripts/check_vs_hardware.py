@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The simulator's `linattn check --json` beside a GPU's, case by case.
 
-  check_vs_hardware.py [--only FORM/PRECISION,...] SIM.json GPU.json
+  check_vs_hardware.py [--only FORM/PRECISION,...] [--min-identical F] [--min-within F]
+                       SIM.json GPU.json
 
 Pairs the cases of `sim/<form>/<precision>` with `cuda/<form>/<precision>` by case number
 (same grid and seed), and per error figure (rms error of O and each gradient) counts how
@@ -9,8 +10,10 @@ many are bit-identical and how many lie within 0.9-1.1x, per backend: where the 
 numerics part from the hardware's. --only keeps the named backends (globs such as
 causal_chunked/*): those whose kernels are unchanged since the GPU's run, or those an option
 such as `check --mma-model` affects. The simulator's numerics and mma model are printed when
-its file names them. Verdicts must agree; exit 1 if one does not, 2 on bad input.
-Informational otherwise (CI prints it for the committed H100 file).
+its file names them. Verdicts must agree; exit 1 if one does not, or if the share of
+bit-identical figures (--min-identical) or of figures within 0.9-1.1x (--min-within) falls
+under the fraction given; 2 on bad input. CI runs it on the committed H100 file with the
+floors the simulator reaches today (README, "Against the H100").
 """
 import fnmatch
 import json
@@ -30,9 +33,24 @@ def load(path):
 
 def main(argv):
     only = None
-    if len(argv) == 5 and argv[1] == "--only":
-        only = [p.strip() for p in argv[2].split(",") if p.strip()]
-        argv = argv[:1] + argv[3:]
+    floors = {}  # --min-identical / --min-within: fractions the run must reach
+    args = []
+    rest = list(argv[1:])
+    while rest:
+        a = rest.pop(0)
+        if a in ("--only", "--min-identical", "--min-within") and rest:
+            v = rest.pop(0)
+            if a == "--only":
+                only = [p.strip() for p in v.split(",") if p.strip()]
+            else:
+                try:
+                    floors[a] = float(v)
+                except ValueError:
+                    print(f"{a} {v}: give a fraction (0.9 = 90%)", file=sys.stderr)
+                    return 2
+        else:
+            args.append(a)
+    argv = argv[:1] + args
     if len(argv) != 3 or only == []:
         print(__doc__, file=sys.stderr)
         return 2
@@ -90,7 +108,15 @@ def main(argv):
         r = sorted(p["ratios"])
         print(f"| {name} | {p['n']} | {p['same']} | {p['near']} | "
               f"{r[0]:.3f} / {statistics.median(r):.3f} / {r[-1]:.3f} |")
-    return 1 if disagree else 0
+    failed = 1 if disagree else 0
+    for flag, got, what in (("--min-identical", same, "bit-identical"),
+                            ("--min-within", near, "within 0.9-1.1x")):
+        floor = floors.get(flag)
+        if floor is not None and got < floor * n:
+            print(f"{what}: {got} of {n} ({100 * got / max(n, 1):.1f}%), under {flag} "
+                  f"{floor} ({100 * floor:.1f}%)", file=sys.stderr)
+            failed = 1
+    return failed
 
 
 if __name__ == "__main__":
