@@ -165,7 +165,10 @@ fn special_inputs_follow_the_isa_and_uncaptured_entries_fall_back() {
     // scaled entry, else the simulator's own.
     let want = 1.0 / f64::from(1e-40f32).sqrt();
     let sim = f32::from_bits(simulate(Numerics::AsCompiled, MufuForm::Rsqrt, &[1e-40])[0]);
-    assert!((f64::from(sim) / want - 1.0).abs() < 1e-6, "rsqrt(1e-40) = {sim:e}");
+    assert!(
+        (f64::from(sim) / want - 1.0).abs() < 1e-6,
+        "rsqrt(1e-40) = {sim:e}"
+    );
     if let Some(r) = tables.predict(MufuForm::Rsqrt, 1e-40) {
         assert_eq!(r.to_bits(), sim.to_bits());
     }
