@@ -71,12 +71,12 @@ pub struct SimArch {
 ///   global-memory latency rows (identical for A100 and H100). The model charges every
 ///   global load the DRAM figure: the kernels modelled stream inputs they read once per
 ///   launch, so their loads are first touches that miss L2.
-/// - `conversion`, `sfu`, `mma`, `shfl`, `barrier`: no measured figure was found within this
-///   step's time box; these are stated assumptions (conversion = the ALU's; MUFU ~ the high
-///   teens of the Volta/Turing dissections; mma.m16n8k16 and shfl ~ the order of a shared
-///   load; bar.sync = one shared-memory round trip). Replace them with measurements:
-///   `linattn latency --platform cuda` (kernels/latency_probe.cu) measures every class of
-///   this struct on a GPU, beside the simulator's timing of the same PTX.
+/// - `conversion`, `sfu`, `mma`, `shfl`, `barrier`: no published figure was found; for sm_80
+///   these are stated assumptions (conversion = the ALU's; MUFU ~ the high teens of the
+///   Volta/Turing dissections; mma.m16n8k16 and shfl ~ the order of a shared load; bar.sync
+///   = one shared-memory round trip). For sm_90 the on-chip classes are measured
+///   ([`Latencies::HOPPER_MEASURED`]: `linattn latency --platform cuda`,
+///   kernels/latency_probe.cu, on an H100).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Latencies {
     pub alu: u32,
@@ -102,6 +102,25 @@ impl Latencies {
         mma: 32,
         shfl: 20,
         barrier: 20,
+    };
+}
+
+impl Latencies {
+    /// The H100's on-chip classes as `linattn latency --platform cuda` measured them on
+    /// 2026-11-26 (`bench-results/h100/2026-11-26/latency.json`: each constant is the
+    /// measured cycles per link less what the simulator's timing of the same PTX adds to
+    /// its old constant, the loop control; a conversion link is two conversions). Global
+    /// memory stays [`Self::AMPERE_HOPPER`]'s: the probes measured 282 (L2 hit), 690
+    /// (dependent DRAM miss) and 217–436 (streaming, flushed L2) cycles, no one figure.
+    pub const HOPPER_MEASURED: Latencies = Latencies {
+        alu: 4,
+        conversion: 5,
+        sfu: 17,
+        shared_load: 23,
+        mma: 25,
+        shfl: 24,
+        barrier: 19,
+        ..Self::AMPERE_HOPPER
     };
 }
 
@@ -153,6 +172,7 @@ impl SimArch {
         hbm_gbps: 3352.0,
         tensor_tflops: 989.5,
         fp32_tflops: 66.9,
+        latency: Latencies::HOPPER_MEASURED,
         ..Self::SM80
     };
 
