@@ -127,8 +127,13 @@ enum Kind {
         warm: bool,
         flush: bool,
     },
-    /// cc_scan-like groups `stride` floats apart, L2 flushed first.
-    Groups { launch: GroupLaunch, group: u32 },
+    /// cc_scan-like groups `stride` floats apart, L2 flushed first; `stores`: each group's
+    /// values stored back in place before the next group's loads.
+    Groups {
+        launch: GroupLaunch,
+        group: u32,
+        stores: bool,
+    },
 }
 
 /// One probe: what it measures and how.
@@ -146,7 +151,9 @@ pub struct Probe {
 impl Probe {
     /// The model's expected cycles per link from its constants: the class's × `per_link`,
     /// plus, for the group probes, the fma chain on the loaded values (one ALU latency per
-    /// load). The simulator's timing of the probe's PTX adds address arithmetic to this.
+    /// load), or where the group stores in place, the stores' completion that the next
+    /// group's loads wait for (one more `dram`) and one ALU latency. The simulator's timing
+    /// of the probe's PTX adds address arithmetic to this.
     pub fn model_cycles_per_link(&self, lat: &Latencies) -> f64 {
         // The model has no caches: it charges every global load `dram`, L2 hits included.
         let constant = match self.class {
@@ -155,6 +162,7 @@ impl Probe {
         };
         let base = f64::from(constant * self.per_link);
         match self.kind {
+            Kind::Groups { stores: true, .. } => base + f64::from(lat.dram + lat.alu),
             Kind::Groups { group, .. } => base + f64::from(group * lat.alu),
             _ => base,
         }
@@ -281,6 +289,7 @@ pub const PROBES: [Probe; 13] = [
         kind: Kind::Groups {
             launch: launcher!(LoadGroup1, ScanGroup4),
             group: 1,
+            stores: false,
         },
     },
     Probe {
@@ -291,6 +300,7 @@ pub const PROBES: [Probe; 13] = [
         kind: Kind::Groups {
             launch: launcher!(LoadGroup4, ScanGroup4),
             group: 4,
+            stores: false,
         },
     },
     Probe {
@@ -301,6 +311,7 @@ pub const PROBES: [Probe; 13] = [
         kind: Kind::Groups {
             launch: launcher!(|a| a, ScanGroup4),
             group: 4,
+            stores: true,
         },
     },
 ];
@@ -429,6 +440,7 @@ pub fn run_probe(
         Kind::Groups {
             launch: launch_group,
             group,
+            ..
         } => {
             let steps = sizes.memory_steps;
             let floats = u64::from(steps) * u64::from(group) * SCAN_STRIDE_D64 as u64 + 32;
