@@ -83,7 +83,7 @@ fn run_shared(loads: &str) -> (Counters, Vec<u32>) {
     let text = Entry {
         name: "shared",
         params: &[("u64", "%rd1")],
-        regs: &[("b32", 8), ("b64", 8)],
+        regs: &[("pred", 4), ("b32", 8), ("b64", 8)],
         decls: ".shared .align 16 .b8 tile[128];",
         body: &body,
         ..Entry::default()
@@ -112,6 +112,54 @@ fn a_repeated_shared_load_is_counted_once_unless_a_barrier_separates_them() {
     let (c, _) = run_shared(
         "\tld.shared.u32 \t%r4, [%rd5];\n\tst.shared.u32 \t[%rd5], %r1;\n\tld.shared.u32 \t%r5, [%rd5];\n",
     );
+    assert_eq!(c.shared_load_requests, 2);
+}
+
+/// Two trips of a loop whose body starts with a barrier, loads tile[t], branches (`between`
+/// on the branch's side: nothing, or a shared store) and loads tile[t] again in the next block.
+fn run_shared_loop(between: &str) -> (Counters, Vec<u32>) {
+    run_shared(&format!(
+        "\tmov.u32 \t%r7, 0;
+$L_top:
+\tbar.sync \t0;
+\tld.shared.u32 \t%r4, [%rd5];
+\tsetp.eq.u32 \t%p1, %r7, 5;
+\t@%p1 bra \t$L_join;
+{between}\tadd.s32 \t%r4, %r4, 1;
+$L_join:
+\tld.shared.u32 \t%r5, [%rd5];
+\tadd.s32 \t%r7, %r7, 1;
+\tsetp.lt.u32 \t%p2, %r7, 2;
+\t@%p2 bra \t$L_top;
+"
+    ))
+}
+
+#[test]
+fn a_repeated_shared_load_in_a_loop_is_counted_once_per_trip() {
+    // The barrier at the top of the loop runs between the second load of one trip and the
+    // first of the next, never between a first load and the second load it dominates: ptxas
+    // keeps the value in a register (cc_forward_h's A fragments of v, loaded again for the
+    // split's lo mma, have no LDS in the SASS). One request per trip, two trips.
+    let (c, out) = run_shared_loop("");
+    assert_eq!(out, (0..32).map(|t| 2 * t + 1).collect::<Vec<u32>>());
+    assert_eq!(c.shared_load_requests, 2);
+    assert_eq!(c.shared_load_wavefronts, 2);
+    // A shared store on a path between them still makes the second load its own.
+    let (c, out) = run_shared_loop("\tst.shared.u32 \t[%rd5], %r1;\n");
+    assert_eq!(out, (0..32).map(|t| 2 * t + 1).collect::<Vec<u32>>());
+    assert_eq!(c.shared_load_requests, 4);
+}
+
+#[test]
+fn a_pointer_chase_through_shared_memory_counts_every_load() {
+    // tile[t] holds its own address; `ld [%r3] -> %r3` twice: the second load's base is the
+    // first one's result, not the register it was read through. ptxas issues both
+    // (lp_shared_chase's unrolled chase is one LDS per ld.shared in the SASS).
+    let (c, out) = run_shared(
+        "\tcvt.u32.u64 \t%r3, %rd5;\n\tst.shared.u32 \t[%rd5], %r3;\n\tld.shared.u32 \t%r3, [%r3];\n\tld.shared.u32 \t%r3, [%r3];\n\tcvt.u32.u64 \t%r2, %rd5;\n\tsub.s32 \t%r4, %r3, %r2;\n\tmov.u32 \t%r5, %r1;\n",
+    );
+    assert_eq!(out, (0..32).collect::<Vec<u32>>());
     assert_eq!(c.shared_load_requests, 2);
 }
 

@@ -1,6 +1,5 @@
-//! Basic blocks of a kernel, their dominators and which blocks reach which: what the
-//! counting plan needs to know that a repeated load always follows its first one and what
-//! may run between them.
+//! Basic blocks of a kernel, their dominators and edges: what the counting plan needs to know
+//! that a repeated load always follows its first one and what may run between them.
 
 use crate::ir::{Instr, Op};
 
@@ -11,8 +10,9 @@ pub(super) struct Cfg {
     pub(super) ranges: Vec<(usize, usize)>,
     /// `dom[b]` has bit a when block a dominates b.
     dom: Vec<Vec<u64>>,
-    /// `reach[a]` has bit b when b can be reached from a along at least one edge.
-    reach: Vec<Vec<u64>>,
+    /// Successors and predecessors of each block.
+    succ: Vec<Vec<usize>>,
+    preds: Vec<Vec<usize>>,
 }
 
 fn bit(set: &[u64], i: usize) -> bool {
@@ -74,16 +74,6 @@ impl Cfg {
             })
             .collect();
         let words = blocks.div_ceil(64).max(1);
-        let mut reach = vec![vec![0u64; words]; blocks];
-        for (b, row) in reach.iter_mut().enumerate() {
-            let mut stack = succ[b].clone();
-            while let Some(x) = stack.pop() {
-                if !bit(row, x) {
-                    set_bit(row, x);
-                    stack.extend(&succ[x]);
-                }
-            }
-        }
         // Dominators, iteratively: dom(entry) = {entry}, dom(b) = {b} ∪ ⋂ dom(preds).
         let mut preds = vec![Vec::new(); blocks];
         for (b, s) in succ.iter().enumerate() {
@@ -120,7 +110,8 @@ impl Cfg {
             block_of,
             ranges,
             dom,
-            reach,
+            succ,
+            preds,
         }
     }
 
@@ -134,20 +125,38 @@ impl Cfg {
         }
     }
 
-    /// The instructions any path from `i` to `j` (excluding both) may execute: the rest of
-    /// `i`'s block, the start of `j`'s, and every block on a path between them.
+    /// The instructions a path from `i` to `j` (excluding both) that does not run `i` again
+    /// may execute: the rest of `i`'s block, the start of `j`'s, and every block on such a
+    /// path. A path that runs `i` again (around a loop holding both) is not counted: the later
+    /// run of `i` is then the one `j` follows, and what ran before it does not matter.
     pub(super) fn between(&self, i: usize, j: usize) -> Vec<(usize, usize)> {
         let (a, b) = (self.block_of[i], self.block_of[j]);
-        let on_path = |x: usize| bit(&self.reach[a], x) && bit(&self.reach[x], b);
-        if a == b && !on_path(a) {
+        if a == b && i < j {
             return vec![(i + 1, j)];
         }
+        // Blocks reached from `a`'s successors, and blocks reaching `b`'s start, never
+        // entering `a`: those on a path from `i` to `j` that does not pass `i`.
+        let from = self.walk(&self.succ[a], &self.succ, a);
+        let to = self.walk(&self.preds[b], &self.preds, a);
         let mut spans = vec![(i + 1, self.ranges[a].1), (self.ranges[b].0, j)];
         for x in 0..self.ranges.len() {
-            if on_path(x) {
+            if bit(&from, x) && bit(&to, x) {
                 spans.push(self.ranges[x]);
             }
         }
         spans
+    }
+
+    /// The blocks reachable from `start` along `edges` without entering block `avoid`.
+    fn walk(&self, start: &[usize], edges: &[Vec<usize>], avoid: usize) -> Vec<u64> {
+        let mut seen = vec![0u64; self.ranges.len().div_ceil(64).max(1)];
+        let mut stack: Vec<usize> = start.to_vec();
+        while let Some(x) = stack.pop() {
+            if x != avoid && !bit(&seen, x) {
+                set_bit(&mut seen, x);
+                stack.extend(&edges[x]);
+            }
+        }
+        seen
     }
 }

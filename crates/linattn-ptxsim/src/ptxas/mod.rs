@@ -20,6 +20,13 @@
 //!   in the SASS than ld.shared in the PTX; the H100 counted 16 wavefronts per warp fewer).
 //!   A shared load whose address register and offset repeat an earlier load that dominates it, with no shared store,
 //!   atomic, barrier or redefinition of the register on any path between, is not counted.
+//!   A path between is one from the earlier load to the later that does not run the earlier
+//!   one again: in a loop holding both, what runs after the later load and before the next
+//!   trip's earlier one (a barrier at the top of the body) does not separate them. The
+//!   chunk walks of causal_chunked.cu load one mma operand twice per chunk (the split's hi
+//!   and lo passes: cc_forward_h's A fragments, cc_backward_h's B); the SASS has no LDS for
+//!   the second, and the H100 run of 2026-11-26 counted 16 (32) wavefronts per warp and
+//!   chunk fewer than when every path around the loop counted.
 //!
 //! Alignment is what ptxas can prove: trailing zero bits of each register through the
 //! integer arithmetic that builds addresses (flow-insensitive, the weakest over all of a
@@ -74,6 +81,8 @@ fn reuse_shared_loads(instrs: &[Instr], cfg: &Cfg, plan: &mut [Counting]) {
         let earlier = loads[..k].iter().find(|&&(i, a)| {
             plan[i] != Counting::Reused
                 && a == later
+                // `ld [%r] -> %r` (a pointer chase) moves its own base.
+                && !base.is_some_and(|r| defs(&instrs[i].op).contains(&r))
                 && cfg.dominates(i, j)
                 && cfg.between(i, j).iter().all(|&(s, e)| {
                     instrs[s..e].iter().all(|x| {
