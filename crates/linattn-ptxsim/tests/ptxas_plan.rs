@@ -189,3 +189,30 @@ fn adjacent_warp_uniform_shared_loads_fuse_into_one_packed_wavefront() {
     assert_eq!(c.shared_load_requests, 1);
     assert_eq!(c.shared_load_wavefronts, 2);
 }
+
+#[test]
+fn a_difference_keeps_alignment_only_from_a_scaled_subtrahend() {
+    // tile[8], tile[9] through %rd7 = tile + 4·%r7, %r7 = 8 by a difference: one LDS.64 when
+    // ptxas proves %r7 even (see ptxas/align.rs), else two LDS.
+    let pair = |index: &str| {
+        run_shared(&format!(
+            "{index}\tmul.wide.u32 \t%rd0, %r7, 4;\n\tadd.s64 \t%rd7, %rd4, %rd0;\n\tld.shared.u32 \t%r4, [%rd7];\n\tld.shared.u32 \t%r5, [%rd7+4];\n"
+        ))
+    };
+    // (tid & 64) + 72 − 64: an immediate subtrahend keeps the minuend's alignment.
+    let (c, out) =
+        pair("\tand.b32 \t%r2, %r1, 64;\n\tadd.s32 \t%r3, %r2, 72;\n\tsub.s32 \t%r7, %r3, 64;\n");
+    assert_eq!(out, vec![17; 32]);
+    assert_eq!(c.shared_load_requests, 1);
+    // 8 − ((tid >> 5) << 6): a shifted subtrahend keeps its 6 bits.
+    let (c, out) = pair(
+        "\tshr.u32 \t%r0, %r1, 5;\n\tshl.b32 \t%r2, %r0, 6;\n\tmov.u32 \t%r3, 8;\n\tsub.s32 \t%r7, %r3, %r2;\n",
+    );
+    assert_eq!(out, vec![17; 32]);
+    assert_eq!(c.shared_load_requests, 1);
+    // 8 − (tid & 64): a masked subtrahend keeps nothing.
+    let (c, out) =
+        pair("\tand.b32 \t%r2, %r1, 64;\n\tmov.u32 \t%r3, 8;\n\tsub.s32 \t%r7, %r3, %r2;\n");
+    assert_eq!(out, vec![17; 32]);
+    assert_eq!(c.shared_load_requests, 2);
+}

@@ -17,6 +17,12 @@ const MAX_TZ: u32 = 12;
 
 impl Alignment {
     pub(super) fn new(instrs: &[Instr]) -> Alignment {
+        let scaled = Alignment::solve(instrs, None);
+        Alignment::solve(instrs, Some(&scaled))
+    }
+
+    /// The greatest fixpoint over `instrs`; with `scaled` None, the scaled alignment (below).
+    fn solve(instrs: &[Instr], scaled: Option<&Alignment>) -> Alignment {
         let size = |bank: Bank| {
             instrs
                 .iter()
@@ -50,7 +56,7 @@ impl Alignment {
             let Some(base) = acc.addr.base else { continue };
             let need = (acc.elem * acc.width).max(1).trailing_zeros();
             let offset_tz = (acc.addr.offset as u64).trailing_zeros().min(MAX_TZ);
-            if def_count.get(base) <= 1 && offset_tz >= need {
+            if scaled.is_some() && def_count.get(base) <= 1 && offset_tz >= need {
                 if let Some(f) = floor.slot(base) {
                     *f = (*f).max(need);
                 }
@@ -78,7 +84,7 @@ impl Alignment {
             };
             for ins in instrs {
                 for d in defs(&ins.op) {
-                    let value = a.transfer(&ins.op);
+                    let value = a.transfer(&ins.op, scaled);
                     if let Some(x) = next.slot(d) {
                         *x = (*x).min(value);
                     }
@@ -127,18 +133,28 @@ impl Alignment {
         }
     }
 
-    /// Trailing zero bits of what `op` writes, given its operands'.
-    fn transfer(&self, op: &Op) -> u32 {
+    /// Trailing zero bits of what `op` writes, given its operands'. With `scaled` (the main
+    /// pass), what ptxas keeps through a difference: `a - imm` is `a + (-imm)`, but of
+    /// `a - %r` only what %r's scaled alignment says. The scaled alignment (`scaled` None) is
+    /// the power of two a register is a multiple of by construction (shifts, multiplies,
+    /// sums of such), not through `and`, `or`, `xor`, which a negation does not keep for
+    /// ptxas 13.0.88: `64 - (x << 6)` and `64 - 64·x` keep 6 bits (one LDS.64 of a pair at
+    /// `4·that`), `64 - (x & -64)`, `64 - (y | 64)`, `(x & -64) - (t & 96)` keep none (two
+    /// LDS; cc_backward_h's s_col_max pair at D or M ≥ 128 is the `and` form).
+    fn transfer(&self, op: &Op, scaled: Option<&Alignment>) -> u32 {
         let t = |s: &Src| self.src(s);
         let v = match op {
             Op::Mov { a, .. } | Op::Cvta { a, .. } => t(a),
             Op::Cvt(c) if !c.dty.is_float() && !c.sty.is_float() => t(&c.a),
             Op::Bin { op, ty, a, b, .. } if !ty.is_float() => match op {
-                BinOp::Add | BinOp::Sub | BinOp::Min | BinOp::Max | BinOp::Or | BinOp::Xor => {
-                    t(a).min(t(b))
-                }
+                BinOp::Add | BinOp::Min | BinOp::Max => t(a).min(t(b)),
+                BinOp::Or | BinOp::Xor if scaled.is_some() => t(a).min(t(b)),
+                BinOp::Sub => match (b, scaled) {
+                    (Src::Reg(r), Some(s)) => t(a).min(s.get(*r)),
+                    _ => t(a).min(t(b)),
+                },
                 BinOp::MulLo => t(a) + t(b),
-                BinOp::And => t(a).max(t(b)),
+                BinOp::And if scaled.is_some() => t(a).max(t(b)),
                 BinOp::Shl => match b {
                     Src::Imm(k) => t(a) + (*k).min(u64::from(MAX_TZ)) as u32,
                     _ => t(a),
