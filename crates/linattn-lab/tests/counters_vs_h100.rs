@@ -34,8 +34,8 @@ fn main() {
             every_held_counter_is_within_5_percent_of_the_h100 as fn() -> Result<(), String>,
         ),
         (
-            "the_second_run_is_within_5_percent_but_for_three_known_misses",
-            the_second_run_is_within_5_percent_but_for_three_known_misses,
+            "the_second_run_is_within_5_percent_but_for_one_known_miss",
+            the_second_run_is_within_5_percent_but_for_one_known_miss,
         ),
         (
             "profile_against_the_committed_csv_passes",
@@ -89,17 +89,16 @@ fn every_held_counter_is_within_5_percent_of_the_h100() -> Result<(), String> {
     Ok(())
 }
 
-/// The second run's misses, as the simulator counts them today: shared-load wavefronts of
-/// the two chunk-state walks (the simulator 1.19× and 1.33× the hardware's) and of cs_outer
-/// (0.94×). Any other counter outside 5% fails, and so does a miss that is fixed, so that
-/// this list is kept true.
-const SECOND_RUN_MISSES: [&str; 3] = [
-    "#6 cs_outer shared ld wavefronts: simulator 1048576, hardware 1112211",
-    "#19 cc_forward_h shared ld wavefronts: simulator 50400, hardware 42336",
-    "#22 cc_backward_h shared ld wavefronts: simulator 65142, hardware 49014",
-];
+/// The second run's one miss, as the simulator counts it today: shared-load wavefronts of
+/// cs_outer, the hardware's 6% more. Not a rule the simulator lacks: the excess (63 635) is
+/// no multiple of the 4096 CTAs' identical accesses, and the same launch counts differently
+/// run to run on the hardware (cr_backward_go's shared-store wavefronts: 115 248 and
+/// 115 242 for identical launches). Any other counter outside 5% fails, and so does this one
+/// coming within 5%, so that the list is kept true.
+const SECOND_RUN_MISSES: [&str; 1] =
+    ["#6 cs_outer shared ld wavefronts: simulator 1048576, hardware 1112211"];
 
-fn the_second_run_is_within_5_percent_but_for_three_known_misses() -> Result<(), String> {
+fn the_second_run_is_within_5_percent_but_for_one_known_miss() -> Result<(), String> {
     let off = outside_5_percent(Run::Second)?;
     if off != SECOND_RUN_MISSES {
         return Err(format!(
