@@ -103,9 +103,7 @@ impl Latencies {
         shfl: 20,
         barrier: 20,
     };
-}
 
-impl Latencies {
     /// The H100's on-chip classes as `linattn latency --platform cuda` measured them on
     /// 2026-11-26 (`bench-results/h100/2026-11-26/latency.json`: each constant is the
     /// measured cycles per link less what the simulator's timing of the same PTX adds to

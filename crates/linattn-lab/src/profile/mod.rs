@@ -174,16 +174,14 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
     // at B·H = 1) keeps one core busy, and the profiler records per thread.
     let mut jobs = Vec::new();
     for backend in &backends {
+        let causality = args.causality.unwrap_or(match backend.info().algorithm {
+            Algorithm::Linear(form) if !form.supports(Causality::Causal) => Causality::NonCausal,
+            _ => Causality::Causal,
+        });
         for &mode in &args.mode {
             for &d in &dims {
                 for &n in &seqs {
                     let shape = Shape::new(args.batch, args.heads, n, d, args.dv.unwrap_or(d));
-                    let causality = args.causality.unwrap_or(match backend.info().algorithm {
-                        Algorithm::Linear(form) if !form.supports(Causality::Causal) => {
-                            Causality::NonCausal
-                        }
-                        _ => Causality::Causal,
-                    });
                     let problem = Problem::new(shape, causality, args.map).with_decay(args.decay);
                     jobs.push((backend.name().to_string(), problem, mode));
                 }

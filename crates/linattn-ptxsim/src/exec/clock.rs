@@ -232,7 +232,7 @@ mod tests {
         assert_eq!(c.critical_path(), after + 1);
     }
 
-    fn global(op: Op) -> Instr {
+    fn instr(op: Op) -> Instr {
         Instr {
             guard: None,
             class: op.class(),
@@ -242,36 +242,33 @@ mod tests {
         }
     }
 
-    fn addr() -> Address {
-        Address {
-            base: None,
-            offset: 0,
-        }
+    /// `ld.<space>.f32 r<d>, [0]`.
+    fn ld(space: Space, d: u32) -> Instr {
+        instr(Op::Ld {
+            space,
+            ty: Ty::F32,
+            nc: false,
+            d: vec![r32(d)],
+            addr: Address {
+                base: None,
+                offset: 0,
+            },
+        })
     }
 
     #[test]
     fn a_global_load_waits_for_the_warps_last_store() {
         let mut c = clocks(2);
-        let st = global(Op::St {
+        let st = instr(Op::St {
             space: Space::Global,
             ty: Ty::F32,
             a: vec![Src::Reg(r32(1))],
-            addr: addr(),
+            addr: Address {
+                base: None,
+                offset: 0,
+            },
         });
-        let ld = global(Op::Ld {
-            space: Space::Global,
-            ty: Ty::F32,
-            nc: false,
-            d: vec![r32(2)],
-            addr: addr(),
-        });
-        let shared = global(Op::Ld {
-            space: Space::Shared,
-            ty: Ty::F32,
-            nc: false,
-            d: vec![r32(3)],
-            addr: addr(),
-        });
+        let (ld, shared) = (ld(Space::Global, 2), ld(Space::Shared, 3));
         assert_eq!(c.issue(0, &st), 0);
         // Independent arithmetic and shared loads go on; the global load waits.
         assert_eq!(c.issue(0, &fma(5, 6, 6, 6)), 1);
@@ -284,23 +281,7 @@ mod tests {
     #[test]
     fn loads_make_their_destinations_wait_for_memory() {
         let mut c = clocks(1);
-        let op = Op::Ld {
-            space: Space::Global,
-            ty: Ty::F32,
-            nc: false,
-            d: vec![r32(1)],
-            addr: Address {
-                base: None,
-                offset: 0,
-            },
-        };
-        let ld = Instr {
-            guard: None,
-            class: op.class(),
-            fp32_flops: 0,
-            op,
-            line: 1,
-        };
+        let ld = ld(Space::Global, 1);
         assert_eq!(c.issue(0, &ld), 0);
         assert_eq!(c.issue(0, &fma(2, 1, 3, 3)), u64::from(LAT.dram));
     }
