@@ -2,7 +2,8 @@
 //
 // Compile-checked with NVRTC + ptxas for sm_80 / sm_90 and run on the PTX simulator
 // (linattn-ptxsim, with its memory, race, init and sync checkers) in the tests. The kernels of
-// 2026-11-25 ran on an H100 (../shared/reference/h100-2026-11-25); these have not yet.
+// ae9b497 ran on an H100 on 2026-11-26 (bench-results/h100/2026-11-26); the gradient
+// kernels' slice loop (one CTA per chunk over every output slice) has not yet.
 //
 // ---- math (per (b, h); q̃ = φ(q), k̃ = φ(k); λ = decay; chunk c holds tokens cL .. cL+L−1) ----
 //   S_i = λ S_{i−1} + k̃_i v_iᵀ (C×M),  z_i = λ z_{i−1} + k̃_i,   O_i = q̃_iᵀS_i / (q̃_iᵀz_i + ε).
@@ -41,8 +42,10 @@
 //   Backward, on the training forward's kept S⁰, z⁰: for normalised maps cc_backward_go,
 //   G_i·O_i from O + out_lo (M/64 partials per token, one per slice: N·M/64 fp32 per head);
 //   cc_backward_h, the walk from the last chunk to the first (R⁰, r⁰: another N/L·C·(M+1)
-//   fp32), then cc_backward_dq, cc_backward_dk (grid (NC, B·H, C/64)) and cc_backward_dv
-//   (grid (NC, B·H, M/64)). Per-token saved data: den (N fp32 per head), O and out_lo
+//   fp32), then cc_backward_dq, cc_backward_dk and cc_backward_dv (grid (NC, B·H, 1): one
+//   CTA per chunk loops over the 64-wide slices of its output, the score tile computed and
+//   q, k, v, G read once per chunk; at shapes with fewer than 1024 chunk-CTAs grid z = the
+//   output's slices, one each, for parallelism). Per-token saved data: den (N fp32 per head), O and out_lo
 //   (N·M 16-bit each per head); per chunk the states. Until 2026-11-26 the backward
 //   recomputed S⁰ (the walk again) and O (the forward again, for G·O): 1.1 ms of the model's
 //   3.5 ms at (2, 16384, 16, 128), for N·M·2 + N/L·C·(M+1)·4 bytes per head kept instead.
@@ -114,9 +117,10 @@
 //   only the 64-wide program pays the column guards. The chunk states stay in the padded
 //   layout (CC_STATE_STRIDE). Any N ≥ 1: the tail chunk is zero-padded on load and masked
 //   on store. B·H ≤ 65535 (grid.y). Chunk L = 64.
-//   Dynamic shared memory ≤ 102,400 B per CTA (cc_forward_train at D = M = 256; ≤ 53,504 B at
-//   D, M ≤ 128: 44,544 B in cc_forward, 52,736 B in cc_forward_train, ≤ 53,504 B in the
-//   gradient kernels, 3–4 CTAs per SM; 27,648 B in the state walks) plus ≤ 2,304 B static:
+//   Dynamic shared memory ≤ 118,016 B per CTA (cc_backward_dq, _dk at D = M = 256; ≤ 69,888 B
+//   at D, M ≤ 128: 44,544 B in cc_forward, 52,736 B in cc_forward_train, ≤ 52,224 B in
+//   cc_backward_dv, ≤ 69,888 B in dQ and dK (their parked scores), 3–4 CTAs per SM; 27,648 B
+//   in the state walks) plus ≤ 2,304 B static:
 //   the host opts in above 48 KB and refuses a device whose
 //   opt-in maximum is below a launch's need (sm_80: 163 KB, sm_90: 227 KB fit every
 //   program; sm_86/89's 99 KB fit D, M ≤ 128 only).
@@ -1124,7 +1128,10 @@ __device__ __host__ constexpr int cc_state32_loads() {
     return CC_TILE * COLS / (TRANSPOSED ? 2 : 4) / CC_THREADS;
 }
 
-template <int COLS, bool TRANSPOSED, int LOADS>
+// Index: the natural layout's index type. unsigned in the gradient kernels (r and c a shift
+// and a mask; signed, a rounding fix-up each, which their slice loop hoisted into registers
+// until ptxas spilled), int in cc_forward_train (unsigned, ptxas spilled at D = 256, M = 64).
+template <int COLS, bool TRANSPOSED, int LOADS, typename Index = int>
 __device__ __forceinline__ void cc_state32_fetch(cc_state32_vec_t<TRANSPOSED> (&x)[LOADS],
                                                     const float* __restrict__ src, int row0, int src_cols,
                                                     int s0) {
@@ -1132,18 +1139,18 @@ __device__ __forceinline__ void cc_state32_fetch(cc_state32_vec_t<TRANSPOSED> (&
     for (int s = 0; s < LOADS; ++s) {
         const int k = s0 + s;
         if constexpr (TRANSPOSED) {
-            const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2;
-            const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
-            const int r = (blk % (CC_TILE / 8)) * 8 + 2 * rp, c = (blk / (CC_TILE / 8)) * 8 + cl;
+            const unsigned lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2;
+            const unsigned blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
+            const unsigned r = (blk % (CC_TILE / 8)) * 8 + 2 * rp, c = (blk / (CC_TILE / 8)) * 8 + cl;
             x[s] = *(const float2*)(src + (la_index_t)c * src_cols + row0 + r);
         } else {
-            const int idx = threadIdx.x + k * CC_THREADS, r = idx / (COLS / 4), c = (idx % (COLS / 4)) * 4;
-            x[s] = *(const float4*)(src + (la_index_t)(row0 + r) * COLS + c);
+            const Index idx = threadIdx.x + k * CC_THREADS, r = idx / (COLS / 4), c = (idx % (COLS / 4)) * 4;
+            x[s] = *(const float4*)(src + (la_index_t)(row0 + (int)r) * COLS + c);
         }
     }
 }
 
-template <int COLS, bool TRANSPOSED, int LOADS>
+template <int COLS, bool TRANSPOSED, int LOADS, typename Index = int>
 __device__ __forceinline__ float cc_state32_put(float* dst, int ld,
                                                    const cc_state32_vec_t<TRANSPOSED> (&x)[LOADS], int s0) {
     float max_abs = 0.0f;
@@ -1151,14 +1158,14 @@ __device__ __forceinline__ float cc_state32_put(float* dst, int ld,
     for (int s = 0; s < LOADS; ++s) {
         const int k = s0 + s;
         if constexpr (TRANSPOSED) {
-            const int lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2, first = rp >> 1;
-            const int blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
-            const int r = (blk % (CC_TILE / 8)) * 8 + 2 * rp, c = (blk / (CC_TILE / 8)) * 8 + cl;
+            const unsigned lane = threadIdx.x & 31, rp = lane & 3, cl = lane >> 2, first = rp >> 1;
+            const unsigned blk = k * (CC_THREADS / 32) + (threadIdx.x >> 5);
+            const unsigned r = (blk % (CC_TILE / 8)) * 8 + 2 * rp, c = (blk / (CC_TILE / 8)) * 8 + cl;
             dst[(r + first) * ld + c] = first ? x[s].y : x[s].x;
             dst[(r + 1 - first) * ld + c] = first ? x[s].x : x[s].y;
             max_abs = fmaxf(max_abs, fmaxf(fabsf(x[s].x), fabsf(x[s].y)));
         } else {
-            const int idx = threadIdx.x + k * CC_THREADS, r = idx / (COLS / 4), c = (idx % (COLS / 4)) * 4;
+            const Index idx = threadIdx.x + k * CC_THREADS, r = idx / (COLS / 4), c = (idx % (COLS / 4)) * 4;
             *(float4*)(dst + r * ld + c) = x[s];
             max_abs = fmaxf(max_abs, fmaxf(fmaxf(fabsf(x[s].x), fabsf(x[s].y)), fmaxf(fabsf(x[s].z), fabsf(x[s].w))));
         }
@@ -1563,20 +1570,48 @@ __device__ __forceinline__ void cc_store_grad(la_storage_t* __restrict__ dst, co
     }
 }
 
+// The warp's split score fragments (cc_acc_to_a_split of each k-step the causal mask leaves)
+// parked in shared memory while the CTA walks its output slices: `park` holds 8 16-byte
+// records per thread, record (2·ks + part)·CC_THREADS + thread, so a warp's 32 records of one
+// store or load are 512 contiguous bytes (4 wavefronts, no conflict). Only the thread that
+// parks a fragment reads it back: no barrier.
+template <bool KEYS>
+__device__ __forceinline__ void cc_scores_park(uint4* park, const float (&sc)[CC_L / 8][4]) {
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int ks = 0; ks < CC_L / 16; ++ks) {
+        if (KEYS ? ks < warp : ks > warp) continue;
+        cc_u32 hi[4], lo[4];
+        cc_acc_to_a_split(hi, lo, sc, ks);
+        park[(2 * ks) * CC_THREADS + threadIdx.x] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        park[(2 * ks + 1) * CC_THREADS + threadIdx.x] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+}
+
 // acc += A·B over the k-steps a causal mask leaves (k-step ks of tokens ≤ the warp's rows for
-// queries, ≥ for keys), A the warp's 16 rows of the score tile `sc`, split hi + lo, B a 16-bit
-// [n][k] tile (stride CC_LDT). Terms: hi·B always, lo·B when A_LO, and hi·B_lo when B_LO
-// (dQ: both operands split, 3 mma's). With B_LO both tiles are addressed through one offset,
-// without through pointer steps: the code each gradient compiled to before they shared this.
-template <bool KEYS, bool A_LO, bool B_LO>
+// queries, ≥ for keys), A the warp's 16 rows of the score tile `sc`, split hi + lo (or, with
+// PARKED, those fragments as cc_scores_park left them in `park`), B a 16-bit [n][k] tile (stride
+// CC_LDT). Terms: hi·B always, lo·B when A_LO, and hi·B_lo when B_LO (dQ: both operands
+// split, 3 mma's). With B_LO both tiles are addressed through one offset, without through
+// pointer steps: the code each gradient compiled to before they shared this.
+template <bool KEYS, bool A_LO, bool B_LO, bool PARKED>
 __device__ __forceinline__ void cc_intra_mma(float (&acc)[CC_TILE / 8][4], const float (&sc)[CC_L / 8][4],
-                                             const cc_u16* b, const cc_u16* b_lo) {
+                                             const uint4* park, const cc_u16* b, const cc_u16* b_lo) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int ks = 0; ks < CC_L / 16; ++ks) {
         if (KEYS ? ks < warp : ks > warp) continue;
         cc_u32 a_hi[4], a_lo[4];
-        cc_acc_to_a_split(a_hi, a_lo, sc, ks);
+        if constexpr (PARKED) {
+            const uint4 h = park[(2 * ks) * CC_THREADS + threadIdx.x];
+            a_hi[0] = h.x, a_hi[1] = h.y, a_hi[2] = h.z, a_hi[3] = h.w;
+            if constexpr (A_LO) {
+                const uint4 l = park[(2 * ks + 1) * CC_THREADS + threadIdx.x];
+                a_lo[0] = l.x, a_lo[1] = l.y, a_lo[2] = l.z, a_lo[3] = l.w;
+            }
+        } else {
+            cc_acc_to_a_split(a_hi, a_lo, sc, ks);
+        }
 #pragma unroll
         for (int nt = 0; nt < CC_TILE / 8; ++nt) {
             const cc_u16 *bp, *bp_lo = nullptr;
@@ -1595,32 +1630,35 @@ __device__ __forceinline__ void cc_intra_mma(float (&acc)[CC_TILE / 8][4], const
     }
 }
 
-// The three gradient kernels share one skeleton: per chunk and 64-wide output slice, an inter
-// term (the warp's rows times the chunk's fp32 state, split), a 64×64 score tile
-// (intra-chunk, masked, decayed, per-row scaled for its hi + lo split), the intra term (the
-// score tile times a transposed 16-bit tile), then the chain rule and the store. Per gradient:
+// The three gradient kernels share one skeleton: per chunk, a 64×64 score tile (intra-chunk,
+// masked, decayed, per-row scaled for its hi + lo split), kept in registers while the CTA
+// walks the 64-wide slices of its output; per slice an inter term (the warp's rows times the
+// slice of the chunk's fp32 state, split), the intra term (the score tile times a transposed
+// 16-bit tile), then the chain rule and the store. Per gradient:
 //   what  rows (A)  scores      state  intra B  weight of row r (inter)  output slice
 //   dQ    G_i       A = G vᵀ    S⁰ᵀ    k̃ (split)  λ^{i+1}/den_i           D
 //   dK    v_j       Aᵀ = v Gᵀ   R⁰ᵀ    q̃ (split)  λ^{L−j}                 D
 //   dV    k̃_j       Pᵀ = k̃ q̃ᵀ   R⁰     G          λ^{L−j}                 M
 // The header of each kernel gives its math and precision. Queries own rows i (causal: keys
 // j ≤ i), keys own rows j (queries i ≥ j).
-// Shared memory: the rows tile, then one region that holds the fp32 state for the inter
-// product and, once every warp is done with it, the score columns and the transposed tile(s)
-// (the transposed tile's loads in flight during the inter product): at D = M = 128 52–54 KB
-// where the state beside the others took 78–89 KB, so 3–4 CTAs fit an SM instead of 2
-// (CC_GRAD_MIN_CTAS).
+// Shared memory: the rows tile, then one region that holds the score columns (until the
+// scores are done), then per slice the fp32 state slice for the inter product and, once every
+// warp is done with it, the transposed tile(s) (their loads in flight during the inter
+// product): at D = M = 128 52 KB (dV) and, with the parked scores, 68 KB (dQ, dK), where the
+// state beside the others took 78–89 KB: 3 CTAs fit an SM, not 2 (CC_GRAD_MIN_CTAS).
 #define CC_GRAD_Q 0
 #define CC_GRAD_K 1
 #define CC_GRAD_V 2
-#define CC_DK_SMEM (CC_L * CC_LDM * 2 + CC_STATE_REGION(CC_LDM, 1) + CC_TILE * 4)
-#define CC_DQ_SMEM (CC_L * CC_LDM * 2 + CC_STATE_REGION(CC_LDM, 2) + CC_TILE * 4)
+// dQ and dK also park their split scores (cc_scores_park: 16 KB) after the vector slice.
+#define CC_SCORES_PARK (CC_L * CC_L * 2 * 2)
+#define CC_DK_SMEM (CC_L * CC_LDM * 2 + CC_STATE_REGION(CC_LDM, 2) + CC_TILE * 4 + CC_SCORES_PARK)
+#define CC_DQ_SMEM (CC_L * CC_LDM * 2 + CC_STATE_REGION(CC_LDM, 2) + CC_TILE * 4 + CC_SCORES_PARK)
 #define CC_DV_SMEM (CC_L * CC_LDD * 2 + CC_STATE_REGION(CC_LDD, 1))
-// Minimum CTAs per SM in the launch bounds (registers ≤ 65536 / (128 · CTAS)), where shared
-// memory allows 4 (k dims ≤ 128): 4 for cc_backward_dv (≤ 128 registers), 3 for dQ and dK
-// (at 128 ptxas spilled 20–240 B: their scores take G·O terms and dQ a second tile);
+// Minimum CTAs per SM in the launch bounds (registers ≤ 65536 / (128 · CTAS)): 3 (168
+// registers) for dQ and dK at k dims ≤ 128 (at 128 ptxas spilled 20–240 B: their scores
+// take G·O terms and a second tile; dV: CC_DV_MIN_CTAS);
 // 1 at a 256-wide k dim (~101 KB: 2 fit; without a minimum ptxas (sm_80) spilled in dV).
-#define CC_GRAD_MIN_CTAS(WIDTH, CTAS) ((WIDTH) == 256 ? 1 : (CTAS))
+#define CC_GRAD_MIN_CTAS(WIDTH) ((WIDTH) == 256 ? 1 : 3)
 
 template <int WHAT>
 __device__ __forceinline__ void
@@ -1632,100 +1670,67 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     constexpr bool DQ = WHAT == CC_GRAD_Q, DK = WHAT == CC_GRAD_K, DV = WHAT == CC_GRAD_V;
     constexpr int WIDTH = DV ? CC_D : CC_M;  // k dim of the scores and of the inter product
     constexpr int LD = DV ? CC_LDD : CC_LDM;
+    constexpr int OUT = DV ? CC_M : CC_D;    // the output's tile width, 64 columns per slice
     // Row widths (cc_width): q, k and dQ, dK; v, G and dV. `width`: the score operands'.
     const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m), width = DV ? dw : mw;
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_rows = (cc_u16*)cc_smem;                 // [64][LD]   rows: G (dQ), v (dK), k̃ (dV)
     unsigned char* region = cc_smem + CC_L * LD * 2;
-    float* s_state = (float*)region;                   // [64][LD] fp32: S⁰ (S[d][e]), R⁰, R⁰ᵀ; then:
-    cc_u16* s_cols = (cc_u16*)region;                  // [64][LD]   score columns: v, G, q̃
+    cc_u16* s_cols = (cc_u16*)region;                  // [64][LD]   score columns: v, G, q̃; then
+    float* s_state = (float*)region;                   // [64][LD] fp32, per slice: S⁰ (S[d][e]), R⁰, R⁰ᵀ; then
     cc_u16* s_t = s_cols + CC_L * LD;                  // [64][LDT]  intra B, transposed: k̃, q̃, G slice
-    cc_u16* s_t_lo = s_t + CC_TILE * CC_LDT;           // [64][LDT]  dQ: k̃'s rounding residue (lo)
-    float* s_vec = (float*)(region + CC_STATE_REGION(LD, DQ ? 2 : 1));  // [64] z⁰ (dQ), r⁰ (dK) slice
+    cc_u16* s_t_lo = s_t + CC_TILE * CC_LDT;           // [64][LDT]  dQ, dK: k̃'s, q̃'s rounding residue (lo)
+    float* s_vec = (float*)(region + CC_STATE_REGION(LD, DV ? 1 : 2));  // [64] z⁰ (dQ), r⁰ (dK) slice
+    // dQ, dK: the split scores between slices (in registers beside a slice's state loads and
+    // the inter product, ptxas spilled 52–200 B at their 168 registers); dV keeps them in
+    // registers (4 CTAs/SM: 16 KB more would leave room for 3).
+    constexpr bool PARK = !DV;
+    uint4* s_park = PARK ? (uint4*)(s_vec + CC_TILE) : nullptr;  // CC_SCORES_PARK bytes
     __shared__ float s_den_inv[CC_L], s_neg_go[CC_L];  // dV: no s_neg_go
     __shared__ float s_warp_max[CC_THREADS / 32];
 
-    const int chunk = blockIdx.x, bh = blockIdx.y, c0 = blockIdx.z * CC_TILE;
+    const int chunk = blockIdx.x, bh = blockIdx.y;
     const int tok0 = chunk * CC_L;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int row0 = warp * 16;  // this warp's first row: queries i (dQ), keys j (dK, dV)
-    // The output slice's columns that exist: of D (dQ, dK) or M (dV).
-    const int out_cols = DV ? cc_slice_cols<CC_M>(mw, c0) : cc_slice_cols<CC_D>(dw, c0);
     const la_index_t head_row0 = (la_index_t)bh * n;
     const float* state = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
-    // Every global load of a tile is issued before the first is used (one DRAM latency per
-    // batch; element pair by element pair they were a chain of ~70 at D = 128): the rows and
-    // the state (first part) with the per-row terms; the transposed tile, in flight during
-    // the inter product; the score columns after it (fetched with the transposed tile,
-    // ptxas spilled at the launch bounds' register cap).
     const la_storage_t* rows_src = DQ ? grad : (DK ? v : k);
     const la_storage_t* cols_src = DQ ? v : (DK ? grad : q);
+    const la_storage_t* t_src = DQ ? k : (DK ? q : grad);
     const int rows_map = DV ? map : LA_MAP_IDENTITY, t_map = DV ? LA_MAP_IDENTITY : map;
     // At a 256-wide k dim the row tiles come in two halves (whole: 128 registers of loads).
     constexpr int TILE_PARTS = WIDTH == 256 ? 2 : 1, TILE_LOADS = CC_ROWS_LOADS(WIDTH) / TILE_PARTS;
     // Global Sᵀ[e][d] → s_state[d][e] (dQ), R[d][e] as it is (dK), R[d][e] → s_state[e][d] (dV).
     // Loads of the state in flight at a time: 16; at a 256-wide k dim what leaves ptxas
     // without spills at 255 registers (dV 8; dQ 32; 16 spilled 4–12 B on sm_80 or sm_90).
-    constexpr int STATE_ALL = cc_state32_loads<WIDTH, !DK>(), STATE_MAX = WIDTH == 256 ? (DQ ? 32 : 8) : 16;
+    constexpr int STATE_ALL = cc_state32_loads<WIDTH, !DK>(), STATE_MAX = WIDTH == 256 ? (DQ ? 32 : 8) : (DQ ? 16 : DK ? 16 : 8);
     constexpr int STATE_LOADS = STATE_ALL > STATE_MAX ? STATE_MAX : STATE_ALL;
-    float max_abs;
+
+    // The rows and the score columns, both loads in flight at once (one DRAM latency), with
+    // the per-row terms; the columns into the region the state slices take after the scores.
     {
-        uint4 raw_rows[TILE_LOADS];
-        cc_state32_vec_t<!DK> raw_s[STATE_LOADS];
-        cc_rows_fetch<WIDTH, TILE_LOADS>(raw_rows, rows_src, head_row0, tok0, n, width);
-        cc_state32_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, 0);
-        if (!DV && threadIdx.x < CC_TILE) s_vec[threadIdx.x] = state[(la_index_t)CC_D * CC_M + c0 + threadIdx.x];
-        if constexpr (DV) {
-            for (int r = threadIdx.x; r < CC_L; r += CC_THREADS) {
-                const bool valid = tok0 + r < n;
-                s_den_inv[r] = !valid ? 0.0f : (cc_normalised(map) ? 1.0f / den[head_row0 + tok0 + r] : 1.0f);
-            }
-        } else {
-            cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
-        }
-        cc_rows_put<WIDTH, TILE_LOADS>(s_rows, LD, raw_rows, tok0, n, width, rows_map);
-        max_abs = cc_state32_put<WIDTH, !DK>(s_state, LD, raw_s, 0);
+        uint4 raw_rows[TILE_LOADS], raw_cols[TILE_LOADS];
 #pragma unroll
-        for (int part = 1; part < TILE_PARTS; ++part) {
+        for (int part = 0; part < TILE_PARTS; ++part) {
             cc_rows_fetch<WIDTH, TILE_LOADS>(raw_rows, rows_src, head_row0, tok0, n, width, part * TILE_LOADS);
+            cc_rows_fetch<WIDTH, TILE_LOADS>(raw_cols, cols_src, head_row0, tok0, n, width, part * TILE_LOADS);
+            if (part == 0) {
+                if constexpr (DV) {
+                    for (int r = threadIdx.x; r < CC_L; r += CC_THREADS) {
+                        const bool valid = tok0 + r < n;
+                        s_den_inv[r] =
+                            !valid ? 0.0f : (cc_normalised(map) ? 1.0f / den[head_row0 + tok0 + r] : 1.0f);
+                    }
+                } else {
+                    cc_row_grad_terms(s_den_inv, s_neg_go, go_parts, den, head_row0, tok0, n, map);
+                }
+            }
             cc_rows_put<WIDTH, TILE_LOADS>(s_rows, LD, raw_rows, tok0, n, width, rows_map, part * TILE_LOADS);
-        }
-#pragma unroll
-        for (int s0 = STATE_LOADS; s0 < STATE_ALL; s0 += STATE_LOADS) {
-            cc_state32_fetch<WIDTH, !DK>(raw_s, state, c0, DQ ? CC_D : CC_M, s0);
-            max_abs = fmaxf(max_abs, cc_state32_put<WIDTH, !DK>(s_state, LD, raw_s, s0));
+            cc_rows_put<WIDTH, TILE_LOADS>(s_cols, LD, raw_cols, tok0, n, width, rows_map, part * TILE_LOADS);
         }
     }
-    cc_block_max_put(max_abs, s_warp_max);
-    __syncthreads();  // rows, state, vector, row terms and the warp maxima
-    const float scale = cc_split_scale(cc_block_max_get(s_warp_max));
-
-    cc_u32 raw_t[2 * (CC_L / 8)];  // the transposed tile (at a 256-wide k dim after the inter
-    // product: in flight during it, ptxas spilled at 255 registers)
-    const la_storage_t* t_src = DQ ? k : (DK ? q : grad);
-    if (WIDTH < 256) cc_walk_fetch<CC_L / 8>(raw_t, t_src, head_row0, tok0, n, c0, DV ? mw : dw, out_cols);
-
-    // Inter: the rows times the fp32 state (split); weighted per row once the scores' row
-    // scales are known (below).
-    const cc_u16* a_rows = s_rows + row0 * LD;
-    float acc[CC_TILE / 8][4];
-    cc_zero(acc);
-    // k-steps not unrolled: unrolled, ptxas hoisted their state loads and spilled at the
-    // launch bounds' register cap.
-    cc_mma_split<CC_TILE / 8, WIDTH / 16, 1>(acc, a_rows, LD, s_state, LD, scale);
-    uint4 raw_cols[TILE_LOADS];
-    if (WIDTH == 256) cc_walk_fetch<CC_L / 8>(raw_t, t_src, head_row0, tok0, n, c0, DV ? mw : dw, out_cols);
-    cc_rows_fetch<WIDTH, TILE_LOADS>(raw_cols, cols_src, head_row0, tok0, n, width);
-    __syncthreads();  // every warp's reads of the state are done: the region takes the tiles
-    cc_walk_put<DQ, false, false, CC_L / 8>(s_t, DQ ? s_t_lo : nullptr, raw_t, tok0, n, out_cols, t_map,
-                                            nullptr, nullptr, nullptr);
-    cc_rows_put<WIDTH, TILE_LOADS>(s_cols, LD, raw_cols, tok0, n, width, rows_map);
-#pragma unroll
-    for (int part = 1; part < TILE_PARTS; ++part) {
-        cc_rows_fetch<WIDTH, TILE_LOADS>(raw_cols, cols_src, head_row0, tok0, n, width, part * TILE_LOADS);
-        cc_rows_put<WIDTH, TILE_LOADS>(s_cols, LD, raw_cols, tok0, n, width, rows_map, part * TILE_LOADS);
-    }
-    __syncthreads();
+    __syncthreads();  // rows, columns and the row terms
 
     float go_lo = 0.0f, go_hi = 0.0f, inv_lo = 0.0f, inv_hi = 0.0f;  // dQ: of the warp's rows
     if constexpr (DQ) {
@@ -1733,8 +1738,10 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
         inv_lo = s_den_inv[row0 + g], inv_hi = s_den_inv[row0 + g + 8];
     }
 
-    // Scores of the rows against the chunk's other tokens: only n-tiles on the causal side of
-    // the warp's rows can be unmasked; masked, decayed λ^{i−j}, weighted 1/den_i in fp32.
+    // Scores of the rows against the chunk's other tokens, once for every output slice: only
+    // n-tiles on the causal side of the warp's rows can be unmasked; masked, decayed λ^{i−j},
+    // weighted 1/den_i in fp32.
+    const cc_u16* a_rows = s_rows + row0 * LD;
     float sc[CC_L / 8][4];
     cc_zero(sc);
     cc_mma_ss<CC_L / 8, WIDTH / 16, CC_KS_UNROLL(WIDTH / 16)>(sc, a_rows, LD, s_cols, LD, DQ ? 0 : 2 * warp,
@@ -1759,58 +1766,98 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
         }
     float s_lo, s_hi, u_lo, u_hi;  // rows scaled by s (powers of two) for the split; u = 1/s
     cc_row_scale(sc, s_lo, s_hi, u_lo, u_hi);
+    if constexpr (PARK) cc_scores_park<!DQ>(s_park, sc);
 
-    // The inter term weighted per row (with the row's split scale), plus the vector term.
-    const float inv_scale = 1.0f / scale;
-    float w_lo, w_hi;
-    if constexpr (DQ) {  // λ^{i+1}(G_i S⁰ᵀ − (G_i·O_i) z⁰)/den_i
-        w_lo = cc_pow(log2_decay, (float)(row0 + g + 1)) * inv_lo * s_lo;
-        w_hi = cc_pow(log2_decay, (float)(row0 + g + 9)) * inv_hi * s_hi;
-    } else if constexpr (DK) {  // λ^{L−j}(v_j R⁰ᵀ + r⁰)
-        w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * s_lo;
-        w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * s_hi;
-    } else {  // λ^{L−j} k̃_j R⁰
-        w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * inv_scale * s_lo;
-        w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * inv_scale * s_hi;
-    }
+    // The CTA's 64-wide output slices in turn (every slice with grid z = 1; slice z of z =
+    // OUT/64 at shapes with too few chunks to fill the GPU, the host's choice), the scores
+    // kept (dV: registers; dQ, dK: parked): the inter term (the rows times the slice's fp32
+    // state, split), weighted per row, plus the intra term (the scores times the slice's
+    // transposed tile). Not unrolled: one copy of the slice's code.
+    // One slice (OUT = 64): a loop of one trip at compile time.
+    const int z0 = OUT == CC_TILE ? 0 : blockIdx.z, zn = OUT == CC_TILE ? 1 : gridDim.z;
+#pragma unroll 1
+    for (int c0 = z0 * CC_TILE; c0 < OUT; c0 += zn * CC_TILE) {
+        // The output slice's columns that exist: of D (dQ, dK) or M (dV).
+        const int out_cols = DV ? cc_slice_cols<CC_M>(mw, c0) : cc_slice_cols<CC_D>(dw, c0);
+        __syncthreads();  // every read of the region (the score columns or the last slice's
+                          // transposed tile), of s_vec and of s_warp_max is done
+        float max_abs;
+        {
+            cc_state32_vec_t<!DK> raw_s[STATE_LOADS];
+            cc_state32_fetch<WIDTH, !DK, STATE_LOADS, unsigned>(raw_s, state, c0, DQ ? CC_D : CC_M, 0);
+            if (!DV && threadIdx.x < CC_TILE) s_vec[threadIdx.x] = state[(la_index_t)CC_D * CC_M + c0 + threadIdx.x];
+            max_abs = cc_state32_put<WIDTH, !DK, STATE_LOADS, unsigned>(s_state, LD, raw_s, 0);
 #pragma unroll
-    for (int nt = 0; nt < CC_TILE / 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const int d = nt * 8 + 2 * t + (c & 1);
-            const float w = (c >> 1) ? w_hi : w_lo;
-            if constexpr (DQ) {
-                const float go = (c >> 1) ? go_hi : go_lo;
-                acc[nt][c] = (acc[nt][c] * inv_scale + go * s_vec[d]) * w;
-            } else if constexpr (DK) {
-                acc[nt][c] = (acc[nt][c] * inv_scale + s_vec[d]) * w;
-            } else {
-                acc[nt][c] *= w;
+            for (int s0 = STATE_LOADS; s0 < STATE_ALL; s0 += STATE_LOADS) {
+                cc_state32_fetch<WIDTH, !DK, STATE_LOADS, unsigned>(raw_s, state, c0, DQ ? CC_D : CC_M, s0);
+                max_abs = fmaxf(max_abs, cc_state32_put<WIDTH, !DK, STATE_LOADS, unsigned>(s_state, LD, raw_s, s0));
             }
         }
+        cc_block_max_put(max_abs, s_warp_max);
+        __syncthreads();  // the state slice, its vector and the warp maxima
+        const float scale = cc_split_scale(cc_block_max_get(s_warp_max));
 
-    // Intra: acc += scores · the transposed tile, over the causal k-steps.
-    cc_intra_mma<!DQ, true, DQ>(acc, sc, s_t, s_t_lo);
-    if constexpr (DK) {
-        // q̃'s residue into the same shared tile: Aᵀ_hi q̃_lo. q̃ is fetched again (an L2 hit):
-        // kept in registers since its first fetch, it made ptxas spill at 128 registers.
-        cc_walk_fetch<CC_L / 8>(raw_t, q, head_row0, tok0, n, c0, dw, out_cols);
-        __syncthreads();  // every read of q̃'s hi tile is done
-        cc_walk_put<true, false, false, CC_L / 8>(nullptr, s_t, raw_t, tok0, n, out_cols, map, nullptr,
-                                                  nullptr, nullptr);
+        // The transposed tile, in flight during the inter product; after it (T_LATE) at a
+        // 256-wide k dim (ptxas spilled at 255 registers) and in dK (at 168).
+        constexpr bool T_LATE = WIDTH == 256;
+        cc_u32 raw_t[2 * (CC_L / 8)];
+        if (!T_LATE) cc_walk_fetch<CC_L / 8>(raw_t, t_src, head_row0, tok0, n, c0, DV ? mw : dw, out_cols);
+        float acc[CC_TILE / 8][4];
+        cc_zero(acc);
+        // k-steps not unrolled: unrolled, ptxas hoisted their state loads and spilled at the
+        // launch bounds' register cap.
+        cc_mma_split<CC_TILE / 8, WIDTH / 16, 1>(acc, a_rows, LD, s_state, LD, scale);
+        if (T_LATE) cc_walk_fetch<CC_L / 8>(raw_t, t_src, head_row0, tok0, n, c0, DV ? mw : dw, out_cols);
+        __syncthreads();  // every warp's reads of the state are done: the region takes the tile
+        cc_walk_put<!DV, false, false, CC_L / 8>(s_t, DV ? nullptr : s_t_lo, raw_t, tok0, n, out_cols, t_map,
+                                                 nullptr, nullptr, nullptr);
         __syncthreads();
-        cc_intra_mma<true, false, false>(acc, sc, s_t, nullptr);
+
+        // The inter term weighted per row (with the row's split scale), plus the vector term.
+        const float inv_scale = 1.0f / scale;
+        float w_lo, w_hi;
+        if constexpr (DQ) {  // λ^{i+1}(G_i S⁰ᵀ − (G_i·O_i) z⁰)/den_i
+            w_lo = cc_pow(log2_decay, (float)(row0 + g + 1)) * inv_lo * s_lo;
+            w_hi = cc_pow(log2_decay, (float)(row0 + g + 9)) * inv_hi * s_hi;
+        } else if constexpr (DK) {  // λ^{L−j}(v_j R⁰ᵀ + r⁰)
+            w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * s_lo;
+            w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * s_hi;
+        } else {  // λ^{L−j} k̃_j R⁰
+            w_lo = cc_pow(log2_decay, (float)(CC_L - (row0 + g))) * inv_scale * s_lo;
+            w_hi = cc_pow(log2_decay, (float)(CC_L - (row0 + g + 8))) * inv_scale * s_hi;
+        }
+#pragma unroll
+        for (int nt = 0; nt < CC_TILE / 8; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int dd = nt * 8 + 2 * t + (c & 1);
+                const float w = (c >> 1) ? w_hi : w_lo;
+                if constexpr (DQ) {
+                    const float go = (c >> 1) ? go_hi : go_lo;
+                    acc[nt][c] = (acc[nt][c] * inv_scale + go * s_vec[dd]) * w;
+                } else if constexpr (DK) {
+                    acc[nt][c] = (acc[nt][c] * inv_scale + s_vec[dd]) * w;
+                } else {
+                    acc[nt][c] *= w;
+                }
+            }
+
+        // Intra: acc += scores · the transposed tile, over the causal k-steps (dK: then
+        // Aᵀ_hi q̃_lo, a second pass in the order the reload of q̃'s residue into the same tile
+        // once took).
+        cc_intra_mma<!DQ, true, DQ, PARK>(acc, sc, s_park, s_t, s_t_lo);
+        if constexpr (DK) cc_intra_mma<true, false, false, PARK>(acc, sc, s_park, s_t_lo, nullptr);
+        cc_row_unscale(acc, u_lo, u_hi);
+        // dV: narrow stores (the quad shuffles made ptxas spill it: fp16, D = 128, sm_80).
+        cc_store_grad(out, DQ ? q : k, acc, head_row0, tok0 + row0 + g, n, c0, DV ? mw : dw, out_cols,
+                      DV ? LA_MAP_IDENTITY : map, !DV);
     }
-    cc_row_unscale(acc, u_lo, u_hi);
-    // dV: narrow stores (the quad shuffles made ptxas spill it: fp16, D = 128, sm_80).
-    cc_store_grad(out, DQ ? q : k, acc, head_row0, tok0 + row0 + g, n, c0, DV ? mw : dw, out_cols,
-                  DV ? LA_MAP_IDENTITY : map, !DV);
 }
 
 // cc_backward_dq and cc_backward_dk take one parameter list (the host launches both alike);
 // `out` is dQ or dK.
 #define CC_BACKWARD_QK_ENTRY(name, WHAT)                                                            \
-    extern "C" __global__ void __launch_bounds__(CC_THREADS, CC_GRAD_MIN_CTAS(CC_M, 3))             \
+    extern "C" __global__ void __launch_bounds__(CC_THREADS, CC_GRAD_MIN_CTAS(CC_M))                \
     name(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,                    \
          const la_storage_t* __restrict__ v, const la_storage_t* __restrict__ grad,                 \
          const float* __restrict__ go_parts, const float* __restrict__ den,                         \
@@ -1820,7 +1867,7 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
                                map, d, m);                                                          \
     }
 
-// dQ[:, d0:d0+64] for one chunk: (A k̃ + λ^{i+1}(gn S⁰ᵀ + gd z⁰)) ⊙ φ'(q), with
+// dQ for one chunk, slice by slice: (A k̃ + λ^{i+1}(gn S⁰ᵀ + gd z⁰)) ⊙ φ'(q), with
 // A_ij = (G_i·v_j − G_i·O_i)/den_i and gn S⁰ᵀ + gd z⁰ = (G S⁰ᵀ − (G·O) z⁰)/den; G·O from
 // go_parts (cc_backward_go, O + residue).
 // Precision: A k̃ cancels against the inter term (Σ_j A_ij ≈ 0 where k̃ ≈ 1 + elu(k)), so
@@ -1829,28 +1876,34 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
 // carries 1/den_i: each row is scaled by a power of two before the split (cc_row_scale), the
 // inter term by the same factor, and the sum scaled back, so neither den ~ N nor den = ε
 // leaves the 16-bit range.
-// grid (NC, B·H, D/64), warp w rows (queries) 16w .. 16w+15; dynamic shared CC_DQ_SMEM.
+// grid (NC, B·H, 1 or D/64): a CTA over every 64-wide slice or one; warp w rows (queries)
+// 16w .. 16w+15; dynamic shared CC_DQ_SMEM.
 // `states` holds S⁰ (the backward's split cc_forward_h). Limits: the file's.
 CC_BACKWARD_QK_ENTRY(cc_backward_dq, CC_GRAD_Q)
 
-// dK[:, d0:d0+64] for one chunk: (Aᵀ q̃ + λ^{L−j}(v_j R⁰ᵀ + r⁰)) ⊙ φ'(k), with
+// dK for one chunk, slice by slice: (Aᵀ q̃ + λ^{L−j}(v_j R⁰ᵀ + r⁰)) ⊙ φ'(k), with
 // Aᵀ[j][i] = (v_j·G_i − G_i·O_i)/den_i (G·O from go_parts, fp32 O).
 // Precision as cc_backward_dq: Aᵀ q̃ cancels against the inter term, so Aᵀ is split hi + lo
 // after a power-of-two scale per row j (its 1/den_i runs along the row: den = ε rows give
 // dK̃ ~ 1/ε, finite in fp32, zeroed by φ'(k) = 0), and q̃ too: the hi tile first, then its
-// residue reloaded into the same shared tile (3 mma's, no extra shared memory).
-// grid (NC, B·H, D/64), warp w rows (keys) 16w .. 16w+15; dynamic shared CC_DK_SMEM.
+// residue in a second shared tile (3 mma's; hi·hi + lo·hi over the k-steps, then hi·lo).
+// grid (NC, B·H, 1 or D/64): a CTA over every 64-wide slice or one; warp w rows (keys)
+// 16w .. 16w+15; dynamic shared CC_DK_SMEM.
 // `states` holds R⁰ (cc_backward_h), R[d][e]. Limits: the file's.
 CC_BACKWARD_QK_ENTRY(cc_backward_dk, CC_GRAD_K)
 
-// dV[:, e0:e0+64] for one chunk: Pᵀ gn + λ^{L−j} k̃_j R⁰, as (Pᵀ diag(1/den)) G + ...
+// dV for one chunk, slice by slice: Pᵀ gn + λ^{L−j} k̃_j R⁰, as (Pᵀ diag(1/den)) G + ...
 // Pᵀ/den (in [0, 1] for the normalised maps) is ~1/N at long sequences: its rows get a
 // power-of-two scale before the hi + lo split (cc_row_scale), so they stay out of fp16
 // subnormals.
-// grid (NC, B·H, M/64), warp w rows (keys) 16w .. 16w+15; dynamic shared CC_DV_SMEM.
+// grid (NC, B·H, 1 or M/64): a CTA over every 64-wide slice or one; warp w rows (keys)
+// 16w .. 16w+15; dynamic shared CC_DV_SMEM.
 // `states` holds R⁰ (cc_backward_h), R[d][e]. Limits: the file's.
-// Launch bounds: CC_GRAD_MIN_CTAS (4 CTAs per SM at D ≤ 128, 1 at D = 256).
-extern "C" __global__ void __launch_bounds__(CC_THREADS, CC_GRAD_MIN_CTAS(CC_D, 4))
+// Launch bounds: 1 CTA per SM at D = 256 (CC_GRAD_MIN_CTAS); else 4 where M is one slice
+// (as before the slice loop) and 3 where the scores stay in registers across slices (at 4,
+// 128 registers, ptxas spilled 4–20 B).
+#define CC_DV_MIN_CTAS (CC_D == 256 ? 1 : CC_M == 64 ? 4 : 3)
+extern "C" __global__ void __launch_bounds__(CC_THREADS, CC_DV_MIN_CTAS)
 cc_backward_dv(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
                const la_storage_t* __restrict__ grad, const float* __restrict__ den,
                const float* __restrict__ states, la_storage_t* __restrict__ dv, int n, int num_chunks,

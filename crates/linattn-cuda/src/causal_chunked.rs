@@ -51,8 +51,8 @@ mod entries;
 mod plan;
 use plan::{check_head_dims, grids};
 pub use plan::{
-    tile_width, LaunchPlan, CHUNK, GO_THREADS, GO_TOKENS, HEAD_DIMS, STATIC_SHARED_MAX, TILE,
-    TILE_WIDTHS,
+    grad_slices_looped, tile_width, GradSlices, LaunchPlan, CHUNK, GO_THREADS, GO_TOKENS,
+    GRAD_LOOP_MIN_CTAS, GRAD_SLICES_VAR, HEAD_DIMS, STATIC_SHARED_MAX, TILE, TILE_WIDTHS,
 };
 
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
@@ -134,8 +134,11 @@ pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupp
     check_head_dims(shape.dk, shape.dv, info.precision)?;
     map_code(&problem.map, info.precision)?;
     limits::check_seq(shape.seq, "the chunked kernels")?;
-    limits::check_grids(&grids(shape))?;
-    LaunchPlan::new(shape).map_err(|e| Unsupported::Problem(e.to_string()))?;
+    // The slices' spread changes neither the limits (grid z ≤ 4) nor shared memory: a bad
+    // LINATTN_CC_GRAD_SLICES fails the run (`plan`), it does not make cases "n/a".
+    limits::check_grids(&grids(shape, GradSlices::Auto))?;
+    LaunchPlan::with_grad_slices(shape, GradSlices::Auto)
+        .map_err(|e| Unsupported::Problem(e.to_string()))?;
     Ok(())
 }
 
@@ -337,8 +340,8 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
     /// The device is sm_80+ (bf16 mma and cvt) and opts in to the shape's shared memory.
     fn device_ready_for(&self, exec: &dyn Executor, problem: &Problem) -> Result<(), Unsupported> {
         <Self as DeviceForm<T>>::device_ready(self, exec)?;
-        let plan =
-            LaunchPlan::new(&problem.shape).map_err(|e| Unsupported::Problem(e.to_string()))?;
+        let plan = LaunchPlan::with_grad_slices(&problem.shape, GradSlices::Auto)
+            .map_err(|e| Unsupported::Problem(e.to_string()))?;
         let info = exec.info();
         plan.check_shared(&info.name, info.max_shared_per_block_optin)
     }
@@ -469,7 +472,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         let (go_parts_ptr, den_ptr) = (ptr(&go_parts), ptr(den));
         let (n, num_chunks, log2_decay, map) = (a.n, a.num_chunks, a.log2_decay, a.map);
         let (d, m) = (a.d, a.m);
-        let key_tiles = |shared| (p.grid_key_tiles, shared);
+
         let elapsed = run.time(|| {
             if normalised {
                 // d_out, out, out_lo: B·H·N·M; go_parts: B·H·N·M/64.
@@ -518,14 +521,14 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 d,
                 m,
             };
-            plan.launch(exec, &ks.dq, key_tiles(p.smem_dq), &params)?;
+            plan.launch(exec, &ks.dq, (p.grid_grad_keys, p.smem_dq), &params)?;
             // dK: the same parameter list on the reverse states.
             let params = params::BackwardDk(params::BackwardDq {
                 states: ptr(&states_rev),
                 out: ptr(&dk),
                 ..params
             });
-            plan.launch(exec, &ks.dk, key_tiles(p.smem_dk), &params)?;
+            plan.launch(exec, &ks.dk, (p.grid_grad_keys, p.smem_dk), &params)?;
             let params = params::BackwardDv {
                 q,
                 k,
@@ -540,8 +543,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                 d,
                 m,
             };
-            let value_tiles = (p.grid_value_tiles, p.smem_dv);
-            plan.launch(exec, &ks.dv, value_tiles, &params)
+            plan.launch(exec, &ks.dv, (p.grid_grad_values, p.smem_dv), &params)
         })?;
         drop(states_rev);
         Ok((DeviceGrads { dq, dk, dv }, elapsed))

@@ -30,7 +30,8 @@ fn chunk_count_covers_ragged_tails() {
         assert_eq!(plan.num_chunks, chunks, "N = {n}");
         assert!(plan.num_chunks * CHUNK >= n && (plan.num_chunks - 1) * CHUNK < n);
         assert_eq!(plan.grid_value_tiles, (chunks as u32, 16, 1));
-        assert_eq!(plan.grid_key_tiles, (chunks as u32, 16, 1));
+        assert_eq!(plan.grid_grad_keys, (chunks as u32, 16, 1));
+        assert_eq!(plan.grid_grad_values, (chunks as u32, 16, 1));
         // cc_backward_go: 32 tokens per block (8 lanes each), every token covered once.
         let groups = plan.grid_go.0 as usize;
         assert!(
@@ -49,7 +50,9 @@ fn grids_tile_value_and_key_dims_by_64() {
     assert_eq!(plan.num_chunks, 3);
     assert_eq!(plan.heads, 6);
     assert_eq!(plan.grid_value_tiles, (3, 6, 1)); // M/64 = 1
-    assert_eq!(plan.grid_key_tiles, (3, 6, 2)); // D/64 = 2
+                                                  // 18 chunk-CTAs: each gradient CTA takes one 64-wide slice (grid z = D/64 = 2 for dQ, dK).
+    assert_eq!(plan.grid_grad_keys, (3, 6, 2));
+    assert_eq!(plan.grid_grad_values, (3, 6, 1));
     assert_eq!(plan.grid_go, (5, 6, 1)); // ⌈130/32⌉ token groups, M/64 = 1
 
     // One state per chunk: D·M matrix + D vector + 8 words (the packed form's exponents).
@@ -83,21 +86,26 @@ fn shared_memory_matches_the_kernel_layouts() {
     assert!(4 * (large.smem_forward + 1024) <= 228 * 1024);
     assert_eq!(large.smem_train, 64 * 136 * 2 + 64 * 136 * 4 + 128 * 4);
     assert_eq!(large.smem_train, 52_736);
-    // The gradient kernels: the rows tile, then one region for the fp32 state slice or, after
-    // the inter product, the score columns and the transposed tile(s); dQ, dK the vector.
-    let (rows, state) = (64 * 136 * 2, 64 * 136 * 4);
-    assert_eq!(large.smem_dk, rows + state + 64 * 4);
-    assert_eq!(large.smem_dk, 52_480);
-    assert_eq!(large.smem_dq, rows + (rows + 2 * 64 * 72 * 2) + 64 * 4);
-    assert_eq!(large.smem_dv, rows + state);
-    // 4 CTAs of each fit an H100 SM by shared memory (with ≤ 528 B static).
-    for bytes in [
-        large.smem_train,
-        large.smem_dq,
+    // The gradient kernels: the rows tile, then one region for the score columns, then per
+    // output slice the fp32 state slice or, after the inter product, the transposed tile(s);
+    // dQ, dK the vector and the parked split scores (64×64, hi and lo).
+    let (rows, state, park) = (64 * 136 * 2, 64 * 136 * 4, 64 * 64 * 2 * 2);
+    assert_eq!(
         large.smem_dk,
-        large.smem_dv,
+        rows + (rows + 2 * 64 * 72 * 2) + 64 * 4 + park
+    );
+    assert_eq!(large.smem_dk, 69_888);
+    assert_eq!(large.smem_dq, large.smem_dk);
+    assert_eq!(large.smem_dv, rows + state);
+    // 4 CTAs of cc_forward_train and dV, 3 of dQ and dK fit an H100 SM by shared memory (with
+    // ≤ 528 B static): their launch bounds' 3 (registers) for all three gradients.
+    for (bytes, ctas) in [
+        (large.smem_train, 4),
+        (large.smem_dq, 3),
+        (large.smem_dk, 3),
+        (large.smem_dv, 4),
     ] {
-        assert!(4 * (bytes + 528 + 1024) <= 228 * 1024, "{bytes}");
+        assert!(ctas * (bytes + 528 + 1024) <= 228 * 1024, "{bytes}");
     }
     // Walks: v or G tile, k̃ or q̃ tile and its residue, whatever D and M.
     assert_eq!(large.smem_walk, 3 * 64 * 72 * 2);
@@ -127,7 +135,8 @@ fn head_dims_16_and_32_run_on_the_64_wide_program() {
         // One 64-wide tile each way, the padded state and the 64-wide program's shared memory.
         assert_eq!(p.grid_walk, (1, 3, 1));
         assert_eq!(p.grid_value_tiles, (2, 3, 1));
-        assert_eq!(p.grid_key_tiles, (2, 3, 1));
+        assert_eq!(p.grid_grad_keys, (2, 3, 1));
+        assert_eq!(p.grid_grad_values, (2, 3, 1));
         assert_eq!(p.state_stride, 64 * 64 + 64 + 8);
         assert_eq!(p, d64, "D={d}, M={m}: the D = M = 64 plan");
         assert_eq!(
@@ -138,7 +147,8 @@ fn head_dims_16_and_32_run_on_the_64_wide_program() {
     let p = LaunchPlan::new(&shape(1, 65, 16, 128)).unwrap();
     assert_eq!((p.tile_d, p.tile_m), (64, 128));
     assert_eq!(p.grid_value_tiles, (2, 1, 2));
-    assert_eq!(p.grid_key_tiles, (2, 1, 1));
+    assert_eq!(p.grid_grad_keys, (2, 1, 1));
+    assert_eq!(p.grid_grad_values, (2, 1, 2));
     assert_eq!(p.grid_walk, (1, 1, 2));
 }
 
@@ -148,7 +158,8 @@ fn head_dims_256_take_four_tiles_and_more_shared_memory() {
     assert_eq!((p.tile_d, p.tile_m), (256, 256));
     assert_eq!(p.grid_walk, (4, 6, 4));
     assert_eq!(p.grid_value_tiles, (3, 6, 4));
-    assert_eq!(p.grid_key_tiles, (3, 6, 4));
+    assert_eq!(p.grid_grad_keys, (3, 6, 4));
+    assert_eq!(p.grid_grad_values, (3, 6, 4));
     // 16 tile exponents: two sectors of words after the vector.
     assert_eq!(p.state_stride, 256 * 256 + 256 + 16);
     assert_eq!(p.state_len, 6 * 3 * (256 * 256 + 256 + 16));
@@ -157,12 +168,16 @@ fn head_dims_256_take_four_tiles_and_more_shared_memory() {
     assert_eq!(p.smem_forward, 77_824);
     assert_eq!(p.smem_train, 64 * 264 * 2 + 64 * 264 * 4 + 256 * 4);
     // The gradient kernels' region is the fp32 state slice at 256 (larger than the score
-    // columns and transposed tiles it later holds).
-    assert_eq!(p.smem_dk, 64 * 264 * 2 + 64 * 264 * 4 + 64 * 4);
+    // columns and transposed tiles it also holds); dQ and dK park their split scores.
+    assert_eq!(
+        p.smem_dk,
+        64 * 264 * 2 + 64 * 264 * 4 + 64 * 4 + 64 * 64 * 2 * 2
+    );
     assert_eq!(p.smem_dq, p.smem_dk);
     assert_eq!(p.smem_dv, 64 * 264 * 2 + 64 * 264 * 4);
     assert_eq!(p.smem_train, 102_400);
-    assert_eq!(p.max_shared(), p.smem_train);
+    assert_eq!(p.smem_dk, 118_016);
+    assert_eq!(p.max_shared(), p.smem_dk);
     // sm_80 (163 KB) and sm_90 (227 KB) opt in to it with the static part; sm_86/89 (99 KB)
     // cannot, and are refused naming the need and the device.
     p.check_shared("sm_80", 163 << 10).unwrap();
@@ -184,7 +199,8 @@ fn head_dims_256_take_four_tiles_and_more_shared_memory() {
     assert_eq!((p.tile_d, p.tile_m), (256, 64));
     assert_eq!(p.grid_walk, (4, 1, 1));
     assert_eq!(p.grid_value_tiles, (2, 1, 1));
-    assert_eq!(p.grid_key_tiles, (2, 1, 4));
+    assert_eq!(p.grid_grad_keys, (2, 1, 4));
+    assert_eq!(p.grid_grad_values, (2, 1, 1));
     assert_eq!(p.grid_go, (3, 1, 1));
     assert_eq!(p.state_stride, 256 * 64 + 256 + 8);
     // D, M ≤ 128 fit sm_86/89's 99 KB opt-in.
@@ -364,5 +380,38 @@ fn runs_before_staging_are_typed_errors() {
             AttnError::ShapeMismatch(_) | AttnError::Unsupported(Unsupported::Unavailable(_))
         ),
         "{e}"
+    );
+}
+
+#[test]
+fn gradient_ctas_loop_over_slices_from_1024_chunk_ctas() {
+    use linattn_cuda::causal_chunked::{grad_slices_looped, GradSlices, GRAD_LOOP_MIN_CTAS};
+    // fla's (2, 16384, 16, 128): 256 chunks × 32 heads, every CTA over both slices.
+    let p = LaunchPlan::new(&Shape::new(2, 16, 16384, 128, 128)).unwrap();
+    assert_eq!(p.grid_grad_keys, (256, 32, 1));
+    assert_eq!(p.grid_grad_values, (256, 32, 1));
+    // Just below the threshold (1023 chunk-CTAs) one slice each; at it, looped.
+    let below = Shape::new(1, 1, (GRAD_LOOP_MIN_CTAS - 1) * CHUNK, 128, 256);
+    assert!(!grad_slices_looped(&below));
+    let p = LaunchPlan::new(&below).unwrap();
+    assert_eq!(p.grid_grad_keys, (1023, 1, 2));
+    assert_eq!(p.grid_grad_values, (1023, 1, 4));
+    let at = Shape::new(1, 1, (GRAD_LOOP_MIN_CTAS - 1) * CHUNK + 1, 128, 256);
+    assert!(grad_slices_looped(&at));
+    let p = LaunchPlan::new(&at).unwrap();
+    assert_eq!(p.grid_grad_keys, (1024, 1, 1));
+    assert_eq!(p.grid_grad_values, (1024, 1, 1));
+    // The forward's grids tile M whatever the gradients do.
+    assert_eq!(p.grid_value_tiles, (1024, 1, 4));
+    // Forced either way (LINATTN_CC_GRAD_SLICES), whatever the shape.
+    let p = LaunchPlan::with_grad_slices(&below, GradSlices::Loop).unwrap();
+    assert_eq!(
+        (p.grid_grad_keys, p.grid_grad_values),
+        ((1023, 1, 1), (1023, 1, 1))
+    );
+    let p = LaunchPlan::with_grad_slices(&at, GradSlices::Split).unwrap();
+    assert_eq!(
+        (p.grid_grad_keys, p.grid_grad_values),
+        ((1024, 1, 2), (1024, 1, 4))
     );
 }

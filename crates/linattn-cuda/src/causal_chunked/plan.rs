@@ -22,6 +22,65 @@ pub const HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
 /// kernel arguments, so 18 programs serve the 50 (precision, D, M).
 pub const TILE_WIDTHS: [usize; 3] = [64, 128, 256];
 
+/// Chunk-CTAs (⌈N/64⌉·B·H) from which each CTA of the gradient kernels loops over every
+/// 64-wide slice of its output, the score tile computed and q, k, v, G read once per chunk.
+/// Below it each CTA takes one slice (grid z = the slices, the scores computed once per
+/// slice): at B = H = 1, N = 1024 the 16 chunks alone would leave most of an H100's 132 SMs
+/// idle (the model put cc_backward_dk at 32.9 µs looped against 21.1 split). 1024 is ~2.6
+/// waves of 3 CTAs on 132 SMs; fla's shapes have 2048–49152.
+pub const GRAD_LOOP_MIN_CTAS: usize = 1024;
+
+/// How a gradient kernel's CTAs share a chunk's 64-wide output slices: `auto` by
+/// [`GRAD_LOOP_MIN_CTAS`], or forced (`LINATTN_CC_GRAD_SLICES=loop|split`: to time both on a
+/// GPU, or to run the looped kernels on the simulator at a shape small enough for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GradSlices {
+    Auto,
+    /// Grid z = 1: each CTA over every slice.
+    Loop,
+    /// Grid z = the slices: one each.
+    Split,
+}
+
+/// The environment variable [`GradSlices::from_env`] reads.
+pub const GRAD_SLICES_VAR: &str = "LINATTN_CC_GRAD_SLICES";
+
+impl GradSlices {
+    /// `LINATTN_CC_GRAD_SLICES` (unset or empty: `auto`); another value is an error naming
+    /// the variable and what it takes.
+    pub fn from_env() -> Result<Self, AttnError> {
+        match std::env::var(GRAD_SLICES_VAR) {
+            Err(std::env::VarError::NotPresent) => Ok(GradSlices::Auto),
+            Ok(v) => match v.trim() {
+                "" | "auto" => Ok(GradSlices::Auto),
+                "loop" => Ok(GradSlices::Loop),
+                "split" => Ok(GradSlices::Split),
+                other => Err(AttnError::InvalidArgument(format!(
+                    "{GRAD_SLICES_VAR}={other}: give auto, loop or split"
+                ))),
+            },
+            Err(e) => Err(AttnError::InvalidArgument(format!(
+                "{GRAD_SLICES_VAR}: {e}"
+            ))),
+        }
+    }
+
+    /// Whether the gradient kernels loop over their output slices at `shape`.
+    pub fn looped(self, shape: &Shape) -> bool {
+        match self {
+            GradSlices::Auto => grad_slices_looped(shape),
+            GradSlices::Loop => true,
+            GradSlices::Split => false,
+        }
+    }
+}
+
+/// Whether the gradient kernels loop over their output slices at `shape` by default (else one
+/// slice per CTA): [`GRAD_LOOP_MIN_CTAS`].
+pub fn grad_slices_looped(shape: &Shape) -> bool {
+    shape.seq.div_ceil(CHUNK).saturating_mul(shape.bh()) >= GRAD_LOOP_MIN_CTAS
+}
+
 /// The tile width (`CC_D` or `CC_M`) of the program that runs head dim `dim`, or why none does.
 pub fn tile_width(dim: usize) -> Option<usize> {
     HEAD_DIMS.contains(&dim).then_some(dim.max(TILE))
@@ -43,17 +102,21 @@ pub(crate) fn check_head_dims(
 }
 
 /// The grid of every chunked launch, each axis named for the limit check (`limits`): the
-/// state walks (D/64, B·H, M/64); the chunk kernels (⌈N/64⌉ chunks, B·H, M/64 or D/64) and
-/// the G·O pre-pass (⌈N/32⌉ token groups, B·H, M/64), with
+/// state walks (D/64, B·H, M/64); the forward's chunk kernels (⌈N/64⌉ chunks, B·H, M/64);
+/// the gradient kernels (⌈N/64⌉ chunks, B·H, 1 where each CTA loops over its output's
+/// 64-wide slices, else D/64 for dQ, dK and M/64 for dV: [`grad_slices_looped`]) and the
+/// G·O pre-pass (⌈N/32⌉ token groups, B·H, M/64), with
 /// D and M their tile widths (16 and 32 take one tile). [`LaunchPlan`] takes its grids from
 /// here, so the check and the launch cannot part. Head dims outside [`HEAD_DIMS`] count as
 /// one tile (the head-dim check refuses them first).
-pub(crate) fn grids(shape: &Shape) -> [Grid; 8] {
+pub(crate) fn grids(shape: &Shape, slices: GradSlices) -> [Grid; 8] {
     let tiles = |dim: usize| tile_width(dim).unwrap_or(TILE) / TILE;
     let chunks = || Axis::covering("N", shape.seq as u64, CHUNK as u64);
     let bh = || Axis::each("B·H", shape.bh());
     let value_tiles = || Axis::each("M/64", tiles(shape.dv));
     let key_tiles = || Axis::each("D/64", tiles(shape.dk));
+    let looped = slices.looped(shape);
+    let grad_slices = |split: Axis| if looped { Axis::one() } else { split };
     [
         Grid::of::<params::ForwardH>(key_tiles(), bh(), value_tiles()),
         Grid::of::<params::BackwardH>(key_tiles(), bh(), value_tiles()),
@@ -64,9 +127,9 @@ pub(crate) fn grids(shape: &Shape) -> [Grid; 8] {
             bh(),
             value_tiles(),
         ),
-        Grid::of::<params::BackwardDv>(chunks(), bh(), value_tiles()),
-        Grid::of::<params::BackwardDq>(chunks(), bh(), key_tiles()),
-        Grid::of::<params::BackwardDk>(chunks(), bh(), key_tiles()),
+        Grid::of::<params::BackwardDv>(chunks(), bh(), grad_slices(value_tiles())),
+        Grid::of::<params::BackwardDq>(chunks(), bh(), grad_slices(key_tiles())),
+        Grid::of::<params::BackwardDk>(chunks(), bh(), grad_slices(key_tiles())),
     ]
 }
 
@@ -87,12 +150,15 @@ pub struct LaunchPlan {
     pub state_stride: usize,
     /// fp32 elements of one state buffer (all heads, all chunks).
     pub state_len: usize,
-    /// (NC, B·H, M/64): cc_forward, cc_forward_train, cc_backward_dv.
+    /// (NC, B·H, M/64): cc_forward, cc_forward_train.
     pub grid_value_tiles: (u32, u32, u32),
     /// (⌈N/32⌉, B·H, M/64): cc_backward_go, `GO_THREADS` per block.
     pub grid_go: (u32, u32, u32),
-    /// (NC, B·H, D/64): cc_backward_dq, cc_backward_dk.
-    pub grid_key_tiles: (u32, u32, u32),
+    /// (NC, B·H, 1) where the gradient kernels loop over their output's 64-wide slices
+    /// ([`grad_slices_looped`]), else (NC, B·H, D/64): cc_backward_dq, cc_backward_dk.
+    pub grid_grad_keys: (u32, u32, u32),
+    /// (NC, B·H, 1) looped, else (NC, B·H, M/64): cc_backward_dv.
+    pub grid_grad_values: (u32, u32, u32),
     /// (D/64, B·H, M/64): the state walks cc_forward_h, cc_backward_h.
     pub grid_walk: (u32, u32, u32),
     /// cc_forward_h, cc_backward_h: three 64-row transposed 16-bit tiles.
@@ -107,7 +173,14 @@ pub struct LaunchPlan {
 }
 
 impl LaunchPlan {
+    /// The plan at `shape`, the gradients' slices as `LINATTN_CC_GRAD_SLICES` says
+    /// ([`GradSlices::from_env`]; by default by [`GRAD_LOOP_MIN_CTAS`]).
     pub fn new(shape: &Shape) -> Result<Self, AttnError> {
+        Self::with_grad_slices(shape, GradSlices::from_env()?)
+    }
+
+    /// The plan at `shape` with the gradients' slices spread as `slices` says.
+    pub fn with_grad_slices(shape: &Shape, slices: GradSlices) -> Result<Self, AttnError> {
         shape.validate()?;
         let (d, m) = match (tile_width(shape.dk), tile_width(shape.dv)) {
             (Some(d), Some(m)) => (d, m),
@@ -119,7 +192,7 @@ impl LaunchPlan {
             }
         };
         let heads = shape.bh();
-        let [walk, _, value_tiles, _, go, _, key_tiles, _] = grids(shape);
+        let [walk, _, value_tiles, _, go, grad_values, grad_keys, _] = grids(shape, slices);
         let num_chunks = shape.seq.div_ceil(CHUNK);
         // Kernels take N and the chunk count as int and index in 64 bits.
         as_i32("sequence length N", shape.seq)?;
@@ -150,7 +223,8 @@ impl LaunchPlan {
             state_len,
             grid_value_tiles: value_tiles.dims()?,
             grid_go: go.dims()?,
-            grid_key_tiles: key_tiles.dims()?,
+            grid_grad_keys: grad_keys.dims()?,
+            grid_grad_values: grad_values.dims()?,
             grid_walk: walk.dims()?,
             smem_walk: u(3 * TILE * ld_t * half, "shared bytes")?,
             smem_forward: u(
@@ -166,16 +240,17 @@ impl LaunchPlan {
                 CHUNK * ld_d * half + state_region(ld_d, 1) + d * 4,
                 "shared bytes",
             )?,
-            // The gradient kernels: the rows tile, then one region holding the fp32 state
-            // slice and, after the inter product, the score columns and the transposed tile(s)
-            // (CC_STATE_REGION); dQ, dK also the state's vector slice. cc_backward_dq has two
-            // transposed tiles (k̃ and its lo residue).
+            // The gradient kernels: the rows tile, then one region holding the score columns,
+            // then per output slice the fp32 state slice and, after the inter product, the
+            // transposed tile(s) (CC_STATE_REGION); dQ, dK also the state's vector slice and
+            // their parked split scores (CC_SCORES_PARK). dQ and dK have two transposed tiles
+            // (k̃, q̃ and their lo residues).
             smem_dk: u(
-                CHUNK * ld_m * half + state_region(ld_m, 1) + TILE * 4,
+                CHUNK * ld_m * half + state_region(ld_m, 2) + TILE * 4 + SCORES_PARK,
                 "shared bytes",
             )?,
             smem_dq: u(
-                CHUNK * ld_m * half + state_region(ld_m, 2) + TILE * 4,
+                CHUNK * ld_m * half + state_region(ld_m, 2) + TILE * 4 + SCORES_PARK,
                 "shared bytes",
             )?,
             smem_dv: u(CHUNK * ld_d * half + state_region(ld_d, 1), "shared bytes")?,
@@ -204,7 +279,7 @@ impl LaunchPlan {
 
     /// Refuses a device whose per-block shared memory opt-in (`max_optin` bytes, dynamic +
     /// static) cannot hold the largest launch plus `STATIC_SHARED_MAX` of static shared
-    /// memory: a clear refusal at `supports`, not a launch failure (D, M = 256 needs ~143 KB,
+    /// memory: a clear refusal at `supports`, not a launch failure (D, M = 256 needs ~118 KB + static,
     /// beyond sm_86/89's 99 KB).
     pub fn check_shared(&self, device: &str, max_optin: u64) -> Result<(), Unsupported> {
         let need = u64::from(self.max_shared()) + STATIC_SHARED_MAX;
@@ -218,6 +293,10 @@ impl LaunchPlan {
         Ok(())
     }
 }
+
+/// Bytes of the split scores dQ and dK park in shared memory between output slices
+/// (`CC_SCORES_PARK`: a 64×64 tile as 16-bit hi and lo).
+const SCORES_PARK: usize = CHUNK * CHUNK * 2 * 2;
 
 /// Static shared memory of any chunked kernel, at most (ptxas: 2,304 B in cc_backward_h, its
 /// weights, scales and Δr's partial sums; the kernel header's limits).
