@@ -22,6 +22,8 @@
 #   lin-*       linattn bench at fla's benchmark shapes, one per shape   -> side-by-side.tgz
 #   peers       fla chunk / fused-recurrent and SDPA flash, one process   (with ratios.txt:
 #   ratios      linattn chunked bf16 / fla chunk per shape and mode        the table)
+#   split-*     the chunked bf16 forward+backward with the gradients'      (side-by-side.tgz)
+#               slices split (LINATTN_CC_GRAD_SLICES=split), per shape
 #   ncu         Nsight Compute counters of the hot kernels (N=4096)      -> ncu.csv
 #   ncu-fla     time, DRAM bytes, occupancy of the chunked bf16 kernels   -> ncu-fla.csv
 #               at (B, T, H, D) = (2, 16384, 16, 128)
@@ -311,6 +313,15 @@ for sh in "${SHAPES[@]}"; do
     sbs_files+=("$WORK/sbs/lin-b$b-n$n-h$h-d$d.json")
 done
 step ratios 2 10 1 -- "$PY" "$PACK/gpu_summary.py" ratios --out "$WORK/sbs/ratios.txt" "${sbs_files[@]}" "$WORK/sbs/peers.json"
+# The chunked gradient kernels with their output slices split (one CTA per 64-wide slice),
+# beside the lin-* steps' default (one CTA per chunk looping over them from 1024 chunk-CTAs,
+# every fla shape): which spread the hardware prefers, shape by shape.
+for sh in "${SHAPES[@]}"; do
+    IFS=x read -r b n h d <<<"$sh"
+    step "split-b$b-n$n" 5 20 6 -- env LINATTN_CC_GRAD_SLICES=split "$B" bench --backends cuda/causal_chunked/bf16 \
+        --n "$n" --batch "$b" --heads "$h" --dk "$d" --mode forward+backward --cell-seconds 0.3 --warmup 3 \
+        --no-progress --deadline @DEADLINE@ --out "$WORK/sbs/split-b$b-n$n-h$h-d$d.json"
+done
 
 # Hardware counters of the hot kernels (prefixes of kernels/*.cu), one run each.
 M=smsp__inst_executed.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__maximum_warps_per_active_cycle_pct,gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,launch__block_size
