@@ -26,7 +26,7 @@ pub const TILE_WIDTHS: [usize; 3] = [64, 128, 256];
 /// 64-wide slice of its output, the score tile computed and q, k, v, G read once per chunk.
 /// Below it each CTA takes one slice (grid z = the slices, the scores computed once per
 /// slice): at B = H = 1, N = 1024 the 16 chunks alone would leave most of an H100's 132 SMs
-/// idle (the model put cc_backward_dk at 32.9 µs looped against 21.1 split). 1024 is ~2.6
+/// idle (the model puts cc_backward_dk at 32.8 µs looped against 19.6 split). 1024 is ~2.6
 /// waves of 3 CTAs on 132 SMs; fla's shapes have 2048–49152.
 pub const GRAD_LOOP_MIN_CTAS: usize = 1024;
 
