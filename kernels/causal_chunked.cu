@@ -1631,8 +1631,8 @@ __device__ __forceinline__ void cc_intra_mma(float (&acc)[CC_TILE / 8][4], const
 }
 
 // The three gradient kernels share one skeleton: per chunk, a 64×64 score tile (intra-chunk,
-// masked, decayed, per-row scaled for its hi + lo split), kept in registers while the CTA
-// walks the 64-wide slices of its output; per slice an inter term (the warp's rows times the
+// masked, decayed, per-row scaled for its hi + lo split), kept (dV: registers; dQ, dK: parked
+// in shared memory) while the CTA walks the 64-wide slices of its output; per slice an inter term (the warp's rows times the
 // slice of the chunk's fp32 state, split), the intra term (the score tile times a transposed
 // 16-bit tile), then the chain rule and the store. Per gradient:
 //   what  rows (A)  scores      state  intra B  weight of row r (inter)  output slice
@@ -1651,8 +1651,9 @@ __device__ __forceinline__ void cc_intra_mma(float (&acc)[CC_TILE / 8][4], const
 #define CC_GRAD_V 2
 // dQ and dK also park their split scores (cc_scores_park: 16 KB) after the vector slice.
 #define CC_SCORES_PARK (CC_L * CC_L * 2 * 2)
-#define CC_DK_SMEM (CC_L * CC_LDM * 2 + CC_STATE_REGION(CC_LDM, 2) + CC_TILE * 4 + CC_SCORES_PARK)
-#define CC_DQ_SMEM (CC_L * CC_LDM * 2 + CC_STATE_REGION(CC_LDM, 2) + CC_TILE * 4 + CC_SCORES_PARK)
+// dQ and dK take one layout: the rows, the region with two transposed tiles, the vector slice
+// and the parked scores.
+#define CC_QK_SMEM (CC_L * CC_LDM * 2 + CC_STATE_REGION(CC_LDM, 2) + CC_TILE * 4 + CC_SCORES_PARK)
 #define CC_DV_SMEM (CC_L * CC_LDD * 2 + CC_STATE_REGION(CC_LDD, 1))
 // Minimum CTAs per SM in the launch bounds (registers ≤ 65536 / (128 · CTAS)): 3 (168
 // registers) for dQ and dK at k dims ≤ 128 (at 128 ptxas spilled 20–240 B: their scores
@@ -1683,7 +1684,7 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     float* s_vec = (float*)(region + CC_STATE_REGION(LD, DV ? 1 : 2));  // [64] z⁰ (dQ), r⁰ (dK) slice
     // dQ, dK: the split scores between slices (in registers beside a slice's state loads and
     // the inter product, ptxas spilled 52–200 B at their 168 registers); dV keeps them in
-    // registers (4 CTAs/SM: 16 KB more would leave room for 3).
+    // registers, spill-free at its launch bounds (CC_DV_MIN_CTAS), without 16 KB more.
     constexpr bool PARK = !DV;
     uint4* s_park = PARK ? (uint4*)(s_vec + CC_TILE) : nullptr;  // CC_SCORES_PARK bytes
     __shared__ float s_den_inv[CC_L], s_neg_go[CC_L];  // dV: no s_neg_go
@@ -1702,9 +1703,10 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     // At a 256-wide k dim the row tiles come in two halves (whole: 128 registers of loads).
     constexpr int TILE_PARTS = WIDTH == 256 ? 2 : 1, TILE_LOADS = CC_ROWS_LOADS(WIDTH) / TILE_PARTS;
     // Global Sᵀ[e][d] → s_state[d][e] (dQ), R[d][e] as it is (dK), R[d][e] → s_state[e][d] (dV).
-    // Loads of the state in flight at a time: 16; at a 256-wide k dim what leaves ptxas
+    // Loads of the state in flight at a time: 16 (dV 8: with its scores live across the
+    // slices, 16 spilled 4 B at a 4-CTA bound, where 8 did not); at a 256-wide k dim what leaves ptxas
     // without spills at 255 registers (dV 8; dQ 32; 16 spilled 4–12 B on sm_80 or sm_90).
-    constexpr int STATE_ALL = cc_state32_loads<WIDTH, !DK>(), STATE_MAX = WIDTH == 256 ? (DQ ? 32 : 8) : (DQ ? 16 : DK ? 16 : 8);
+    constexpr int STATE_ALL = cc_state32_loads<WIDTH, !DK>(), STATE_MAX = WIDTH == 256 ? (DQ ? 32 : 8) : (DV ? 8 : 16);
     constexpr int STATE_LOADS = STATE_ALL > STATE_MAX ? STATE_MAX : STATE_ALL;
 
     // The rows and the score columns, both loads in flight at once (one DRAM latency), with
@@ -1798,7 +1800,7 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
         const float scale = cc_split_scale(cc_block_max_get(s_warp_max));
 
         // The transposed tile, in flight during the inter product; after it (T_LATE) at a
-        // 256-wide k dim (ptxas spilled at 255 registers) and in dK (at 168).
+        // 256-wide k dim (in flight during it, ptxas spilled at 255 registers).
         constexpr bool T_LATE = WIDTH == 256;
         cc_u32 raw_t[2 * (CC_L / 8)];
         if (!T_LATE) cc_walk_fetch<CC_L / 8>(raw_t, t_src, head_row0, tok0, n, c0, DV ? mw : dw, out_cols);
@@ -1877,7 +1879,7 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
 // inter term by the same factor, and the sum scaled back, so neither den ~ N nor den = ε
 // leaves the 16-bit range.
 // grid (NC, B·H, 1 or D/64): a CTA over every 64-wide slice or one; warp w rows (queries)
-// 16w .. 16w+15; dynamic shared CC_DQ_SMEM.
+// 16w .. 16w+15; dynamic shared CC_QK_SMEM.
 // `states` holds S⁰ (the backward's split cc_forward_h). Limits: the file's.
 CC_BACKWARD_QK_ENTRY(cc_backward_dq, CC_GRAD_Q)
 
@@ -1888,7 +1890,7 @@ CC_BACKWARD_QK_ENTRY(cc_backward_dq, CC_GRAD_Q)
 // dK̃ ~ 1/ε, finite in fp32, zeroed by φ'(k) = 0), and q̃ too: the hi tile first, then its
 // residue in a second shared tile (3 mma's; hi·hi + lo·hi over the k-steps, then hi·lo).
 // grid (NC, B·H, 1 or D/64): a CTA over every 64-wide slice or one; warp w rows (keys)
-// 16w .. 16w+15; dynamic shared CC_DK_SMEM.
+// 16w .. 16w+15; dynamic shared CC_QK_SMEM.
 // `states` holds R⁰ (cc_backward_h), R[d][e]. Limits: the file's.
 CC_BACKWARD_QK_ENTRY(cc_backward_dk, CC_GRAD_K)
 

@@ -472,7 +472,6 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         let (go_parts_ptr, den_ptr) = (ptr(&go_parts), ptr(den));
         let (n, num_chunks, log2_decay, map) = (a.n, a.num_chunks, a.log2_decay, a.map);
         let (d, m) = (a.d, a.m);
-
         let elapsed = run.time(|| {
             if normalised {
                 // d_out, out, out_lo: B·H·N·M; go_parts: B·H·N·M/64.

@@ -214,6 +214,11 @@ impl LaunchPlan {
         let state_region = |ld: usize, t_tiles: usize| {
             (TILE * ld * 4).max(CHUNK * ld * half + t_tiles * TILE * ld_t * half)
         };
+        // dQ and dK share one layout (CC_QK_SMEM).
+        let smem_qk = u(
+            CHUNK * ld_m * half + state_region(ld_m, 2) + TILE * 4 + SCORES_PARK,
+            "shared bytes",
+        )?;
         Ok(LaunchPlan {
             num_chunks,
             heads,
@@ -245,14 +250,8 @@ impl LaunchPlan {
             // transposed tile(s) (CC_STATE_REGION); dQ, dK also the state's vector slice and
             // their parked split scores (CC_SCORES_PARK). dQ and dK have two transposed tiles
             // (k̃, q̃ and their lo residues).
-            smem_dk: u(
-                CHUNK * ld_m * half + state_region(ld_m, 2) + TILE * 4 + SCORES_PARK,
-                "shared bytes",
-            )?,
-            smem_dq: u(
-                CHUNK * ld_m * half + state_region(ld_m, 2) + TILE * 4 + SCORES_PARK,
-                "shared bytes",
-            )?,
+            smem_dk: smem_qk,
+            smem_dq: smem_qk,
             smem_dv: u(CHUNK * ld_d * half + state_region(ld_d, 1), "shared bytes")?,
         })
     }
@@ -279,8 +278,8 @@ impl LaunchPlan {
 
     /// Refuses a device whose per-block shared memory opt-in (`max_optin` bytes, dynamic +
     /// static) cannot hold the largest launch plus `STATIC_SHARED_MAX` of static shared
-    /// memory: a clear refusal at `supports`, not a launch failure (D, M = 256 needs ~118 KB + static,
-    /// beyond sm_86/89's 99 KB).
+    /// memory: a clear refusal at `supports`, not a launch failure (D, M = 256 needs ~118 KB
+    /// plus the static part, beyond sm_86/89's 99 KB).
     pub fn check_shared(&self, device: &str, max_optin: u64) -> Result<(), Unsupported> {
         let need = u64::from(self.max_shared()) + STATIC_SHARED_MAX;
         if need > max_optin {
