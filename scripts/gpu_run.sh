@@ -161,7 +161,7 @@ write_summary() { # atomic, so a kill never leaves half a summary
         fi
         if [ -s "$WORK/mma-probe.json" ]; then # the candidates' scores and the best ones
             echo
-            grep -h -A34 '^mma probe on' "$WORK"/logs/*-mma-probe.log 2>/dev/null
+            grep -h -A56 '^mma probe on' "$WORK"/logs/*-mma-probe.log 2>/dev/null
         fi
         if [ -s "$WORK/mufu/mufu.json" ]; then # the MUFU tables' verification (issue #23)
             echo

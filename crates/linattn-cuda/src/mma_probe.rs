@@ -10,7 +10,8 @@
 pub mod vectors;
 
 use linattn_core::AttnError;
-use linattn_ptxsim::exec::mma_accumulate::{self, FinalRounding, TensorCoreModel};
+pub use linattn_ptxsim::exec::mma_accumulate::Alignment;
+use linattn_ptxsim::exec::mma_accumulate::{self, FinalRounding, Product, TensorCoreModel};
 use linattn_ptxsim::MmaModel;
 
 use crate::executor::{Executor, Launch};
@@ -56,27 +57,31 @@ pub enum Candidate {
     Truncating(TensorCoreModel),
 }
 
-/// The blocks, widths and roundings the candidates span.
+/// The blocks, widths, roundings and alignments the candidates span.
 pub const BLOCKS: [usize; 3] = [4, 8, 16];
 pub const KEPT_BITS: [u32; 4] = [24, 25, 26, 27];
 pub const ROUNDINGS: [FinalRounding; 2] = [FinalRounding::TowardZero, FinalRounding::Nearest];
+pub const ALIGNMENTS: [Alignment; 2] = [Alignment::Value, Alignment::Operands];
 
 impl Candidate {
-    /// Every candidate: exact (RN, RZ), then block × kept bits × rounding.
+    /// Every candidate: exact (RN, RZ), then alignment × block × kept bits × rounding.
     pub fn all() -> Vec<Candidate> {
         let mut all: Vec<Candidate> = ROUNDINGS
             .iter()
             .rev()
             .map(|&r| Candidate::Exact(r))
             .collect();
-        for block in BLOCKS {
-            for kept_bits in KEPT_BITS {
-                for rounding in ROUNDINGS {
-                    all.push(Candidate::Truncating(TensorCoreModel {
-                        block,
-                        kept_bits,
-                        rounding,
-                    }));
+        for alignment in ALIGNMENTS {
+            for block in BLOCKS {
+                for kept_bits in KEPT_BITS {
+                    for rounding in ROUNDINGS {
+                        all.push(Candidate::Truncating(TensorCoreModel {
+                            block,
+                            kept_bits,
+                            rounding,
+                            alignment,
+                        }));
+                    }
                 }
             }
         }
@@ -91,23 +96,24 @@ impl Candidate {
         }
     }
 
-    /// "exact RN", "block 8, 24 bits, RZ".
+    /// "exact RN", "block 8, 24 bits, RZ", "block 16, 26 bits, RZ, operand-aligned".
     pub fn name(&self) -> String {
         match self {
             Candidate::Exact(r) => format!("exact {}", r.name()),
             Candidate::Truncating(m) => {
                 format!(
-                    "block {}, {} bits, {}",
+                    "block {}, {} bits, {}{}",
                     m.block,
                     m.kept_bits,
-                    m.rounding.name()
+                    m.rounding.name(),
+                    m.alignment.suffix()
                 )
             }
         }
     }
 
     /// The result it predicts for `c + Σ products`.
-    pub fn predict(&self, c: f32, products: &[f64; 16]) -> f32 {
+    pub fn predict(&self, c: f32, products: &[Product; 16]) -> f32 {
         match *self {
             Candidate::Exact(FinalRounding::Nearest) => mma_accumulate::dot_exact(c, products),
             Candidate::Exact(r) => mma_accumulate::dot_exact_rounded(c, products, r),
@@ -178,14 +184,14 @@ mod tests {
         let all = Candidate::all();
         assert_eq!(
             all.len(),
-            2 + BLOCKS.len() * KEPT_BITS.len() * ROUNDINGS.len()
+            2 + ALIGNMENTS.len() * BLOCKS.len() * KEPT_BITS.len() * ROUNDINGS.len()
         );
         let names: std::collections::HashSet<String> = all.iter().map(Candidate::name).collect();
         assert_eq!(names.len(), all.len());
         assert_eq!(Candidate::of(MmaModel::A100).name(), "block 8, 24 bits, RZ");
         assert_eq!(
             Candidate::of(MmaModel::H100).name(),
-            "block 16, 26 bits, RZ"
+            "block 16, 26 bits, RZ, operand-aligned"
         );
         assert_eq!(Candidate::of(MmaModel::Exact).name(), "exact RN");
         for m in MmaModel::ALL {

@@ -1,16 +1,18 @@
 //! `linattn mma-probe`: how `mma.sync m16n8k16` sums with f32 accumulation. Runs the test
 //! vectors of `linattn_cuda::mma_probe` through the f16 and bf16 mma, then counts, for every
-//! candidate model (exact; block 4/8/16 × 24–27 kept bits × RZ/RN), on how many vectors its
-//! host prediction has the device's bits. On a GPU the candidates that match every vector are
-//! its tensor cores' model (issue #23 part 6); on the simulator they must be exactly the
-//! numerics mode's own model.
+//! candidate model (exact; aligned on values or operand exponents × block 4/8/16 × 24–27
+//! kept bits × RZ/RN), on how many vectors its host prediction has the device's bits. On a
+//! GPU the candidates that match every vector are its tensor cores' model (issue #23 part
+//! 6); on the simulator they must be exactly the numerics mode's own model. `--rescore`
+//! scores an earlier run's committed vectors and bits against today's candidates, with no
+//! device: the hardware's answers stay valid while the candidate set grows.
 
 use linattn_core::AttnError;
 use linattn_cuda::executor::sim::{self, MmaModel, Numerics};
-use linattn_cuda::mma_probe::{self, all_vectors, Candidate, Input, Vector};
+use linattn_cuda::mma_probe::{self, all_vectors, Alignment, Candidate, Input, Vector};
 use linattn_cuda::Platform;
-use serde::Serialize;
-use std::path::PathBuf;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tabled::{settings::Style, Table, Tabled};
 
@@ -34,6 +36,10 @@ pub struct MmaProbeArgs {
     /// On the simulator: its mma model whatever the mode (exact, a100, h100).
     #[arg(long, value_name = "MODEL", value_parser = parse_mma_model)]
     mma_model: Option<MmaModel>,
+    /// Run nothing: score the vectors and device bits of FILE (an earlier `--json`, e.g.
+    /// bench-results/h100/2026-11-26/mma-probe.json) against today's candidates.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["platform", "mma_model"])]
+    rescore: Option<PathBuf>,
 }
 
 fn parse_numerics(s: &str) -> Result<Numerics, String> {
@@ -44,22 +50,51 @@ fn parse_mma_model(s: &str) -> Result<MmaModel, String> {
     s.parse()
 }
 
-/// The JSON `--json` writes.
-#[derive(Serialize)]
-struct ProbeFile {
-    schema: u32,
+/// What a probe ran on: written by `--json`, read back by `--rescore`.
+#[derive(Serialize, Deserialize)]
+struct ProbeRun {
     /// "device" (a GPU's tensor cores) or "simulator" (the simulator's model, read back).
-    kind: &'static str,
-    platform: &'static str,
+    kind: String,
+    platform: String,
     device: String,
     arch: String,
     driver: String,
     /// The simulator's numerics mode and mma model (absent on a GPU).
-    sim_numerics: Option<&'static str>,
-    sim_mma_model: Option<&'static str>,
+    sim_numerics: Option<String>,
+    sim_mma_model: Option<String>,
     seed: u64,
+}
+
+/// The JSON `--json` writes.
+#[derive(Serialize)]
+struct ProbeFile {
+    schema: u32,
+    #[serde(flatten)]
+    run: ProbeRun,
+    /// With `--rescore`: the file whose vectors and bits were scored (`environment` is then
+    /// the rescoring host's, `run_environment` the run's as its file recorded it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rescored_from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_environment: Option<serde_json::Value>,
     environment: Environment,
     inputs: Vec<InputRecord>,
+}
+
+/// What `--rescore` reads of a probe file: the run and, per input type, the vectors with
+/// the bits the device returned.
+#[derive(Deserialize)]
+struct ReadProbe {
+    #[serde(flatten)]
+    run: ProbeRun,
+    environment: Option<serde_json::Value>,
+    inputs: Vec<ReadInput>,
+}
+
+#[derive(Deserialize)]
+struct ReadInput {
+    input: String,
+    vectors: Vec<VectorRecord>,
 }
 
 #[derive(Serialize)]
@@ -72,7 +107,8 @@ struct InputRecord {
     best_matches_all: bool,
 }
 
-#[derive(Serialize)]
+/// One vector as a probe file records it (and `--rescore` reads it back).
+#[derive(Serialize, Deserialize)]
 struct VectorRecord {
     label: String,
     designed: bool,
@@ -94,6 +130,8 @@ struct CandidateRecord {
     block: Option<usize>,
     kept_bits: Option<u32>,
     rounding: &'static str,
+    /// "value" or "operands" (None for the exact candidates).
+    alignment: Option<&'static str>,
     designed_matches: usize,
     random_matches: usize,
     matches: usize,
@@ -131,15 +169,24 @@ fn score(input: Input, vectors: &[Vector], d: &[u32]) -> Vec<CandidateRecord> {
                     mismatches.push(i);
                 }
             }
-            let (block, kept_bits, rounding) = match cand {
-                Candidate::Exact(r) => (None, None, r),
-                Candidate::Truncating(m) => (Some(m.block), Some(m.kept_bits), m.rounding),
+            let (block, kept_bits, rounding, alignment) = match cand {
+                Candidate::Exact(r) => (None, None, r, None),
+                Candidate::Truncating(m) => (
+                    Some(m.block),
+                    Some(m.kept_bits),
+                    m.rounding,
+                    Some(match m.alignment {
+                        Alignment::Value => "value",
+                        Alignment::Operands => "operands",
+                    }),
+                ),
             };
             CandidateRecord {
                 name: cand.name(),
                 block,
                 kept_bits,
                 rounding: rounding.name(),
+                alignment,
                 designed_matches: designed,
                 random_matches: random,
                 matches: designed + random,
@@ -161,7 +208,7 @@ fn record(input: Input, vectors: Vec<Vector>, d: Vec<u32>) -> InputRecord {
         .into_iter()
         .zip(d)
         .map(|(v, d)| {
-            let exact_sum = f64::from(v.c) + v.products(input).iter().sum::<f64>();
+            let exact_sum = v.exact_sum(input);
             VectorRecord {
                 c: v.c.to_bits(),
                 c_value: v.c,
@@ -212,6 +259,12 @@ fn table(inputs: &[InputRecord]) -> String {
 }
 
 pub fn run(args: MmaProbeArgs) -> Result<ExitCode, AttnError> {
+    if let Some(path) = &args.json {
+        results::check_writable(path)?;
+    }
+    if let Some(from) = &args.rescore {
+        return rescore(from, args.json.as_deref());
+    }
     let platform = crate::registry::probe_platform(args.platform.as_deref())?;
     let sim_chosen = args.numerics != Numerics::Exact || args.mma_model.is_some();
     if platform == Platform::Cuda && sim_chosen {
@@ -220,9 +273,6 @@ pub fn run(args: MmaProbeArgs) -> Result<ExitCode, AttnError> {
              --platform sim"
                 .into(),
         ));
-    }
-    if let Some(path) = &args.json {
-        results::check_writable(path)?;
     }
     if platform == Platform::Sim {
         sim::set_numerics(args.numerics)?;
@@ -250,8 +300,36 @@ pub fn run(args: MmaProbeArgs) -> Result<ExitCode, AttnError> {
         "mma probe on {} (sm_{}{}, driver {}): {what}; vectors matched per candidate",
         info.name, arch.major, arch.minor, info.driver_version
     );
-    println!("{}", table(&inputs));
-    for r in &inputs {
+    print_scores(&inputs);
+    let gpu = match platform {
+        Platform::Cuda => crate::bench::gpu_environment(),
+        Platform::Sim => None,
+    };
+    let on_sim = platform == Platform::Sim;
+    let file = ProbeFile {
+        schema: 1,
+        run: ProbeRun {
+            kind: if on_sim { "simulator" } else { "device" }.into(),
+            platform: if on_sim { "sim" } else { "cuda" }.into(),
+            device: info.name.clone(),
+            arch: format!("sm_{}{}", arch.major, arch.minor),
+            driver: info.driver_version.clone(),
+            sim_numerics: on_sim.then(|| args.numerics.name().into()),
+            sim_mma_model: on_sim.then(|| sim_model.name().into()),
+            seed: args.seed,
+        },
+        rescored_from: None,
+        run_environment: None,
+        environment: results::probe_environment(gpu),
+        inputs,
+    };
+    write(args.json.as_deref(), &file)
+}
+
+/// The candidates' table and each input type's best.
+fn print_scores(inputs: &[InputRecord]) {
+    println!("{}", table(inputs));
+    for r in inputs {
         println!(
             "best for {}: {} ({}/{} vectors{})",
             r.input,
@@ -265,32 +343,65 @@ pub fn run(args: MmaProbeArgs) -> Result<ExitCode, AttnError> {
             }
         );
     }
-    if let Some(path) = &args.json {
-        let gpu = match platform {
-            Platform::Cuda => crate::bench::gpu_environment(),
-            Platform::Sim => None,
-        };
-        let file = ProbeFile {
-            schema: 1,
-            kind: match platform {
-                Platform::Cuda => "device",
-                Platform::Sim => "simulator",
-            },
-            platform: match platform {
-                Platform::Cuda => "cuda",
-                Platform::Sim => "sim",
-            },
-            device: info.name.clone(),
-            arch: format!("sm_{}{}", arch.major, arch.minor),
-            driver: info.driver_version.clone(),
-            sim_numerics: (platform == Platform::Sim).then(|| args.numerics.name()),
-            sim_mma_model: (platform == Platform::Sim).then(|| sim_model.name()),
-            seed: args.seed,
-            environment: results::probe_environment(gpu),
-            inputs,
-        };
-        results::write_json_atomic(path, &file)?;
+}
+
+fn write(json: Option<&Path>, file: &ProbeFile) -> Result<ExitCode, AttnError> {
+    if let Some(path) = json {
+        results::write_json_atomic(path, file)?;
         println!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--rescore FROM`: today's candidates on the vectors and bits FROM recorded.
+fn rescore(from: &Path, json: Option<&Path>) -> Result<ExitCode, AttnError> {
+    let bad = |why: String| AttnError::InvalidArgument(format!("{}: {why}", from.display()));
+    let text = std::fs::read_to_string(from).map_err(|e| bad(e.to_string()))?;
+    let run: ReadProbe =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not an mma-probe file: {e}")))?;
+    let mut inputs = Vec::new();
+    for input in Input::ALL {
+        let recorded = run
+            .inputs
+            .iter()
+            .find(|r| r.input == input.name())
+            .ok_or_else(|| bad(format!("no {} vectors", input.name())))?;
+        if recorded.vectors.is_empty() {
+            return Err(bad(format!("no {} vectors", input.name())));
+        }
+        let (vectors, d) = recorded
+            .vectors
+            .iter()
+            .map(|v| {
+                let vector = Vector {
+                    label: v.label.clone(),
+                    designed: v.designed,
+                    c: f32::from_bits(v.c),
+                    a: v.a,
+                    b: v.b,
+                };
+                (vector, v.d)
+            })
+            .unzip();
+        inputs.push(record(input, vectors, d));
+    }
+    let r = &run.run;
+    println!(
+        "mma probe rescored from {} ({} run on {}, {}, driver {}); vectors matched per candidate",
+        from.display(),
+        r.kind,
+        r.device,
+        r.arch,
+        r.driver
+    );
+    print_scores(&inputs);
+    let file = ProbeFile {
+        schema: 1,
+        run: run.run,
+        rescored_from: Some(from.display().to_string()),
+        run_environment: run.environment,
+        environment: results::probe_environment(None),
+        inputs,
+    };
+    write(json, &file)
 }

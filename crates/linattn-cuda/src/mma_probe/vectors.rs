@@ -11,6 +11,8 @@
 //! * alignment before cancellation: the small product in the cancelling block (s = 1).
 //! * final rounding: exact sums a tie or just off one (nearest and toward zero part), with
 //!   and without a carry out of the top bit, of either sign.
+//! * alignment: a leading product 1.5·1.5, whose value's exponent is one above its operands',
+//!   then small products that survive only if the terms align on the operands' exponents.
 //! * carries: 16 products of nearly 1 into nearly 1 (four carry bits), and 2^24 − 1 + 16.
 //!
 //! Then seeded random vectors: small products into a large accumulator, near-cancelling
@@ -19,6 +21,7 @@
 //! two input types, here because the vectors are written in them).
 
 use linattn_core::SeededRng;
+use linattn_ptxsim::exec::mma_accumulate::Product;
 
 /// The mma's input type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,6 +45,14 @@ impl Input {
         match self {
             Input::F16 => half::f16::from_bits(bits).to_f32(),
             Input::Bf16 => half::bf16::from_bits(bits).to_f32(),
+        }
+    }
+
+    /// The least normal exponent: where the tensor cores align a subnormal operand.
+    pub fn min_exponent(self) -> i32 {
+        match self {
+            Input::F16 => -14,
+            Input::Bf16 => -126,
         }
     }
 
@@ -86,11 +97,21 @@ pub struct Vector {
 }
 
 impl Vector {
-    /// The 16 exact products a_k·b_k.
-    pub fn products(&self, input: Input) -> [f64; 16] {
+    /// The 16 exact products a_k·b_k, with their operands' exponents.
+    pub fn products(&self, input: Input) -> [Product; 16] {
         std::array::from_fn(|k| {
-            f64::from(input.value(self.a[k])) * f64::from(input.value(self.b[k]))
+            Product::new(
+                input.value(self.a[k]),
+                input.value(self.b[k]),
+                input.min_exponent(),
+            )
         })
+    }
+
+    /// c + Σ a_k·b_k, exactly while the terms span under 53 bits (for reading).
+    pub fn exact_sum(&self, input: Input) -> f64 {
+        let products = self.products(input);
+        f64::from(self.c) + products.iter().map(|t| t.value).sum::<f64>()
     }
 }
 
@@ -255,6 +276,27 @@ pub fn designed(input: Input) -> Result<Vec<Vector>, String> {
     for (label, c, products) in ties {
         out.push(vector(input, label, c, products)?);
     }
+    // Alignment: 1.5 · 1.5 = 2.25 has operand exponents 0 + 0 but its value's exponent is
+    // 1; 26 bits from 0 keep eight products of 2^-25 (2^-22 in all), 26 bits from 1 drop
+    // them. (`vector` factors 2.25 as 1.125 · 2, whose significands' product is under 2.)
+    let one_and_half = input
+        .exact_bits(1.5)
+        .ok_or_else(|| format!("1.5 is no {}", input.name()))?;
+    for (label, c, sign) in [
+        ("alignment: 1.5 x 1.5, then 8 x 2^-25", 0.0, 1.0),
+        ("alignment: 1 + 1.5 x -1.5, then 8 x -2^-25", 1.0, -1.0),
+    ] {
+        let small: Vec<(usize, f64)> = (1..=8).map(|k| (k, sign * p(-25))).collect();
+        let mut v = vector(input, label, c, &small)?;
+        v.a[0] = one_and_half;
+        // Bit 15 is the sign in both types.
+        v.b[0] = if sign < 0.0 {
+            one_and_half | 0x8000
+        } else {
+            one_and_half
+        };
+        out.push(v);
+    }
     out.push(vector(
         input,
         "carries: 16 x (1 - 2^-8) into 1 - 2^-24",
@@ -333,7 +375,7 @@ pub fn random(input: Input, seed: u64) -> Vec<Vector> {
         let mut v = random_vector(input, &mut rng, "cancelling", 0.0, (-12, 4));
         let products = v.products(input);
         let head = 1 + (rng.next_u64() % 4) as usize;
-        let sum: f64 = products[..head].iter().sum();
+        let sum: f64 = products[..head].iter().map(|t| t.value).sum();
         v.c = -(sum as f32);
         out.push(v);
     }

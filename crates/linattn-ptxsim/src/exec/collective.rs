@@ -3,6 +3,7 @@
 //! mma.m16n8k16 with floating point type").
 
 use super::float;
+use super::mma_accumulate::Product;
 use super::warp::{each, Lanes32, Uniforms, Warp, LANES};
 use crate::ir::{MmaInput, Reg, ShflMode, Src};
 
@@ -81,8 +82,9 @@ pub fn shfl(
 
 /// D = A·B + C for the 16×8×16 tile spread over the warp's 32 lanes.
 ///
-/// The product of two 16-bit floats is exact in f64; the 16 products of a row·column and C
-/// are summed by the launch's mma model (`exec::numerics::MmaModel`, `exec::mma_accumulate`):
+/// The product of two 16-bit floats is exact in f64 (with its operands' exponents, which
+/// the H100 aligns it by); the 16 products of a row·column and C are summed by the launch's
+/// mma model (`exec::numerics::MmaModel`, `exec::mma_accumulate`):
 /// in f64 and rounded once, or by a truncating tensor-core model.
 pub fn mma(
     w: &mut Warp,
@@ -98,6 +100,11 @@ pub fn mma(
             MmaInput::F16 => float::f16_bits_to_f32(bits as u16),
             MmaInput::Bf16 => float::bf16_bits_to_f32(bits as u16),
         }
+    };
+    // The least normal exponent of the input type: where a subnormal operand aligns.
+    let emin = match input {
+        MmaInput::F16 => -14,
+        MmaInput::Bf16 => -126,
     };
     let ra: [Lanes32; 4] = each(|k| w.read32(&a[k], u));
     let rb: [Lanes32; 2] = each(|k| w.read32(&b[k], u));
@@ -128,7 +135,8 @@ pub fn mma(
             let row = if i < 2 { g } else { g + 8 };
             let col = 2 * t + (i & 1);
             let (a_row, b_col) = (&ma[row], &mbt[col]);
-            let products: [f64; 16] = each(|k| f64::from(a_row[k]) * f64::from(b_col[k]));
+            let products: [Product; 16] =
+                std::array::from_fn(|k| Product::new(a_row[k], b_col[k], emin));
             let c = f32::from_bits(rc[i][lane]);
             let d = u.mma.accumulate(c, &products);
             reg[lane] = d.to_bits();

@@ -20,14 +20,19 @@
 //! [`PESSIMISTIC`] takes the A100's parameters (8-product blocks, 24 bits): the less accurate
 //! of the two targets, so a kernel passing with it has the H100's wider accumulation to
 //! spare. [`H100`] is what our H100 showed: `kernels/mma_probe.cu` (`linattn mma-probe`,
-//! issue #23 part 6) scored [`dot_exact`], [`dot_exact_rounded`] and [`dot_truncating`] over
-//! blocks of 4/8/16, 24–27 bits and RZ/RN against the device's bits on 2026-11-26
-//! (`bench-results/h100/2026-11-26/mma-probe.json`): all 16 products in one block, 26 bits,
-//! toward zero matched 335 of 359 f16 and 333 of 359 bf16 vectors, all 39 designed ones of
-//! each; emulation_sys's 25 bits matched 189 and 208, exact sums 170 and 196. No candidate
-//! matches every vector: the 24–26 others are 1 ulp off either way (8 in one cancelling
-//! sum), some as if more bits were kept, some fewer; truncating the aligned terms toward −∞
-//! instead of zero, or aligning on the products without the accumulator, fit worse.
+//! issue #23 part 6) ran 359 f16 and 359 bf16 vectors on 2026-11-26
+//! (`bench-results/h100/2026-11-26/mma-probe.json`). All 16 products and the accumulator
+//! form one block; the terms are aligned on the largest **operand exponent** (a product's
+//! e_a + e_b, not the exponent of its value, which is one more when the significands'
+//! product reaches 2: the multiplier's output is not normalised before alignment); 26 bits
+//! from that exponent down are kept, the rest truncated toward zero; the exact sum of the
+//! kept bits is rounded toward zero. That matches 359 of 359 vectors of each type
+//! (`linattn mma-probe --rescore` of the committed file). Aligning on the values' own
+//! exponents, as the Fasi et al. model reads, matched 335 and 333 with 26 bits: the 24 and
+//! 26 misses were the vectors whose largest product has a significand product of 2 or more;
+//! emulation_sys's 25 bits matched 189 and 208, exact sums 170 and 196. The probe has no
+//! subnormal operand: for those the alignment takes the type's least normal exponent (the
+//! exponent field's reading), unmeasured.
 
 /// How a block's exact sum becomes the f32 accumulator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,6 +60,69 @@ impl FinalRounding {
     }
 }
 
+/// Which exponent a product is aligned by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Alignment {
+    /// Its value's (normalised) exponent: the reading of Fasi et al.'s model.
+    Value,
+    /// Its operands' exponents summed, e_a + e_b: one less than the value's when the
+    /// significands' product is 2 or more (what the H100 does).
+    Operands,
+}
+
+impl Alignment {
+    /// How the candidates' names say it ("" for [`Alignment::Value`], the older name).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Alignment::Value => "",
+            Alignment::Operands => ", operand-aligned",
+        }
+    }
+}
+
+/// One term of a dot product: the exact product a·b of two 16-bit floats and the exponent
+/// its operands give it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Product {
+    /// a·b, exact in f64 (at most 11 + 11 significant bits).
+    pub value: f64,
+    /// e_a + e_b, each operand's exponent field read as the type does (a subnormal at the
+    /// least normal exponent); unused when `value` is 0.
+    pub operand_exponent: i32,
+}
+
+impl Product {
+    /// a·b of two values of a 16-bit type whose least normal exponent is `emin` (−14 for
+    /// f16, −126 for bf16), widened exactly to f32.
+    pub fn new(a: f32, b: f32, emin: i32) -> Product {
+        let field = |x: f32| {
+            if x == 0.0 || !x.is_finite() {
+                emin
+            } else {
+                exponent(f64::from(x)).max(emin)
+            }
+        };
+        Product {
+            value: f64::from(a) * f64::from(b),
+            operand_exponent: field(a) + field(b),
+        }
+    }
+
+    /// A term known by its value only, aligned by its own exponent (tests, and sums with
+    /// no 16-bit operands behind them).
+    pub fn of_value(value: f64) -> Product {
+        let operand_exponent = if value == 0.0 || !value.is_finite() {
+            0
+        } else {
+            exponent(value)
+        };
+        Product {
+            value,
+            operand_exponent,
+        }
+    }
+}
+
 /// Parameters of a truncating block-FMA accumulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TensorCoreModel {
@@ -65,6 +133,8 @@ pub struct TensorCoreModel {
     pub kept_bits: u32,
     /// How each block's sum is rounded to f32.
     pub rounding: FinalRounding,
+    /// Which exponent a product is aligned by.
+    pub alignment: Alignment,
 }
 
 /// The A100 model of Fasi et al. (see the module documentation).
@@ -72,24 +142,26 @@ pub const A100: TensorCoreModel = TensorCoreModel {
     block: 8,
     kept_bits: 24,
     rounding: FinalRounding::TowardZero,
+    alignment: Alignment::Value,
 };
 
 /// The pessimistic numerics mode's model: the A100's.
 pub const PESSIMISTIC: TensorCoreModel = A100;
 
-/// The H100's, as our mma probe measured it: one block of 16 products, 26 bits, toward
-/// zero (see the module documentation).
+/// The H100's, as our mma probe measured it: one block of 16 products aligned on their
+/// operands' exponents, 26 bits, toward zero (see the module documentation).
 pub const H100: TensorCoreModel = TensorCoreModel {
     block: 16,
     kept_bits: 26,
     rounding: FinalRounding::TowardZero,
+    alignment: Alignment::Operands,
 };
 
 /// `c + Σ products`, summed in f64 and rounded once (products exact in f64).
-pub fn dot_exact(c: f32, products: &[f64]) -> f32 {
+pub fn dot_exact(c: f32, products: &[Product]) -> f32 {
     let mut sum = f64::from(c);
-    for &p in products {
-        sum += p;
+    for p in products {
+        sum += p.value;
     }
     sum as f32
 }
@@ -97,10 +169,10 @@ pub fn dot_exact(c: f32, products: &[f64]) -> f32 {
 /// `c + Σ products` summed exactly (in double-double: exact while the terms span under 100
 /// bits, as the probe's do) and rounded once to f32 by `rounding`: the "multi-term sum, one
 /// final rounding" reading of tensor-core accumulation.
-pub fn dot_exact_rounded(c: f32, products: &[f64], rounding: FinalRounding) -> f32 {
+pub fn dot_exact_rounded(c: f32, products: &[Product], rounding: FinalRounding) -> f32 {
     let (mut hi, mut lo) = (f64::from(c), 0.0);
-    for &p in products {
-        let (s, e) = crate::exec::float::two_sum(hi, p);
+    for p in products {
+        let (s, e) = crate::exec::float::two_sum(hi, p.value);
         hi = s;
         lo += e;
     }
@@ -113,41 +185,51 @@ pub fn dot_exact_rounded(c: f32, products: &[f64], rounding: FinalRounding) -> f
 
 /// `c + Σ products` by `model`: blocks of `model.block` products in order, each added to the
 /// accumulator in one aligned, truncated, exact sum and rounded to f32 as `model` says.
-pub fn dot_truncating(c: f32, products: &[f64], model: TensorCoreModel) -> f32 {
+pub fn dot_truncating(c: f32, products: &[Product], model: TensorCoreModel) -> f32 {
     let mut acc = c;
     for block in products.chunks(model.block.max(1)) {
-        acc = block_fma(acc, block, model.kept_bits, model.rounding);
+        acc = block_fma(acc, block, model);
     }
     acc
 }
 
 /// One block step: `acc + Σ block` with every term truncated (toward zero) to the bits at or
-/// above `2^(e_max − kept_bits + 1)`, the truncated terms summed exactly, the sum rounded to
-/// f32 by `rounding`. (One pass for the exponent, one for the sum: this runs for every
-/// element of every mma in the pessimistic mode.)
-fn block_fma(acc: f32, block: &[f64], kept_bits: u32, rounding: FinalRounding) -> f32 {
+/// above `2^(e_max − kept_bits + 1)`, `e_max` the largest exponent among the terms as
+/// `model.alignment` reads them, the truncated terms summed exactly, the sum rounded to f32
+/// by `model.rounding`. (One pass for the exponent, one for the sum: this runs for every
+/// element of every mma in the as-compiled and pessimistic modes.)
+fn block_fma(acc: f32, block: &[Product], model: TensorCoreModel) -> f32 {
     let acc = f64::from(acc);
-    // The largest magnitude has the largest exponent; the plain f64 sum says whether an
-    // infinity or NaN is in the block (finite terms under 2^256 cannot overflow it).
-    let (mut top, mut plain) = (acc.abs(), acc);
-    for &t in block {
-        top = top.max(t.abs());
-        plain += t;
+    // The plain f64 sum says whether an infinity or NaN is in the block (finite terms under
+    // 2^256 cannot overflow it).
+    let mut plain = acc;
+    let mut top: Option<i32> = (acc != 0.0).then(|| exponent(acc));
+    for t in block {
+        plain += t.value;
+        if t.value != 0.0 {
+            let e = match model.alignment {
+                Alignment::Value => exponent(t.value),
+                Alignment::Operands => t.operand_exponent,
+            };
+            top = Some(top.map_or(e, |m| m.max(e)));
+        }
     }
-    if !plain.is_finite() || top == 0.0 {
+    let top = match top {
+        Some(top) if plain.is_finite() => top,
         // Infinities and NaN follow IEEE addition, and so does the sign of a sum of zeros.
-        return plain as f32;
-    }
+        _ => return plain as f32,
+    };
     // Weight of the last kept bit. Terms are f32 or products of two 16-bit floats: every
     // scaled term below is exact in f64, and `as i64` truncates it toward zero to an integer
-    // under 2^kept_bits.
-    let lsb = exponent(top) - kept_bits as i32 + 1;
+    // under 2^(kept_bits + 1) (a product aligned on its operands can reach one bit above
+    // `top`).
+    let lsb = top - model.kept_bits as i32 + 1;
     let scale = pow2(-lsb);
     let mut sum = (acc * scale) as i64;
-    for &t in block {
-        sum += (t * scale) as i64;
+    for t in block {
+        sum += (t.value * scale) as i64;
     }
-    match rounding {
+    match model.rounding {
         FinalRounding::TowardZero => round_toward_zero(sum, lsb),
         // `sum` is under 2^53, so the product is exact and `as` rounds it once, to nearest
         // even (overflow to infinity, as IEEE round-to-nearest does).
@@ -196,8 +278,24 @@ mod tests {
         2f64.powi(e)
     }
 
+    fn terms(values: &[f64]) -> Vec<Product> {
+        values.iter().map(|&v| Product::of_value(v)).collect()
+    }
+
     fn trunc(c: f32, products: &[f64]) -> f32 {
-        dot_truncating(c, products, PESSIMISTIC)
+        dot_truncating(c, &terms(products), PESSIMISTIC)
+    }
+
+    fn exact(c: f32, products: &[f64]) -> f32 {
+        dot_exact(c, &terms(products))
+    }
+
+    fn exact_rounded(c: f32, products: &[f64], rounding: FinalRounding) -> f32 {
+        dot_exact_rounded(c, &terms(products), rounding)
+    }
+
+    fn truncating(c: f32, products: &[f64], model: TensorCoreModel) -> f32 {
+        dot_truncating(c, &terms(products), model)
     }
 
     #[test]
@@ -205,11 +303,11 @@ mod tests {
         // 1 + 8 · 2^-25 = 1 + 2^-22 exactly; aligned to 1's exponent each 2^-25 is below the
         // 24th bit (2^-23) and truncates to 0.
         let products = [p(-25); 8];
-        assert_eq!(dot_exact(1.0, &products), 1.0 + p(-22) as f32);
+        assert_eq!(exact(1.0, &products), 1.0 + p(-22) as f32);
         assert_eq!(trunc(1.0, &products), 1.0);
         // In the exact model the same products summed in one block keep every bit.
         let twice: Vec<f64> = [p(-25); 16].to_vec();
-        assert_eq!(dot_exact(1.0, &twice), 1.0 + p(-21) as f32);
+        assert_eq!(exact(1.0, &twice), 1.0 + p(-21) as f32);
         assert_eq!(trunc(1.0, &twice), 1.0);
     }
 
@@ -219,7 +317,7 @@ mod tests {
         let products = [-3.0 * p(-24)];
         assert_eq!(trunc(-1.0, &products), -(1.0 + p(-23)) as f32);
         // Exactly: -(1 + 2^-23 + 2^-24) is a tie, to even: -(1 + 2^-22).
-        assert_eq!(dot_exact(-1.0, &products), -(1.0 + p(-22)) as f32);
+        assert_eq!(exact(-1.0, &products), -(1.0 + p(-22)) as f32);
     }
 
     #[test]
@@ -228,7 +326,7 @@ mod tests {
         // so 3·2^-23 is 1.5 ulp: nearest rounds up to 2 ulp, toward zero keeps 1.
         let c = (1.0 + 3.0 * p(-23)) as f32;
         let products = [1.0 + p(-10)];
-        assert_eq!(dot_exact(c, &products), (2.0 + p(-10) + p(-21)) as f32);
+        assert_eq!(exact(c, &products), (2.0 + p(-10) + p(-21)) as f32);
         assert_eq!(trunc(c, &products), (2.0 + p(-10) + p(-22)) as f32);
     }
 
@@ -237,7 +335,7 @@ mod tests {
         // 1 - 1 + 2^-30: exactly 2^-30; aligned to exponent 0 the 2^-30 is gone before the
         // ones cancel.
         let products = [-1.0, p(-30)];
-        assert_eq!(dot_exact(1.0, &products), p(-30) as f32);
+        assert_eq!(exact(1.0, &products), p(-30) as f32);
         assert_eq!(trunc(1.0, &products), 0.0);
         // With the large terms in another block the small one survives: blocks matter.
         let mut split = vec![0.0; 16];
@@ -304,9 +402,10 @@ mod tests {
             block: 16,
             kept_bits: 26,
             rounding,
+            alignment: Alignment::Value,
         };
-        let rn = dot_truncating(1.0, &products, model(FinalRounding::Nearest));
-        let rz = dot_truncating(1.0, &products, model(FinalRounding::TowardZero));
+        let rn = truncating(1.0, &products, model(FinalRounding::Nearest));
+        let rz = truncating(1.0, &products, model(FinalRounding::TowardZero));
         assert_eq!(rn, (1.0 + p(-23)) as f32);
         assert_eq!(rz, 1.0);
         // 25 bits keep 2^-24 alone: a tie, to even, down.
@@ -314,39 +413,74 @@ mod tests {
             kept_bits: 25,
             ..model(FinalRounding::Nearest)
         };
-        assert_eq!(dot_truncating(1.0, &products, rn25), 1.0);
+        assert_eq!(truncating(1.0, &products, rn25), 1.0);
         // The H100's model keeps two bits more than the A100's: 16 terms of 2^-24 survive
         // in one block of 26 bits, not in two of 24.
         let small = [p(-24); 16];
-        assert_eq!(dot_truncating(1.0, &small, H100), (1.0 + p(-20)) as f32);
-        assert_eq!(dot_truncating(1.0, &small, A100), 1.0);
+        assert_eq!(truncating(1.0, &small, H100), (1.0 + p(-20)) as f32);
+        assert_eq!(truncating(1.0, &small, A100), 1.0);
     }
 
     #[test]
     fn exact_sums_round_once_either_way() {
         let products = [p(-24) + p(-25), p(-40)];
         assert_eq!(
-            dot_exact_rounded(1.0, &products, FinalRounding::TowardZero),
+            exact_rounded(1.0, &products, FinalRounding::TowardZero),
             1.0
         );
         assert_eq!(
-            dot_exact_rounded(1.0, &products, FinalRounding::Nearest),
-            dot_exact(1.0, &products)
+            exact_rounded(1.0, &products, FinalRounding::Nearest),
+            exact(1.0, &products)
         );
         // Below zero, toward zero is up.
         let negative = [-(p(-24) + p(-25))];
         assert_eq!(
-            dot_exact_rounded(-1.0, &negative, FinalRounding::TowardZero),
+            exact_rounded(-1.0, &negative, FinalRounding::TowardZero),
             -1.0
         );
-        assert!(dot_exact_rounded(1.0, &[f64::INFINITY], FinalRounding::TowardZero).is_infinite());
+        assert!(exact_rounded(1.0, &[f64::INFINITY], FinalRounding::TowardZero).is_infinite());
     }
 
     #[test]
     fn exact_sums_agree_when_nothing_is_lost() {
         // Small multiples of 1/8: every model gives the exact result.
         let products: Vec<f64> = (0..16).map(|k| (k as f64 - 7.5) * 0.125).collect();
-        assert_eq!(trunc(3.0, &products), dot_exact(3.0, &products));
-        assert_eq!(dot_exact(3.0, &products), 3.0);
+        assert_eq!(trunc(3.0, &products), exact(3.0, &products));
+        assert_eq!(exact(3.0, &products), 3.0);
+    }
+
+    #[test]
+    fn the_h100_aligns_on_operand_exponents() {
+        // 1.5 · 1.5 = 2.25 leads with operand exponents 0 + 0 = 0, one below its value's 1.
+        // Eight products 2^-12 · 2^-13 = 2^-25 follow: 26 bits from exponent 0 keep 2^-25
+        // (lsb 2^-25), 26 bits from exponent 1 do not (lsb 2^-24).
+        let f16 = -14;
+        let mut products = vec![Product::new(1.5, 1.5, f16)];
+        products.extend([Product::new(p(-12) as f32, p(-13) as f32, f16); 8]);
+        assert_eq!(products[0].operand_exponent, 0);
+        assert_eq!(products[1].operand_exponent, -25);
+        let by_value = TensorCoreModel {
+            alignment: Alignment::Value,
+            ..H100
+        };
+        assert_eq!(dot_truncating(0.0, &products, H100), (2.25 + p(-22)) as f32);
+        assert_eq!(dot_truncating(0.0, &products, by_value), 2.25);
+        // Leading significands whose product stays under 2 align the same either way.
+        products[0] = Product::new(1.25, 1.5, f16);
+        assert_eq!(
+            dot_truncating(0.0, &products, H100),
+            dot_truncating(0.0, &products, by_value)
+        );
+    }
+
+    #[test]
+    fn subnormal_operands_align_at_the_least_normal_exponent() {
+        // f16's 2^-24 (subnormal) reads as exponent -14; bf16's 2^-130 as -126.
+        assert_eq!(Product::new(p(-24) as f32, 1.0, -14).operand_exponent, -14);
+        assert_eq!(
+            Product::new(p(-130) as f32, 2.0, -126).operand_exponent,
+            -125
+        );
+        assert_eq!(Product::new(0.0, 8.0, -14).value, 0.0);
     }
 }

@@ -64,10 +64,10 @@ impl Numerics {
 }
 
 /// The as-compiled mode's `mma` model: the H100's, as `linattn mma-probe` measured it on
-/// 2026-11-26 (the best of 26 candidates; `mma_accumulate`'s documentation). On the chunked
-/// backends it makes 85 of 136 error figures of the default grid equal the H100's bit for
-/// bit, against 31 with exact sums, and all 136 within 0.997–1.000× (README, "Against the
-/// H100").
+/// 2026-11-26 (the one candidate of 50 that predicts all 718 probe vectors;
+/// `mma_accumulate`'s documentation). On the chunked backends it makes 128 of 136 error
+/// figures of the default grid equal the H100's bit for bit, against 31 with exact sums and
+/// 85 with the terms aligned on their values' exponents (README, "Against the H100").
 pub const AS_COMPILED_MMA: MmaModel = MmaModel::H100;
 
 /// How the simulator's `mma` sums `c + Σ a_k·b_k` (see `exec::mma_accumulate`).
@@ -103,7 +103,7 @@ impl MmaModel {
 
     /// `c + Σ products` by this model.
     #[inline]
-    pub fn accumulate(self, c: f32, products: &[f64]) -> f32 {
+    pub fn accumulate(self, c: f32, products: &[mma_accumulate::Product]) -> f32 {
         match self.tensor_core() {
             None => mma_accumulate::dot_exact(c, products),
             Some(model) => mma_accumulate::dot_truncating(c, products, model),
