@@ -286,9 +286,10 @@ step latency 5 30 8 -- "$B" latency --platform cuda --repeats 5 --out "$WORK/lat
 # Two launches of a few hundred test vectors, scored on the host: seconds. Early because its
 # answer decides the simulator's default mma model (issue #23 part 6).
 step mma-probe 5 20 3 -- "$B" mma-probe --platform cuda --json "$WORK/mma-probe.json"
-# The simulator's bit-exact .approx (issue #23): ex2, rsqrt, rcp at every table index (~42M
-# results) and 5 x 2^22 verification inputs; seconds of GPU, the rest host-side prediction
-# and gzip. Tables (~3-6 MB gzipped) and mufu.json go into rest.tgz (mufu/).
+# The simulator's bit-exact .approx (issue #23): ex2 (x >= 0 and, since 2026-11-27, x < 0:
+# ex2neg.mufu), rsqrt, rcp at every table index (~59M results) and 5 x 2^22 verification
+# inputs; seconds of GPU, the rest host-side prediction and gzip (12 s in all with three
+# tables). Tables (~1-2 MB gzipped) and mufu.json go into rest.tgz (mufu/).
 step mufu 10 60 20 -- "$B" mufu --platform cuda --out "$WORK/mufu"
 
 # Side by side at fla's benchmark shapes (B, T, H, D), bf16: linattn, then the peers in

@@ -2,11 +2,13 @@
 //! (`linattn_ptxsim::exec::mufu_table`, issue #23), then verifies them.
 //!
 //! Capture: each MUFU function over every index of its table (`kernels/mufu_probe.cu`),
-//! stored as deviations from the correctly rounded result: DIR/ex2.mufu, rsqrt.mufu,
-//! rcp.mufu. Verification: each PTX form the kernels use, at seeded random inputs over its
-//! whole useful range, device bits against the tables' prediction, per input class and, for
-//! ex2, per quantisation of the fraction (20..24 bits, truncated or rounded); the ex2 table
-//! keeps the grid with the fewest mismatches. DIR/mufu.json holds it all, with the device.
+//! stored as deviations from the correctly rounded result: DIR/ex2.mufu (2^x, x in [0, 1)),
+//! rsqrt.mufu, rcp.mufu, ex2neg.mufu (2^x, x in (−1, 0]: the unit's negative inputs).
+//! Verification: each PTX form the kernels use, at seeded random inputs over its whole useful
+//! range, device bits against the tables' prediction, per input class (ex2's split by sign)
+//! and, for ex2, per quantisation of the fraction (20..24 bits, truncated or rounded); both
+//! ex2 tables keep the grid with the fewest mismatches. DIR/mufu.json holds it all, with the
+//! device.
 //!
 //! On the simulator (correctly rounded by construction) rsqrt and rcp verify with all-zero
 //! tables, and ex2 does not for inputs with more than 24 fraction bits: the check can fail.
@@ -30,11 +32,12 @@ pub struct MufuArgs {
     /// of the capture and verification themselves).
     #[arg(long)]
     platform: String,
-    /// Directory for ex2.mufu, rsqrt.mufu, rcp.mufu and mufu.json (created if absent).
+    /// Directory for ex2.mufu, rsqrt.mufu, rcp.mufu, ex2neg.mufu and mufu.json (created if
+    /// absent).
     #[arg(long)]
     out: PathBuf,
     /// Entries captured per table, a power of two: every (full / N)-th index. Default: all
-    /// on cuda (2^24, 2^24, 2^23), 4096 on sim.
+    /// on cuda (2^24, 2^24, 2^23, 2^24), 4096 on sim.
     #[arg(long)]
     entries: Option<u32>,
     /// Random inputs per form in the verification. Default: 2^22 on cuda, 4096 on sim.
@@ -56,7 +59,8 @@ struct MufuFile {
     environment: Environment,
     seed: u64,
     tables: Vec<TableRecord>,
-    /// The ex2 grid written into ex2.mufu: fewest mismatches over the ex2 forms.
+    /// The ex2 grid written into ex2.mufu and ex2neg.mufu: fewest mismatches over the ex2
+    /// forms.
     ex2_grid: String,
     verification: Vec<FormResult>,
 }
@@ -127,10 +131,6 @@ fn capture(
     Ok(t)
 }
 
-fn table_path(dir: &Path, op: MufuOp) -> PathBuf {
-    dir.join(format!("{}.mufu", op.name()))
-}
-
 fn histogram(t: &MufuTable) -> DeviationHistogram {
     let ([minus2, minus1, zero, plus1, plus2], other) = t.histogram();
     DeviationHistogram {
@@ -195,24 +195,34 @@ pub fn run(args: MufuArgs) -> Result<ExitCode, AttnError> {
         );
         captured.push(t);
     }
-    let [ex2, rsqrt, rcp]: [MufuTable; 3] = captured
+    let [ex2, rsqrt, rcp, ex2_negative]: [MufuTable; 4] = captured
         .try_into()
-        .map_err(|_| AttnError::State("three tables expected".into()))?;
-    let mut tables = MufuTables { ex2, rsqrt, rcp };
+        .map_err(|_| AttnError::State("four tables expected".into()))?;
+    let mut tables = MufuTables {
+        ex2,
+        rsqrt,
+        rcp,
+        ex2_negative: Some(ex2_negative),
+    };
 
     let mut verification = Vec::new();
     for form in MufuForm::ALL {
-        let stride = tables.table(form.op()).stride;
+        let stride = tables.table(form.op()).map_or(1, |t| t.stride);
         let inputs = mufu_verify::samples(form, samples, stride, args.seed);
         let device = mufu_probe::evaluate(&exec, form, &inputs)?;
         verification.push(mufu_verify::verify(&tables, form, &inputs, &device));
     }
     tables.ex2.grid = mufu_verify::best_ex2_grid(&verification);
+    if let Some(negative) = &mut tables.ex2_negative {
+        negative.grid = tables.ex2.grid;
+    }
 
     let mut records = Vec::new();
     for op in MufuOp::ALL {
-        let path = table_path(&args.out, op);
-        let t = tables.table(op);
+        let path = file::table_path(&args.out, op);
+        let Some(t) = tables.table(op) else {
+            continue;
+        };
         file::write_table(&path, t).map_err(|e| AttnError::Io(e.to_string()))?;
         records.push(TableRecord {
             op: op.name(),
@@ -242,8 +252,13 @@ pub fn run(args: MufuArgs) -> Result<ExitCode, AttnError> {
     let json = args.out.join("mufu.json");
     results::write_json_atomic(&json, &file)?;
     println!(
-        "wrote {} and ex2.mufu, rsqrt.mufu, rcp.mufu",
-        json.display()
+        "wrote {} and {}",
+        json.display(),
+        file.tables
+            .iter()
+            .map(|t| t.file.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -262,16 +277,18 @@ pub(crate) fn install_tables(
     let tables = file::load_dir(dir)
         .map_err(|e| AttnError::InvalidArgument(format!("--mufu-tables: {e}")))?;
     eprintln!(
-        "simulated ex2/rsqrt/rcp .approx from the MUFU tables in {} ({}; ex2 grid {})",
+        "simulated ex2/rsqrt/rcp .approx from the MUFU tables in {} ({}; ex2 grid {}; {})",
         dir.display(),
         tables.ex2.source,
-        tables.ex2.grid.name()
+        tables.ex2.grid.name(),
+        tables.ex2_negative_note()
     );
     table::install(tables).map_err(AttnError::InvalidArgument)
 }
 
-/// The summary: each form's table deviations and its prediction's mismatches (ex2: on the
-/// chosen grid), then one line `mufu: ...` for a run's summary.
+/// The summary: each form's table deviations (ex2: of x ≥ 0, then `x<0` those of ex2neg) and
+/// its prediction's mismatches (ex2: on the chosen grid), then one line `mufu: ...` for a
+/// run's summary. One row per form: `scripts/gpu_run.sh` keeps the 8 lines after the title.
 fn print_table(tables: &MufuTables, verification: &[FormResult], source: &str) {
     let grid = tables.ex2.grid.name();
     let mut rows = Vec::new();
@@ -288,7 +305,16 @@ fn print_table(tables: &MufuTables, verification: &[FormResult], source: &str) {
         else {
             continue;
         };
-        let ([m2, m1, z, p1, p2], other) = tables.table(form.op()).histogram();
+        let histogram = |t: &MufuTable| {
+            let ([m2, m1, z, p1, p2], other) = t.histogram();
+            format!("{m2}/{m1}/{z}/{p1}/{p2} ({other})")
+        };
+        let mut deviations = tables.table(form.op()).map_or_else(String::new, histogram);
+        if form.op() == MufuOp::Ex2 {
+            if let Some(negative) = &tables.ex2_negative {
+                deviations = format!("{deviations}; x<0 {}", histogram(negative));
+            }
+        }
         let by_class: Vec<String> = v
             .classes
             .iter()
@@ -297,7 +323,7 @@ fn print_table(tables: &MufuTables, verification: &[FormResult], source: &str) {
         total = (total.0 + v.mismatches(), total.1 + v.checked());
         rows.push(Row {
             form: r.form,
-            deviations: format!("{m2}/{m1}/{z}/{p1}/{p2} ({other})"),
+            deviations,
             prediction: v.variant.clone(),
             checked: v.checked(),
             uncovered: v.classes.values().map(|c| c.uncovered).sum(),

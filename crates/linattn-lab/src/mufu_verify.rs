@@ -52,14 +52,22 @@ pub struct FormResult {
 
 /// The input class a verification counts `x` under: `special` (zero, subnormal, inf, NaN),
 /// then for ex2 `grid` (x·2^24 an integer, what a 24-bit table holds) or `fine` (more than
-/// 24 fraction bits), for rsqrt and rcp `normal`.
+/// 24 fraction bits) for x > 0, and `grid negative`, `fine negative` for x < 0 (the sign
+/// decides which ex2 table predicts x: `ex2neg` where captured); for rsqrt and rcp `normal`.
 pub fn class(op: MufuOp, x: f32) -> &'static str {
     if !x.is_normal() {
         return "special";
     }
     match op {
-        MufuOp::Ex2 if (f64::from(x) * f64::from(1u32 << 24)).fract() != 0.0 => "fine",
-        MufuOp::Ex2 => "grid",
+        MufuOp::Ex2 | MufuOp::Ex2Negative => {
+            let grid = (f64::from(x) * f64::from(1u32 << 24)).fract() == 0.0;
+            match (grid, x < 0.0) {
+                (true, false) => "grid",
+                (false, false) => "fine",
+                (true, true) => "grid negative",
+                (false, true) => "fine negative",
+            }
+        }
         MufuOp::Rsqrt | MufuOp::Rcp => "normal",
     }
 }
@@ -151,11 +159,12 @@ fn same(device: u32, predicted: f32) -> bool {
     (d.is_nan() && predicted.is_nan()) || device == predicted.to_bits()
 }
 
-/// Counts `device` (the bits `form` gave at `inputs`) against the tables, per grid for ex2.
+/// Counts `device` (the bits `form` gave at `inputs`) against the tables, per grid for ex2
+/// (negative x from the `ex2neg` table where the tables hold one: `MufuTables::predict_on`).
 pub fn verify(tables: &MufuTables, form: MufuForm, inputs: &[u32], device: &[u32]) -> FormResult {
     let op = form.op();
     let grids: Vec<Option<Ex2Grid>> = match op {
-        MufuOp::Ex2 => Ex2Grid::all().into_iter().map(Some).collect(),
+        MufuOp::Ex2 | MufuOp::Ex2Negative => Ex2Grid::all().into_iter().map(Some).collect(),
         MufuOp::Rsqrt | MufuOp::Rcp => vec![None],
     };
     let variants = grids

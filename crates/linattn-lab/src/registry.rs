@@ -22,6 +22,11 @@ pub(crate) fn device_forms() -> Vec<FormEntry> {
 /// Every backend, in a stable order: CPU linear attention, the CPU softmax baseline, then the
 /// CUDA forms on a GPU and on the simulator. Backends whose hardware is absent are listed
 /// too; their `supports` says why they cannot run (`Unsupported::Unavailable`).
+///
+/// A form lists its own variants per platform, one name per concept:
+/// `causal_recurrent+storedbwd` is another backward on both platforms; `softmax+gemmkernel`
+/// (the GEMM kernel instead of cuBLAS) exists on `cuda` only, because on `sim` the GEMM
+/// kernel is what `sim/softmax` already runs.
 pub(crate) fn all_backends() -> Vec<Box<dyn Backend>> {
     let mut all = linattn_cpu::backends();
     all.extend(linattn_softmax::cpu_backends());
@@ -246,6 +251,51 @@ mod tests {
         );
         assert!(err.is_user_error());
         assert!(pick(" , ").is_err());
+    }
+
+    /// The real registry: every name once; the softmax baseline's GEMM-kernel variant on
+    /// `cuda` beside cuBLAS (what `check --backends 'cuda/*'` runs on a GPU), none on `sim`,
+    /// whose `sim/softmax` is the GEMM kernel already.
+    #[test]
+    fn registry_names_are_unique_and_gemmkernel_is_cuda_only() {
+        let names: Vec<String> = all_backends()
+            .iter()
+            .map(|b| b.name().to_string())
+            .collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "a name twice: {names:?}");
+        let softmax_on = |platform: &str| {
+            names
+                .iter()
+                .filter(|n| n.starts_with(&format!("{platform}/softmax")))
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            softmax_on("cuda"),
+            [
+                "cuda/softmax/f32",
+                "cuda/softmax/f16",
+                "cuda/softmax+gemmkernel/f32",
+                "cuda/softmax+gemmkernel/f16"
+            ]
+        );
+        assert_eq!(softmax_on("sim"), ["sim/softmax/f32", "sim/softmax/f16"]);
+        let cuda_glob = select(all_backends(), Some("cuda/*")).unwrap();
+        assert!(cuda_glob
+            .iter()
+            .any(|b| b.name() == "cuda/softmax+gemmkernel/f16"));
+        // Every variant a form has on both platforms is listed on both (storedbwd).
+        for name in names.iter().filter(|n| n.starts_with("cuda/")) {
+            let on_sim = name.replacen("cuda/", "sim/", 1);
+            assert_eq!(
+                names.contains(&on_sim),
+                !name.contains("+gemmkernel"),
+                "{name} vs {on_sim}"
+            );
+        }
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //!   purpose; gradients by candle's autograd.
 //! * [`cuda`]: `{cuda,sim}/softmax/{f32,f16}` through the `linattn-cuda` executor seam:
 //!   batched GEMMs (cuBLAS through the executor on a GPU, the `sm_gemm` kernel on
-//!   the PTX simulator) plus
-//!   the row kernels of `kernels/softmax.cu`.
+//!   the PTX simulator) plus the row kernels of `kernels/softmax.cu`; and
+//!   `cuda/softmax+gemmkernel/{f32,f16}`, the GPU running the simulator's GEMM kernel.
 
 pub mod cpu;
 pub mod cuda;
@@ -21,8 +21,8 @@ pub fn cpu_backends() -> Vec<Box<dyn Backend>> {
     vec![Box::new(cpu::CandleCpuBackend::new())]
 }
 
-/// Every softmax backend: the CPU ones, then `cuda/softmax/{f32,f16}`, then
-/// `sim/softmax/{f32,f16}`. Those whose hardware is absent still appear; their `supports`
+/// Every softmax backend: the CPU ones, then `cuda/softmax/{f32,f16}`,
+/// `cuda/softmax+gemmkernel/{f32,f16}`, then `sim/softmax/{f32,f16}`. Those whose hardware is absent still appear; their `supports`
 /// says `skipped: <reason>`.
 pub fn backends() -> Vec<Box<dyn Backend>> {
     let mut all = cpu_backends();

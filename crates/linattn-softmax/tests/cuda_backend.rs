@@ -1,7 +1,8 @@
-//! `{cuda,sim}/softmax/{f32,f16}` against the f64 oracle, on every platform present: the PTX
-//! simulator wherever NVRTC is (it runs the same kernels, GEMMs included, with memcheck,
-//! racecheck, initcheck and synccheck), a GPU where there is one. A platform that is absent
-//! shows as ignored, with its reason, for each of its trials.
+//! `{cuda,sim}/softmax/{f32,f16}` and `cuda/softmax+gemmkernel/{f32,f16}` against the f64
+//! oracle, on every platform present: the PTX simulator wherever NVRTC is (it runs the same
+//! kernels, GEMMs included, with memcheck, racecheck, initcheck and synccheck), a GPU where
+//! there is one. A platform that is absent shows as ignored, with its reason, for each of
+//! its trials.
 
 mod common;
 
@@ -60,17 +61,10 @@ fn main() {
 }
 
 /// f32 and f16 on `platform`, once per GEMM engine the platform has (cuda: cuBLAS, then the
-/// GEMM kernel; sim: the GEMM kernel).
+/// GEMM kernel; sim: the GEMM kernel): the registered backends (`names_and_kinds` holds
+/// them to exactly that).
 fn backends_with_every_engine(platform: Platform) -> Vec<Box<dyn Backend>> {
-    let mut all: Vec<Box<dyn Backend>> = Vec::new();
-    for engine in [GemmEngine::Cublas, GemmEngine::Kernel] {
-        if engine.check_platform(platform).is_err() {
-            continue;
-        }
-        all.push(Box::new(with_gemm::<f32>(platform, engine).unwrap()));
-        all.push(Box::new(with_gemm::<half::f16>(platform, engine).unwrap()));
-    }
-    all
+    linattn_softmax::cuda::backends(platform)
 }
 
 /// Inputs as the backend stores them (f16 rounds once), so the oracle sees the same operands.
@@ -114,10 +108,29 @@ fn names_and_kinds() {
             "cpu/softmax/f32",
             "cuda/softmax/f32",
             "cuda/softmax/f16",
+            "cuda/softmax+gemmkernel/f32",
+            "cuda/softmax+gemmkernel/f16",
             "sim/softmax/f32",
             "sim/softmax/f16"
         ]
     );
+    // Each platform lists every engine it can run once: cuda cuBLAS (its default, unsuffixed)
+    // and the GEMM kernel; sim only the GEMM kernel, its default (no sim/softmax+gemmkernel).
+    for platform in Platform::ALL {
+        let registered: Vec<String> = backends_with_every_engine(platform)
+            .iter()
+            .map(|b| b.name().to_string())
+            .collect();
+        let mut built = Vec::new();
+        for engine in [GemmEngine::Cublas, GemmEngine::Kernel] {
+            if let Ok(backend) = with_gemm::<f32>(platform, engine) {
+                built.push(backend.name().to_string());
+                let f16 = with_gemm::<half::f16>(platform, engine).unwrap();
+                built.push(f16.name().to_string());
+            }
+        }
+        assert_eq!(registered, built, "{platform}");
+    }
     for platform in Platform::ALL {
         for backend in [
             Box::new(f32_backend(platform)) as Box<dyn Backend>,

@@ -1,6 +1,6 @@
 //! The `.mufu` file of one MUFU table (`exec::mufu_table`): a text header, then the
-//! deviations (one int8 per entry) gzipped; a directory of the three, and installing it from
-//! `LINATTN_MUFU_TABLES`.
+//! deviations (one int8 per entry) gzipped; a directory of them (`ex2.mufu`, `rsqrt.mufu`,
+//! `rcp.mufu`, and `ex2neg.mufu` where captured), and installing it from `LINATTN_MUFU_TABLES`.
 //!
 //! ```text
 //! LINATTN-MUFU 1
@@ -136,9 +136,11 @@ pub fn parse_table(bytes: &[u8]) -> Result<MufuTable, String> {
             .map_err(|_| format!("'{key}' is not a number"))
     };
     let op = MufuOp::from_name(field("op")?).ok_or_else(|| {
+        let known: Vec<&str> = MufuOp::ALL.iter().map(|op| op.name()).collect();
         format!(
-            "unknown op '{}' (ex2, rsqrt, rcp)",
-            field("op").unwrap_or("")
+            "unknown op '{}' ({})",
+            field("op").unwrap_or(""),
+            known.join(", ")
         )
     })?;
     let entries = number("entries")?;
@@ -189,10 +191,17 @@ pub fn parse_table(bytes: &[u8]) -> Result<MufuTable, String> {
     Ok(table)
 }
 
-/// `ex2.mufu`, `rsqrt.mufu` and `rcp.mufu` from `dir`, each checked to hold its op.
+/// The file of `op`'s table in a directory: `DIR/<name>.mufu`.
+pub fn table_path(dir: &Path, op: MufuOp) -> PathBuf {
+    dir.join(format!("{}.mufu", op.name()))
+}
+
+/// `ex2.mufu`, `rsqrt.mufu`, `rcp.mufu` and, if present, `ex2neg.mufu` from `dir`, each
+/// checked to hold its op. An `ex2neg.mufu` must carry `ex2.mufu`'s grid (the one both are
+/// predicted on); without it, negative ex2 inputs are predicted as before it existed.
 pub fn load_dir(dir: &Path) -> Result<MufuTables, MufuError> {
     let load = |op: MufuOp| {
-        let path = dir.join(format!("{}.mufu", op.name()));
+        let path = table_path(dir, op);
         let table = read_table(&path)?;
         if table.op != op {
             return Err(MufuError::Format {
@@ -202,10 +211,31 @@ pub fn load_dir(dir: &Path) -> Result<MufuTables, MufuError> {
         }
         Ok(table)
     };
+    let ex2 = load(MufuOp::Ex2)?;
+    let rsqrt = load(MufuOp::Rsqrt)?;
+    let rcp = load(MufuOp::Rcp)?;
+    let negative_path = table_path(dir, MufuOp::Ex2Negative);
+    let ex2_negative = match std::fs::symlink_metadata(&negative_path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        _ => Some(load(MufuOp::Ex2Negative)?),
+    };
+    if let Some(negative) = &ex2_negative {
+        if negative.grid != ex2.grid {
+            return Err(MufuError::Format {
+                path: negative_path,
+                what: format!(
+                    "ex2_grid {} differs from ex2.mufu's {} (both are predicted on one grid)",
+                    negative.grid.name(),
+                    ex2.grid.name()
+                ),
+            });
+        }
+    }
     Ok(MufuTables {
-        ex2: load(MufuOp::Ex2)?,
-        rsqrt: load(MufuOp::Rsqrt)?,
-        rcp: load(MufuOp::Rcp)?,
+        ex2,
+        rsqrt,
+        rcp,
+        ex2_negative,
     })
 }
 

@@ -12,6 +12,13 @@
 //!   `2^x = 2^n · T[f quantised]`, T captured at f = i/2^24 (all exact f32). How many fraction
 //!   bits the unit keeps, and whether it truncates or rounds, is an [`Ex2Grid`] chosen by the
 //!   capture's verification.
+//! * `MUFU.EX2` of x < 0, where its own table was captured (`ex2neg`, [`MufuOp::Ex2Negative`]):
+//!   sign-magnitude, `2^-|x| = 2^-m · U[g quantised]` for |x| = m + g (m = floor(|x|), g
+//!   quantised on the same grid as f, so truncation is toward zero on |x|), U captured at
+//!   −i/2^24. The H100 capture of 2026-11-26 had no U: its verification of `2^n · T[f]` held
+//!   for every x ≥ 0 and missed negative x only (x = −6.15e-9: the device 1.0, that is U[0],
+//!   the prediction T[2^24 − 1]/2 one ulp under), and the last bits of U do not follow from
+//!   T. A directory without `ex2neg.mufu` keeps predicting negative x from T, as before.
 //!
 //! T is stored as deviations from the correctly rounded result (int8 ulps), so a table of
 //! a correctly rounded unit is all zeros. The PTX forms that are not a bare MUFU are
@@ -36,20 +43,24 @@ use crate::ir::{FloatMode, Rounding, UnOp};
 /// One MUFU function, captured through the PTX form that maps onto it alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MufuOp {
+    /// `MUFU.EX2` at x = i/2^24 in [0, 1): T.
     Ex2,
     Rsqrt,
     Rcp,
+    /// `MUFU.EX2` at x = −i/2^24 in (−1, 0]: U, the unit's results for negative x.
+    Ex2Negative,
 }
 
 impl MufuOp {
-    pub const ALL: [MufuOp; 3] = [MufuOp::Ex2, MufuOp::Rsqrt, MufuOp::Rcp];
+    pub const ALL: [MufuOp; 4] = [MufuOp::Ex2, MufuOp::Rsqrt, MufuOp::Rcp, MufuOp::Ex2Negative];
 
-    /// File stem and JSON key: `ex2`, `rsqrt`, `rcp`.
+    /// File stem and JSON key: `ex2`, `rsqrt`, `rcp`, `ex2neg`.
     pub fn name(self) -> &'static str {
         match self {
             MufuOp::Ex2 => "ex2",
             MufuOp::Rsqrt => "rsqrt",
             MufuOp::Rcp => "rcp",
+            MufuOp::Ex2Negative => "ex2neg",
         }
     }
 
@@ -60,25 +71,27 @@ impl MufuOp {
     /// The PTX form the table is captured with (a bare MUFU instruction in SASS).
     pub fn capture_form(self) -> MufuForm {
         match self {
-            MufuOp::Ex2 => MufuForm::Ex2Ftz,
+            MufuOp::Ex2 | MufuOp::Ex2Negative => MufuForm::Ex2Ftz,
             MufuOp::Rsqrt => MufuForm::RsqrtFtz,
             MufuOp::Rcp => MufuForm::RcpFtz,
         }
     }
 
-    /// Entries of a full table: 2^24 (ex2, rsqrt) or 2^23 (rcp).
+    /// Entries of a full table: 2^24 (ex2, ex2neg, rsqrt) or 2^23 (rcp).
     pub fn full_entries(self) -> u32 {
         match self {
-            MufuOp::Ex2 | MufuOp::Rsqrt => 1 << 24,
+            MufuOp::Ex2 | MufuOp::Ex2Negative | MufuOp::Rsqrt => 1 << 24,
             MufuOp::Rcp => 1 << 23,
         }
     }
 
-    /// The input whose result is entry `index`: i/2^24 (ex2), 2^p·1.m (rsqrt), 1.m (rcp).
+    /// The input whose result is entry `index`: i/2^24 (ex2), −i/2^24 (ex2neg; −0 at 0),
+    /// 2^p·1.m (rsqrt), 1.m (rcp). All exact in f32.
     pub fn input(self, index: u32) -> f32 {
         debug_assert!(index < self.full_entries());
         match self {
             MufuOp::Ex2 => index as f32 / (1u32 << 24) as f32,
+            MufuOp::Ex2Negative => -(index as f32 / (1u32 << 24) as f32),
             MufuOp::Rsqrt | MufuOp::Rcp => f32::from_bits((127 << 23) + index),
         }
     }
@@ -88,7 +101,7 @@ impl MufuOp {
     pub fn correctly_rounded(self, index: u32) -> f32 {
         let x = f64::from(self.input(index));
         match self {
-            MufuOp::Ex2 => libm::exp2(x) as f32,
+            MufuOp::Ex2 | MufuOp::Ex2Negative => libm::exp2(x) as f32,
             MufuOp::Rsqrt => (1.0 / x.sqrt()) as f32,
             MufuOp::Rcp => 1.0 / self.input(index),
         }
@@ -129,6 +142,8 @@ impl MufuForm {
         self as i32
     }
 
+    /// The table of the form's MUFU function (ex2: of x ≥ 0; [`MufuOp::Ex2Negative`] holds
+    /// x < 0 where it was captured).
     pub fn op(self) -> MufuOp {
         match self {
             MufuForm::Ex2Ftz | MufuForm::Ex2 => MufuOp::Ex2,
@@ -192,7 +207,8 @@ impl Ex2Grid {
         Some(Ex2Grid { bits, round })
     }
 
-    /// x = n + f, f quantised: (n, table index).
+    /// x = n + f, f quantised: (n, table index). For x ≥ 0 (the negative table's |x| = m + g)
+    /// the truncation is toward zero; an f that rounds up to 1 carries into n.
     fn split(self, x: f64) -> (f64, u32) {
         let n = x.floor();
         let scaled = (x - n) * f64::from(1u32 << self.bits); // exact: x has 24 bits
@@ -291,7 +307,9 @@ impl MufuTable {
         (counts, other)
     }
 
-    /// The MUFU unit (the table's capture form) at `x`, on the table's own grid.
+    /// The MUFU unit (the table's capture form) at `x`, on the table's own grid. The
+    /// negative ex2 table predicts x ≤ 0 only (None for x > 0); `MufuTables` chooses which
+    /// ex2 table a sign goes to.
     pub fn mufu(&self, x: f32) -> Option<f32> {
         self.mufu_on(x, self.grid)
     }
@@ -304,6 +322,7 @@ impl MufuTable {
         }
         match self.op {
             MufuOp::Ex2 => self.ex2(x, grid),
+            MufuOp::Ex2Negative => self.ex2_negative(x, grid),
             MufuOp::Rsqrt => self.rsqrt(x),
             MufuOp::Rcp => self.rcp(x),
         }
@@ -318,6 +337,19 @@ impl MufuTable {
         }
         let (n, index) = grid.split(f64::from(x));
         Some(scale(self.result_at(index)?, n as i32))
+    }
+
+    /// Sign-magnitude: 2^-|x| = 2^-m · U[g], |x| = m + g quantised (toward zero when
+    /// truncating; g rounding up to 1 carries into m). Same cut-off and flush as `ex2`.
+    fn ex2_negative(&self, x: f32, grid: Ex2Grid) -> Option<f32> {
+        if x > 0.0 {
+            return None;
+        }
+        if x == f32::NEG_INFINITY || x < -160.0 {
+            return Some(0.0);
+        }
+        let (m, index) = grid.split(-f64::from(x));
+        Some(scale(self.result_at(index)?, -(m as i32)))
     }
 
     fn rsqrt(&self, x: f32) -> Option<f32> {
@@ -364,20 +396,44 @@ fn scale(t: f32, n: i32) -> f32 {
     }
 }
 
-/// The three tables a simulator predicts the four forms from.
+/// The tables a simulator predicts the five forms from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MufuTables {
+    /// ex2 of x ≥ 0 (and of every x when `ex2_negative` is None). Its grid applies to both.
     pub ex2: MufuTable,
     pub rsqrt: MufuTable,
     pub rcp: MufuTable,
+    /// ex2 of x < 0 (U), where captured. None (a directory without `ex2neg.mufu`, like the
+    /// H100's of 2026-11-26): negative x predicted as 2^n · T[f], n = floor(x), as before.
+    pub ex2_negative: Option<MufuTable>,
 }
 
 impl MufuTables {
-    pub fn table(&self, op: MufuOp) -> &MufuTable {
+    /// The table of `op`; None for an uncaptured `ex2neg`.
+    pub fn table(&self, op: MufuOp) -> Option<&MufuTable> {
         match op {
-            MufuOp::Ex2 => &self.ex2,
-            MufuOp::Rsqrt => &self.rsqrt,
-            MufuOp::Rcp => &self.rcp,
+            MufuOp::Ex2 => Some(&self.ex2),
+            MufuOp::Rsqrt => Some(&self.rsqrt),
+            MufuOp::Rcp => Some(&self.rcp),
+            MufuOp::Ex2Negative => self.ex2_negative.as_ref(),
+        }
+    }
+
+    /// `MUFU.EX2` at `x` on `grid`: x < 0 (after the input flush: −0 and negative subnormals
+    /// are x ≥ 0) from the negative table where loaded, everything else from `ex2`.
+    pub fn ex2_mufu(&self, x: f32, grid: Ex2Grid) -> Option<f32> {
+        match &self.ex2_negative {
+            Some(negative) if float::flush(x) < 0.0 => negative.mufu_on(x, grid),
+            _ => self.ex2.mufu_on(x, grid),
+        }
+    }
+
+    /// For a log line: where ex2 of x < 0 comes from.
+    pub fn ex2_negative_note(&self) -> &'static str {
+        if self.ex2_negative.is_some() {
+            "ex2 of x < 0 from ex2neg.mufu"
+        } else {
+            "no ex2neg.mufu: ex2 of x < 0 from ex2.mufu as 2^floor(x)·T[f]"
         }
     }
 
@@ -391,10 +447,10 @@ impl MufuTables {
         match form {
             // FSETP.GEU x, -126; FMUL x/2; MUFU.EX2; FMUL y·y (round to nearest, no ftz).
             MufuForm::Ex2 if x < -126.0 => {
-                let y = self.ex2.mufu_on(x * 0.5, grid)?;
+                let y = self.ex2_mufu(x * 0.5, grid)?;
                 Some(y * y)
             }
-            MufuForm::Ex2 | MufuForm::Ex2Ftz => self.ex2.mufu_on(x, grid),
+            MufuForm::Ex2 | MufuForm::Ex2Ftz => self.ex2_mufu(x, grid),
             // FSETP.GEU |x|, 2^-126; @!P FMUL x·2^24; MUFU.RSQ; @!P FMUL r·2^12 (both exact).
             MufuForm::Rsqrt if x != 0.0 && x.abs() < f32::MIN_POSITIVE => {
                 Some(self.rsqrt.mufu(x * 16_777_216.0)? * 4096.0)

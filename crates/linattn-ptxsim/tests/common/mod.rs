@@ -1,8 +1,8 @@
 //! Shared helpers of the simulator's integration tests (and its benchmark): the PTX module
 //! header, a device, host <-> device copies, launch shorthands, fault expectations; an
 //! `.entry` builder ([`entry`]), a "lanes" harness that runs an instruction snippet once per
-//! thread on per-thread inputs ([`lanes`]), IEEE helpers for the references ([`ieee`]), and
-//! the tiled matmul kernel ([`matmul`]).
+//! thread on per-thread inputs ([`lanes`]), IEEE helpers for the references ([`ieee`]),
+//! the tiled matmul kernel ([`matmul`]) and synthetic MUFU tables ([`mufu`]).
 //!
 //! Every kernel the tests run is hand-written PTX in the shape NVRTC emits
 //! (`ld.param.u64`, `cvta.to.global.u64`, `mov.u32 %r1, %tid.x;`, `$L__BB0_n:` labels), so
@@ -14,6 +14,7 @@ pub mod entry;
 pub mod ieee;
 pub mod lanes;
 pub mod matmul;
+pub mod mufu;
 
 // Not every test uses both.
 #[allow(unused_imports)]

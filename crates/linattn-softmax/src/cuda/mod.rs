@@ -11,11 +11,16 @@
 //! * [`GemmEngine::Cublas`] — cuBLAS `GemmStridedBatchedEx`, on `cuda` only and its default
 //!   there (see `cublas.rs` for how it shares the executor's stream);
 //! * [`GemmEngine::Kernel`] — `sm_gemm` of `kernels/softmax.cu`, a shared-memory tiled
-//!   batched GEMM launched through the executor: what `sim/softmax` runs, and selectable on
-//!   `cuda` with [`with_gemm`] (named `cuda/softmax+gemmkernel/<p>`).
+//!   batched GEMM launched through the executor: what `sim/softmax` runs, and registered on
+//!   `cuda` too as `cuda/softmax+gemmkernel/<p>` (or built with [`with_gemm`]).
 //!
 //! So the simulator verifies everything but the cuBLAS call mapping: the plans, the row
-//! kernels, the buffer sizes and the pass structure.
+//! kernels, the buffer sizes and the pass structure. `cuda/softmax+gemmkernel/<p>` runs on
+//! a GPU the very kernels `sim/softmax/<p>` simulates, so the simulator's numerics can be
+//! compared with the hardware's like for like (scripts/check_vs_hardware.py pairs them);
+//! `cuda/softmax/<p>` (cuBLAS) is the baseline's real timing. There is no
+//! `sim/softmax+gemmkernel`: on the simulator the GEMM kernel is the default engine, so that
+//! name would be a second one for `sim/softmax`.
 //!
 //! Device memory per run, beyond the staged inputs:
 //! * forward: P (`B·H·N²` elements) and O;
@@ -77,10 +82,29 @@ pub fn with_gemm<T: StorageElem>(
     ))
 }
 
-/// `<platform>/softmax/{f32,f16}` with the platform's default GEMM engine.
+/// Every GEMM engine, in the order their backends are listed.
+const ENGINES: [GemmEngine; 2] = [GemmEngine::Cublas, GemmEngine::Kernel];
+
+/// `<platform>/softmax/{f32,f16}` with the platform's default GEMM engine, then
+/// `<platform>/softmax+<engine>/{f32,f16}` for each other engine the platform can run: on
+/// `cuda`, `softmax+gemmkernel` (the simulator's GEMM kernel on the GPU); on `sim`, nothing
+/// more (the GEMM kernel is its default and cuBLAS cannot run there), so each engine has
+/// one name per platform.
 pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
-    vec![
+    let mut all: Vec<Box<dyn Backend>> = vec![
         Box::new(f32_backend(platform)),
         Box::new(f16_backend(platform)),
-    ]
+    ];
+    let default = GemmEngine::default_for(platform);
+    let others = ENGINES
+        .into_iter()
+        .filter(|&engine| engine != default)
+        .filter_map(|engine| SoftmaxForm::with_gemm(platform, engine).ok());
+    for form in others {
+        all.push(Box::new(CudaSoftmaxBackend::<f32>::new(platform, form)));
+        all.push(Box::new(CudaSoftmaxBackend::<half::f16>::new(
+            platform, form,
+        )));
+    }
+    all
 }
