@@ -16,7 +16,7 @@
 //!   sign-magnitude, `2^-|x| = 2^-m · U[g quantised]` for |x| = m + g (m = floor(|x|), g
 //!   quantised on the same grid as f, so truncation is toward zero on |x|), U captured at
 //!   −i/2^24. The H100 capture of 2026-11-26 had no U: its verification of `2^n · T[f]` held
-//!   for every x ≥ 0 and missed negative x only (x = −6.15e-9: the device 1.0, that is U[0],
+//!   for every x ≥ 0 and missed negative x only (x = −6.15e-9: the device 1.0, that is U\[0\],
 //!   the prediction T[2^24 − 1]/2 one ulp under), and the last bits of U do not follow from
 //!   T. A directory without `ex2neg.mufu` keeps predicting negative x from T, as before.
 //!
@@ -404,7 +404,7 @@ pub struct MufuTables {
     pub rsqrt: MufuTable,
     pub rcp: MufuTable,
     /// ex2 of x < 0 (U), where captured. None (a directory without `ex2neg.mufu`, like the
-    /// H100's of 2026-11-26): negative x predicted as 2^n · T[f], n = floor(x), as before.
+    /// H100's of 2026-11-26): negative x predicted as 2^n · T\[f\], n = floor(x), as before.
     pub ex2_negative: Option<MufuTable>,
 }
 
