@@ -120,7 +120,7 @@
 //   Dynamic shared memory ≤ 118,016 B per CTA (cc_backward_dq, _dk at D = M = 256; ≤ 69,888 B
 //   at D, M ≤ 128: 44,544 B in cc_forward, 52,736 B in cc_forward_train, ≤ 52,224 B in
 //   cc_backward_dv, ≤ 69,888 B in dQ and dK (their parked scores), 3–4 CTAs per SM; 27,648 B
-//   in the state walks) plus ≤ 2,304 B static:
+//   in the state walks) plus ≤ 2,560 B static:
 //   the host opts in above 48 KB and refuses a device whose
 //   opt-in maximum is below a launch's need (sm_80: 163 KB, sm_90: 227 KB fit every
 //   program; sm_86/89's 99 KB fit D, M ≤ 128 only).
@@ -892,25 +892,33 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
 
 // Δr's partial sums for the reverse walk: Σ_i w_i (hi + lo)[d][i] over a quarter of the chunk,
 // thread x = (d = x mod 64, part = x / 64: tokens 16·part .. +15), the hi and lo tiles in two
-// accumulators. Chains of 16 fma where one thread per d ran 128 (hi, then lo): in
-// the model Δr was ~45% of the walk's time at (2, 16384, 16, 128). Token pairs are read from
-// pair (d >> 3) on: rows d, d + 8, d + 16, d + 24 share banks (CC_LDT/2 ≡ 4 mod 32 words).
+// accumulators (chains of 16 fma where one thread per d ran 128). A thread's 16 tokens are
+// 32 contiguous bytes of its row in each tile: two 16-byte loads per tile, and its 16
+// weights four (the same for the 64 lanes of a part: a broadcast). The 8 lanes of a quarter
+// warp read rows d .. d+7 at 36d words (CC_LDT/2 ≡ 4 mod 32): banks 4d .. 4d+3, all 32
+// distinct. Scalar loads rotated by d >> 3 against the same conflict took 24 loads and their
+// address arithmetic per thread; in the model Δr then cost the reverse walk ~120 of its
+// ~500 µs at (2, 16384, 16, 128), in e-tile 0, its slowest CTAs.
 static_assert(CC_WALK_THREADS == 4 * CC_TILE, "four token quarters per feature row");
+static_assert(CC_LDT * 2 % 16 == 0, "16-byte aligned rows");
 __device__ __forceinline__ float cc_walk_r_part(const cc_u16* hi, const cc_u16* lo, const float* w) {
-    const int d = threadIdx.x & (CC_TILE - 1), part = threadIdx.x / CC_TILE, rot = d >> 3;
-    const cc_u32* ph = (const cc_u32*)(hi + d * CC_LDT) + 8 * part;
-    const cc_u32* pl = (const cc_u32*)(lo + d * CC_LDT) + 8 * part;
-    const float* wp = w + 16 * part;
+    const int d = threadIdx.x & (CC_TILE - 1), part = threadIdx.x / CC_TILE;
+    const uint4* ph = (const uint4*)(hi + d * CC_LDT + 16 * part);
+    const uint4* pl = (const uint4*)(lo + d * CC_LDT + 16 * part);
+    const float4* pw = (const float4*)(w + 16 * part);
+    const uint4 h0 = ph[0], h1 = ph[1], l0 = pl[0], l1 = pl[1];
+    const float4 w0 = pw[0], w1 = pw[1], w2 = pw[2], w3 = pw[3];
+    const cc_u32 xh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    const cc_u32 xl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+    const float wt[16] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w,
+                          w2.x, w2.y, w2.z, w2.w, w3.x, w3.y, w3.z, w3.w};
     float s_hi = 0.0f, s_lo = 0.0f;
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
-        const int j = (m + rot) & 7;
-        const float2 wj = *(const float2*)(wp + 2 * j);
-        const cc_u32 xh = ph[j], xl = pl[j];
-        s_hi += cc_lo(xh) * wj.x;
-        s_hi += cc_hi(xh) * wj.y;
-        s_lo += cc_lo(xl) * wj.x;
-        s_lo += cc_hi(xl) * wj.y;
+        s_hi += cc_lo(xh[m]) * wt[2 * m];
+        s_hi += cc_hi(xh[m]) * wt[2 * m + 1];
+        s_lo += cc_lo(xl[m]) * wt[2 * m];
+        s_lo += cc_hi(xl[m]) * wt[2 * m + 1];
     }
     return s_hi + s_lo;
 }
@@ -942,7 +950,10 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
     cc_u16* s_qt_lo = s_qt + CC_TILE * CC_LDT;    // [64 d][LDT], its residue
     cc_u16* s_gt = s_qt_lo + CC_TILE * CC_LDT;    // [64 e][LDT], G
     __shared__ float s_w[CC_L], s_unscale[CC_TILE], s_col_max[2 * CC_TILE];
-    __shared__ __align__(8) float s_neg_go[CC_L];  // read as float2 (cc_walk_r_part)
+    // −G·O per token, read as float4 (cc_walk_r_part), one buffer per chunk parity: chunk c's
+    // Δr partials are summed after the next chunk's first barrier, so its weights are written
+    // while slower warps may still read these.
+    __shared__ __align__(16) float s_neg_go[2][CC_L];
     __shared__ float s_r_part[CC_WALK_THREADS];     // Δr's partial sums (e-tile 0)
 
     const int d0 = blockIdx.x * CC_TILE, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
@@ -964,14 +975,25 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
     for (int chunk = num_chunks - 1;; --chunk) {
         float* dst = states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE;
         cc_walk_store(dst, run, d0 + rows, e0 + cols, CC_M);
-        if (r_thread) dst[(la_index_t)CC_D * CC_M + d0 + threadIdx.x] = r_run;
+        const int tok0 = chunk * CC_L;
+        float* neg_go = s_neg_go[chunk & 1];
+        // No barrier before the weights: the previous chunk read s_w before its last barrier
+        // below, and the other buffer of s_neg_go is the one its Δr partials read.
+        if (chunk > 0) cc_walk_put_terms(neg_go, s_w, terms, tok0, n, map, log2_decay);
+        // The weights; the previous chunk's reads of the tiles are done; its Δr partials (and
+        // its s_unscale, rewritten only in cc_walk_put below) are visible.
+        __syncthreads();
+        if (r_thread) {  // r⁰_c = λ^L r⁰_{c+1} + Δr_{c+1}: the previous chunk's partials
+            const int d = threadIdx.x;
+            if (chunk + 1 < num_chunks) {
+                const float r = ((s_r_part[d] + s_r_part[d + CC_TILE]) + s_r_part[d + 2 * CC_TILE]) +
+                                s_r_part[d + 3 * CC_TILE];
+                r_run = __fmaf_rn(r_run, chunk_decay, r * s_unscale[d]);
+            }
+            dst[(la_index_t)CC_D * CC_M + d0 + d] = r_run;
+        }
         if (chunk == 0) break;
 
-        const int tok0 = chunk * CC_L;
-        // No barrier before the weights: the previous chunk read s_w before its last barrier
-        // below, and s_neg_go after it only in e-tile 0, whose Δr barrier ends those reads.
-        cc_walk_put_terms(s_neg_go, s_w, terms, tok0, n, map, log2_decay);
-        __syncthreads();  // the weights; the previous chunk's reads of the tiles are done
         cc_walk_put<true, true, true>(s_qt, s_qt_lo, raw_q, tok0, n, d_cols, map, s_w, s_unscale,
                                       s_col_max);
         cc_walk_put<false, false, false>(s_gt, nullptr, raw_g, tok0, n, m_cols, LA_MAP_IDENTITY, nullptr,
@@ -982,11 +1004,14 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
             cc_walk_fetch(raw_g, grad, head_row0, tok0 - CC_L, n, e0, mw, m_cols);
             terms = cc_walk_fetch_terms(go_parts, den, head_row0, tok0 - CC_L, n, map);
         }
-        if (blockIdx.z == 0) s_r_part[threadIdx.x] = cc_walk_r_part(s_qt, s_qt_lo, s_neg_go);
         float acc[4][4];
         cc_zero(acc);
         cc_walk_mma(acc, s_qt + rows * CC_LDT, s_gt + cols * CC_LDT);
         cc_walk_mma(acc, s_qt_lo + rows * CC_LDT, s_gt + cols * CC_LDT);
+        // Δr's partials in the shadow of the mma's (e-tile 0), summed after the next chunk's
+        // first barrier: ahead of the mma's and behind a barrier of their own they held the
+        // walk's slowest CTAs ~30 µs longer in the model at (2, 16384, 16, 128).
+        if (blockIdx.z == 0) s_r_part[threadIdx.x] = cc_walk_r_part(s_qt, s_qt_lo, neg_go);
         const float u_lo = s_unscale[rows + g], u_hi = s_unscale[rows + g + 8];
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
@@ -994,15 +1019,6 @@ cc_backward_h(const la_storage_t* __restrict__ q, const la_storage_t* __restrict
             acc[nt][2] *= u_hi; acc[nt][3] *= u_hi;
         }
         cc_walk_step(run, acc, chunk_decay);
-        if (blockIdx.z == 0) {  // CTA-uniform: the partials of every thread, then the sum
-            __syncthreads();
-            if (r_thread) {
-                const int d = threadIdx.x;
-                const float r = ((s_r_part[d] + s_r_part[d + CC_TILE]) + s_r_part[d + 2 * CC_TILE]) +
-                                s_r_part[d + 3 * CC_TILE];
-                r_run = __fmaf_rn(r_run, chunk_decay, r * s_unscale[d]);
-            }
-        }
     }
 }
 

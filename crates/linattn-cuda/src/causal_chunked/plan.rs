@@ -297,6 +297,6 @@ impl LaunchPlan {
 /// (`CC_SCORES_PARK`: a 64×64 tile as 16-bit hi and lo).
 const SCORES_PARK: usize = CHUNK * CHUNK * 2 * 2;
 
-/// Static shared memory of any chunked kernel, at most (ptxas: 2,304 B in cc_backward_h, its
-/// weights, scales and Δr's partial sums; the kernel header's limits).
-pub const STATIC_SHARED_MAX: u64 = 2304;
+/// Static shared memory of any chunked kernel, at most (ptxas: 2,560 B in cc_backward_h, its
+/// weights, scales, −G·O per chunk parity and Δr's partial sums; the kernel header's limits).
+pub const STATIC_SHARED_MAX: u64 = 2560;
