@@ -1075,11 +1075,14 @@ __device__ __forceinline__ void cc_rows_put(cc_u16* dst, int ld, const uint4 (&r
          ? CC_TILE * (LD) * 4                                                                 \
          : CC_L * (LD) * 2 + (T_TILES) * CC_TILE * CC_LDT * 2)
 #define CC_TRAIN_SMEM (CC_L * CC_LDD * 2 + CC_STATE_REGION(CC_LDD, 1) + CC_D * 4)
-// Launch bounds: 3 CTAs per SM at D ≤ 128 (≤ 168 registers; shared memory would allow 4, but
-// at 128 registers ptxas spilled 8–52 B); at D = 256 none beyond the block size (a minimum of
-// 1 took ptxas to 255 registers and spills).
+// Launch bounds: 4 CTAs per SM at D = 64 (≤ 128 registers: it took 128 unbounded until qz's
+// vector loads took it to 140, 3 CTAs/SM); 3 at D = 128 (≤ 168 registers; shared memory would
+// allow 4, but at 128 registers ptxas spilled 8–52 B); at D = 256 none beyond the block size
+// (a minimum of 1 took ptxas to 255 registers and spills).
 #if CC_D == 256
 #define CC_TRAIN_BOUNDS __launch_bounds__(CC_THREADS)
+#elif CC_D == 64
+#define CC_TRAIN_BOUNDS __launch_bounds__(CC_THREADS, 4)
 #else
 #define CC_TRAIN_BOUNDS __launch_bounds__(CC_THREADS, 3)
 #endif
@@ -1415,20 +1418,32 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
     }
     float qz;
     {
-        // lane handles row rl = lane >> 1, half (lane & 1) of D (K feature pairs); pairs reduced
-        // by one shuffle. Each lane starts at pair 2(rl ≥ 8) + half of its half: the 32 lanes
-        // then hit 32 banks of s_q (row stride ≡ 4 mod 32 words) and 4 words of s_z apart by
-        // 2 (in order, 4 lanes shared each bank of s_q).
-        const int rl = lane >> 1, half = lane & 1, K = CC_D / 4, rot = 2 * (rl >> 3) + half;
-        const cc_u32* qp = (const cc_u32*)(s_q + (row0 + rl) * CC_LDD) + half * K;
-        const float* zp = s_z + 2 * half * K;
-        float s = 0.0f;
-        for (int m = 0; m < K; ++m) {
-            const int w = (m + rot) & (K - 1);
-            const cc_u32 x = qp[w];
-            s += cc_lo(x) * zp[2 * w];
-            s += cc_hi(x) * zp[2 * w + 1];
+        // lane handles row rl = lane >> 1, half (lane & 1) of D (K feature pairs, NB 16-byte
+        // blocks of q̃); the halves are reduced by one shuffle. Half 1 starts 4 blocks on (or K
+        // words on, at D = 64): the 8 lanes of a quarter warp (4 rows, row stride ≡ 4 mod 32
+        // words) then read 32 distinct banks of s_q, and z⁰'s two blocks are broadcasts (one
+        // address per half). Four accumulators, chains of K/2 fma. One scalar load per pair
+        // and a chain of 2K fma cost cc_forward_train 70 of its 554 µs in the model at
+        // (2, 16384, 16, 128).
+        const int rl = lane >> 1, half = lane & 1, K = CC_D / 4, NB = K / 4;
+        const uint4* qp = (const uint4*)(s_q + (row0 + rl) * CC_LDD) + half * NB;
+        const float4* zp = (const float4*)s_z + half * 2 * NB;
+        float acc4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            const int blk = (b + 4 * half) & (NB - 1);
+            const uint4 x = qp[blk];
+            const float4 z0 = zp[2 * blk], z1 = zp[2 * blk + 1];
+            acc4[0] += cc_lo(x.x) * z0.x;
+            acc4[0] += cc_hi(x.x) * z0.y;
+            acc4[1] += cc_lo(x.y) * z0.z;
+            acc4[1] += cc_hi(x.y) * z0.w;
+            acc4[2] += cc_lo(x.z) * z1.x;
+            acc4[2] += cc_hi(x.z) * z1.y;
+            acc4[3] += cc_lo(x.w) * z1.z;
+            acc4[3] += cc_hi(x.w) * z1.w;
         }
+        const float s = (acc4[0] + acc4[1]) + (acc4[2] + acc4[3]);
         qz = s + __shfl_xor_sync(LA_FULL_MASK, s, 1);
     }
     const float qz_lo = __shfl_sync(LA_FULL_MASK, qz, 2 * g);
