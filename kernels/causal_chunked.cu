@@ -73,10 +73,11 @@
 //
 // ---- precision ----
 //   Q, K, V, O, dO, gradients: fp16/bf16 in memory. φ, φ', decay weights, every accumulation,
-//   the chunk states S, z, R, r, den, and G·O: fp32 (elu+1's exp as __expf: cc_exp_nonpositive). Tensor-core operands read from memory are
-//   16-bit; v and G are exact in storage precision, q̃ = φ(q) and k̃ = φ(k) are not, and
-//   where they feed a term that cancels they are split x = hi + lo (both 16-bit, ~16 bits of
-//   mantissa in bf16, ~22 in fp16, one mma per part): k̃ in the backward's S⁰, z⁰
+//   the chunk states S, z, R, r, den, and G·O: fp32 (elu+1's exp as __expf:
+//   cc_exp_nonpositive). Tensor-core operands read from memory are 16-bit; v and G are exact
+//   in storage precision, q̃ = φ(q) and k̃ = φ(k) are not, and where they feed a term that
+//   cancels they are split x = hi + lo (both 16-bit, ~16 bits of mantissa in bf16, ~22 in
+//   fp16, one mma per part): k̃ in the backward's S⁰, z⁰
 //   (cc_forward_h split = 1) and in dQ's intra term, q̃ in R⁰, r⁰ (cc_backward_h) and in dK's
 //   intra term. In the forward q̃, k̃ are rounded once after φ (O's error is its storage).
 //   Range: no operand holds an unscaled 1/den or λ^i/den. Products whose per-token weight
@@ -1422,7 +1423,8 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
         // blocks of q̃); the halves are reduced by one shuffle. Half 1 starts 4 blocks on (or K
         // words on, at D = 64): the 8 lanes of a quarter warp (4 rows, row stride ≡ 4 mod 32
         // words) then read 32 distinct banks of s_q, and z⁰'s two blocks are broadcasts (one
-        // address per half). Four accumulators, chains of K/2 fma. One scalar load per pair
+        // address per half; at D = 128 the halves' addresses share banks: 2-way, +4 shared
+        // wavefronts per token). Four accumulators, chains of K/2 fma. One scalar load per pair
         // and a chain of 2K fma cost cc_forward_train 70 of its 554 µs in the model at
         // (2, 16384, 16, 128).
         const int rl = lane >> 1, half = lane & 1, K = CC_D / 4, NB = K / 4;
@@ -1681,9 +1683,10 @@ __device__ __forceinline__ void cc_intra_mma(float (&acc)[CC_TILE / 8][4], const
 
 // The three gradient kernels share one skeleton: per chunk, a 64×64 score tile (intra-chunk,
 // masked, decayed, per-row scaled for its hi + lo split), kept (dV: registers; dQ, dK: parked
-// in shared memory) while the CTA walks the 64-wide slices of its output; per slice an inter term (the warp's rows times the
-// slice of the chunk's fp32 state, split), the intra term (the score tile times a transposed
-// 16-bit tile), then the chain rule and the store. Per gradient:
+// in shared memory) while the CTA walks the 64-wide slices of its output; per slice an inter
+// term (the warp's rows times the slice of the chunk's fp32 state, split), the intra term
+// (the score tile times a transposed 16-bit tile), then the chain rule and the store. Per
+// gradient:
 //   what  rows (A)  scores      state  intra B  weight of row r (inter)  output slice
 //   dQ    G_i       A = G vᵀ    S⁰ᵀ    k̃ (split)  λ^{i+1}/den_i           D
 //   dK    v_j       Aᵀ = v Gᵀ   R⁰ᵀ    q̃ (split)  λ^{L−j}                 D
@@ -1753,9 +1756,11 @@ cc_backward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restr
     constexpr int TILE_PARTS = WIDTH == 256 ? 2 : 1, TILE_LOADS = CC_ROWS_LOADS(WIDTH) / TILE_PARTS;
     // Global Sᵀ[e][d] → s_state[d][e] (dQ), R[d][e] as it is (dK), R[d][e] → s_state[e][d] (dV).
     // Loads of the state in flight at a time: 16 (dV 8: with its scores live across the
-    // slices, 16 spilled 4 B at a 4-CTA bound, where 8 did not); at a 256-wide k dim what leaves ptxas
-    // without spills at 255 registers (dV 8; dQ 32; 16 spilled 4–12 B on sm_80 or sm_90).
-    constexpr int STATE_ALL = cc_state32_loads<WIDTH, !DK>(), STATE_MAX = WIDTH == 256 ? (DQ ? 32 : 8) : (DV ? 8 : 16);
+    // slices, 16 spilled 4 B at a 4-CTA bound, where 8 did not); at a 256-wide k dim what
+    // leaves ptxas without spills at 255 registers (dV 8; dQ 32; 16 spilled 4–12 B on sm_80
+    // or sm_90).
+    constexpr int STATE_ALL = cc_state32_loads<WIDTH, !DK>();
+    constexpr int STATE_MAX = WIDTH == 256 ? (DQ ? 32 : 8) : (DV ? 8 : 16);
     constexpr int STATE_LOADS = STATE_ALL > STATE_MAX ? STATE_MAX : STATE_ALL;
 
     // The rows and the score columns, both loads in flight at once (one DRAM latency), with

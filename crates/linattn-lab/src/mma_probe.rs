@@ -9,7 +9,7 @@
 
 use linattn_core::AttnError;
 use linattn_cuda::executor::sim::{self, MmaModel, Numerics};
-use linattn_cuda::mma_probe::{self, all_vectors, Alignment, Candidate, Input, Vector};
+use linattn_cuda::mma_probe::{self, all_vectors, Candidate, Input, Vector};
 use linattn_cuda::Platform;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -175,10 +175,7 @@ fn score(input: Input, vectors: &[Vector], d: &[u32]) -> Vec<CandidateRecord> {
                     Some(m.block),
                     Some(m.kept_bits),
                     m.rounding,
-                    Some(match m.alignment {
-                        Alignment::Value => "value",
-                        Alignment::Operands => "operands",
-                    }),
+                    Some(m.alignment.name()),
                 ),
             };
             CandidateRecord {

@@ -71,6 +71,14 @@ pub enum Alignment {
 }
 
 impl Alignment {
+    /// `value` or `operands` (the probe's JSON).
+    pub fn name(self) -> &'static str {
+        match self {
+            Alignment::Value => "value",
+            Alignment::Operands => "operands",
+        }
+    }
+
     /// How the candidates' names say it ("" for [`Alignment::Value`], the older name).
     pub fn suffix(self) -> &'static str {
         match self {

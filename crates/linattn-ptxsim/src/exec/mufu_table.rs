@@ -321,35 +321,33 @@ impl MufuTable {
             return Some(f32::NAN);
         }
         match self.op {
-            MufuOp::Ex2 => self.ex2(x, grid),
-            MufuOp::Ex2Negative => self.ex2_negative(x, grid),
+            MufuOp::Ex2 | MufuOp::Ex2Negative => self.ex2(x, grid),
             MufuOp::Rsqrt => self.rsqrt(x),
             MufuOp::Rcp => self.rcp(x),
         }
     }
 
+    /// T (ex2): 2^x = 2^n · T[f], x = n + f. U (ex2neg), sign-magnitude: 2^-|x| = 2^-m · U[g],
+    /// |x| = m + g (toward zero when truncating; a g rounding up to 1 carries into m), and
+    /// no prediction for x > 0. Both: f or g quantised on `grid`, the same cut-offs and flush.
     fn ex2(&self, x: f32, grid: Ex2Grid) -> Option<f32> {
+        let negative_table = self.op == MufuOp::Ex2Negative;
+        if negative_table && x > 0.0 {
+            return None;
+        }
         if x == f32::INFINITY || x >= 128.0 {
             return Some(f32::INFINITY);
         }
         if x == f32::NEG_INFINITY || x < -160.0 {
             return Some(0.0);
         }
-        let (n, index) = grid.split(f64::from(x));
+        let (n, index) = if negative_table {
+            let (m, index) = grid.split(-f64::from(x));
+            (-m, index)
+        } else {
+            grid.split(f64::from(x))
+        };
         Some(scale(self.result_at(index)?, n as i32))
-    }
-
-    /// Sign-magnitude: 2^-|x| = 2^-m · U[g], |x| = m + g quantised (toward zero when
-    /// truncating; g rounding up to 1 carries into m). Same cut-off and flush as `ex2`.
-    fn ex2_negative(&self, x: f32, grid: Ex2Grid) -> Option<f32> {
-        if x > 0.0 {
-            return None;
-        }
-        if x == f32::NEG_INFINITY || x < -160.0 {
-            return Some(0.0);
-        }
-        let (m, index) = grid.split(-f64::from(x));
-        Some(scale(self.result_at(index)?, -(m as i32)))
     }
 
     fn rsqrt(&self, x: f32) -> Option<f32> {
