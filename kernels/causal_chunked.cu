@@ -357,28 +357,32 @@ __device__ __forceinline__ void cc_quad_swap(cc_u32& x, cc_u32& y) {
 __device__ __forceinline__ int cc_quad_col(int t) { return 8 * (t & 1) + 4 * (t >> 1); }
 
 // Transposed 16-bit tiles, dst[feature][token] (stride CC_LDT), as cc_walk_put stores them.
-// One 32-bit store of a token pair: the hi part into dst (when dst is given) and, with
-// `dst_lo`, the rounding residue x − hi(x) (a hi + lo split of the fp32 value, see
-// cc_backward_dq); dst = null stores only the residue (cc_backward_dk runs the mma twice on
-// one buffer). Mapping (cc_walk_fetch): a warp step moves 8 tokens × 16 features; lane =
-// (fp = lane & 7: features 2fp, 2fp+1, tw = lane >> 3: tokens 2tw, 2tw+1), each lane a 2×2
-// block. Global: 8 lanes read 32 contiguous bytes of a token row, one full sector. Shared:
-// feature rows 2fp and 2fp+8 share banks (stride CC_LDT/2 ≡ 4 mod 32 words), so lanes
-// fp ≥ 4 store their odd feature first: the 32 lanes of each store hit 32 banks.
+// One 32-bit store of a token pair: the hi part into dst and, with LO, the rounding residue
+// x − hi(x) into dst_lo (a hi + lo split of the fp32 value, see cc_backward_dq). LO is a
+// template parameter, not a null test: a shared address may be 0, so `if (dst_lo)` stayed a
+// branch around every store, and each branch recomputed the store's address (~16 integer
+// instructions per store in the PTX the simulator runs). Mapping (cc_walk_fetch): a warp
+// step moves 8 tokens × 16 features; lane = (fp = lane & 7: features 2fp, 2fp+1, tw = lane
+// >> 3: tokens 2tw, 2tw+1), each lane a 2×2 block. Global: 8 lanes read 32 contiguous bytes
+// of a token row, one full sector. Shared: feature rows 2fp and 2fp+8 share banks (stride
+// CC_LDT/2 ≡ 4 mod 32 words), so lanes fp ≥ 4 store their odd feature first: the 32 lanes
+// of each store hit 32 banks.
+template <bool LO>
 __device__ __forceinline__ void cc_tile_cols_store(cc_u16* dst, cc_u16* dst_lo, int off, float a, float b) {
     const cc_u32 h = cc_pack(a, b);
-    if (dst) *(cc_u32*)(dst + off) = h;
-    if (dst_lo) *(cc_u32*)(dst_lo + off) = cc_pack(a - cc_lo(h), b - cc_hi(h));
+    *(cc_u32*)(dst + off) = h;
+    if (LO) *(cc_u32*)(dst_lo + off) = cc_pack(a - cc_lo(h), b - cc_hi(h));
 }
 
 // Stores a lane's 2×2 block (r0, r1: tokens 2tw, 2tw+1; .x, .y: features 2fp, 2fp+1) at
 // feature row f (= 2fp of its group), token `tok` (even), odd feature first when `odd_first`.
+template <bool LO>
 __device__ __forceinline__ void cc_tile_cols_block(cc_u16* dst, cc_u16* dst_lo, int f, int tok,
                                                    float2 r0, float2 r1, bool odd_first) {
-    cc_tile_cols_store(dst, dst_lo, (f + odd_first) * CC_LDT + tok, odd_first ? r0.y : r0.x,
-                       odd_first ? r1.y : r1.x);
-    cc_tile_cols_store(dst, dst_lo, (f + !odd_first) * CC_LDT + tok, odd_first ? r0.x : r0.y,
-                       odd_first ? r1.x : r1.y);
+    cc_tile_cols_store<LO>(dst, dst_lo, (f + odd_first) * CC_LDT + tok, odd_first ? r0.y : r0.x,
+                           odd_first ? r1.y : r1.x);
+    cc_tile_cols_store<LO>(dst, dst_lo, (f + !odd_first) * CC_LDT + tok, odd_first ? r0.x : r0.y,
+                           odd_first ? r1.x : r1.y);
 }
 
 // Block-wide max of non-negative floats without an atomic (so no slot to clear first): each
@@ -634,7 +638,7 @@ __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
     }
 #pragma unroll
     for (int s = 0; s < STEPS; ++s)
-        cc_tile_cols_block(dst, LO ? dst_lo : nullptr, f, tok + 8 * s, x[2 * s], x[2 * s + 1], fp >= 4);
+        cc_tile_cols_block<LO>(dst, dst_lo, f, tok + 8 * s, x[2 * s], x[2 * s + 1], fp >= 4);
 }
 
 // acc[n] += A·B for this warp's 16 rows of A (16-bit [m][k], stride CC_LDT) and the 4
