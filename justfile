@@ -45,7 +45,7 @@ regress GRID="bench-results/regress-grid.toml": build
 barriers *FILTER:
     cargo test --release -p linattn-lab --test barrier_deletion -- --include-ignored {{FILTER}}
 
-# Simulator counters of a fixed grid (every sim/* backend, D = M in {64, 128}, N in {1024, 4096}; and the chunked inference forward) vs bench-results/sim/baseline.json and baseline-forward.json; exit 1 on a 0.5% move the wrong way. CI runs it.
+# Simulator counters of a fixed grid (every sim/* backend, D = M in {64, 128}, N in {1024, 4096}; the chunked inference forward; its segmented form at N = 4096) vs bench-results/sim/baseline.json, baseline-forward.json and baseline-segmented.json; exit 1 on a 0.5% move the wrong way. CI runs it.
 regress-sim: build
     scripts/regress_sim.sh
 
@@ -53,7 +53,7 @@ regress-sim: build
 cycles:
     python3 scripts/import_cycles.py crates/*
 
-# Regenerate bench-results/sim/baseline.json and baseline-forward.json after an intended kernel change (commit it with the before/after).
+# Regenerate bench-results/sim/baseline.json, baseline-forward.json and baseline-segmented.json after an intended kernel change (commit it with the before/after).
 regress-sim-update: build
     scripts/regress_sim.sh --update
 

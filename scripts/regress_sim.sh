@@ -7,7 +7,10 @@
 # the committed bench-results/sim/baseline.json; and the inference forward of the chunked
 # form (a forward with no backward to follow runs other kernels there: cc_forward on the
 # packed states, where forward + backward runs cc_forward_train) on the same grid against
-# bench-results/sim/baseline-forward.json: exit 1 if any per-token counter moved the
+# bench-results/sim/baseline-forward.json; and the segmented inference forward
+# (cc_seg_sums, cc_seg_scan, cc_forward_seg: LINATTN_CC_SEGMENTS=4, which the grid's shapes
+# would not take by default) at N = 4096 against bench-results/sim/baseline-segmented.json:
+# exit 1 if any per-token counter moved the
 # wrong way by more than 0.5%, occupancy fell, a kernel appeared or vanished, or a profile
 # of the baseline failed or was not run. Counters are
 # exact, so there is no noise rule. With --update, rewrites the baseline instead (commit it
@@ -21,15 +24,20 @@ baseline=bench-results/sim/baseline.json
 baseline_forward=bench-results/sim/baseline-forward.json
 grid=(--backend 'sim/*' --n 1024,4096 --d 64,128 --mode forward+backward --quiet)
 grid_forward=(--backend 'sim/causal_chunked/*' --n 1024,4096 --d 64,128 --mode forward --quiet)
+baseline_segmented=bench-results/sim/baseline-segmented.json
+grid_segmented=(--backend 'sim/causal_chunked/*' --n 4096 --d 64,128 --mode forward --quiet)
 
 if [ "${1:-}" = "--update" ]; then
   "$bin" profile "${grid[@]}" --json "$baseline"
   "$bin" profile "${grid_forward[@]}" --json "$baseline_forward"
+  LINATTN_CC_SEGMENTS=4 "$bin" profile "${grid_segmented[@]}" --json "$baseline_segmented"
 else
   "$bin" profile "${grid[@]}" --json target/regress-sim.json
   "$bin" profile "${grid_forward[@]}" --json target/regress-sim-forward.json
+  LINATTN_CC_SEGMENTS=4 "$bin" profile "${grid_segmented[@]}" --json target/regress-sim-segmented.json
   status=0
   "$bin" compare --complete "$baseline" target/regress-sim.json || status=1
   "$bin" compare --complete "$baseline_forward" target/regress-sim-forward.json || status=1
+  "$bin" compare --complete "$baseline_segmented" target/regress-sim-segmented.json || status=1
   exit $status
 fi

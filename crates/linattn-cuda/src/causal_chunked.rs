@@ -9,6 +9,12 @@
 //!   S⁰, z⁰ once (fla's chunk_h);
 //! * pass 2 (`cc_forward`): per chunk, O = (intra masked q̃k̃ᵀ v + inter q̃ S⁰) / den.
 //!
+//! An inference forward at a large shape ([`Segments`], D ≤ 128) runs in segments of 16
+//! chunks instead, with no state per chunk in memory: `cc_seg_sums` (each segment's sum, all
+//! at once), `cc_seg_scan` (the sums into each segment's entering state) and `cc_forward_seg`
+//! (O and den of a segment's chunks, the state carried in registers): 1.7× the minimum DRAM
+//! where the per-chunk forward moves 3.5× (`SegmentPlan`).
+//!
 //! A forward the backward follows (d_out staged: training) runs pass 1 with k̃ split hi + lo
 //! for accuracy, writing fp32 states, and `cc_forward_train`, which also writes O's rounding
 //! residue; both are kept ([`Kept`]). The backward then needs neither the walk nor the
@@ -51,8 +57,9 @@ mod entries;
 mod plan;
 use plan::{check_head_dims, grids};
 pub use plan::{
-    grad_slices_looped, tile_width, GradSlices, LaunchPlan, CHUNK, GO_THREADS, GO_TOKENS,
-    GRAD_LOOP_MIN_CTAS, GRAD_SLICES_VAR, HEAD_DIMS, STATIC_SHARED_MAX, TILE, TILE_WIDTHS,
+    grad_slices_looped, tile_width, GradSlices, LaunchPlan, SegmentPlan, Segments, CHUNK,
+    GO_THREADS, GO_TOKENS, GRAD_LOOP_MIN_CTAS, GRAD_SLICES_VAR, HEAD_DIMS, SCAN_THREADS,
+    SEGMENTS_VAR, SEG_MAX_CHUNKS, SEG_MIN_CTAS, SEG_THREADS, STATIC_SHARED_MAX, TILE, TILE_WIDTHS,
 };
 
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
@@ -87,11 +94,21 @@ pub fn variant(precision: Precision, dk: usize, dv: usize) -> Result<KernelVaria
     check_head_dims(dk, dv, precision)?;
     let (storage_name, storage_value) = storage_define(precision)?;
     let width = |dim: usize| tile_width(dim).unwrap_or(dim);
+    // cc_seg_sums and cc_forward_seg exist in the programs with D's tile width ≤ 128 (their
+    // state slice in registers).
+    let entries: Vec<&str> = ENTRY_POINTS
+        .iter()
+        .copied()
+        .filter(|&e| {
+            width(dk) <= 128
+                || (e != params::ForwardSeg::SPEC.entry && e != params::SegSums::SPEC.entry)
+        })
+        .collect();
     Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .define(storage_name, storage_value)
         .define("CC_D", width(dk))
         .define("CC_M", width(dv))
-        .entries(&ENTRY_POINTS)
+        .entries(&entries)
         .hot())
 }
 
@@ -148,9 +165,16 @@ pub fn check_problem(info: &BackendInfo, problem: &Problem) -> Result<(), Unsupp
 
 /// `<platform>/causal_chunked/f16` and `<platform>/causal_chunked/bf16`.
 pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
+    backends_with(platform, Segments::Auto)
+}
+
+/// [`backends`] with the inference forward's segments fixed (`Auto`: as `LINATTN_CC_SEGMENTS`
+/// says, by default [`SEG_MIN_CTAS`]): the tests run short segments at small shapes.
+pub fn backends_with(platform: Platform, segments: Segments) -> Vec<Box<dyn Backend>> {
+    let form = CausalChunked { segments };
     vec![
-        DeviceBackend::<_, half::f16>::boxed(platform, CausalChunked),
-        DeviceBackend::<_, half::bf16>::boxed(platform, CausalChunked),
+        DeviceBackend::<_, half::f16>::boxed(platform, form),
+        DeviceBackend::<_, half::bf16>::boxed(platform, form),
     ]
 }
 
@@ -159,14 +183,19 @@ pub fn backend_name(platform: Platform, precision: Precision) -> String {
     format!("{platform}/causal_chunked/{precision}")
 }
 
-/// The causal chunked form on tensor cores (f16 or bf16 storage).
+/// The causal chunked form on tensor cores (f16 or bf16 storage). `segments`: how the
+/// inference forward is split (`Auto`: `LINATTN_CC_SEGMENTS`, else [`SEG_MIN_CTAS`]).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CausalChunked;
+pub struct CausalChunked {
+    pub segments: Segments,
+}
 
 /// The entry points of one program, resolved (compiled and loaded) at staging, so timed runs
 /// never include NVRTC.
 struct Kernels {
     walk_fwd: Kernel,
+    /// cc_seg_sums, cc_seg_scan and cc_forward_seg, where the plan has segments.
+    segmented: Option<(Kernel, Kernel, Kernel)>,
     walk_bwd: Kernel,
     forward: Kernel,
     forward_train: Kernel,
@@ -191,7 +220,16 @@ impl Kernels {
             }
             Ok(k)
         };
+        let segmented = match &plan.segments {
+            Some(seg) => Some((
+                kernel(params::SegSums::SPEC, seg.smem_sums)?,
+                kernel(params::SegScan::SPEC, 0)?,
+                kernel(params::ForwardSeg::SPEC, seg.smem_forward)?,
+            )),
+            None => None,
+        };
         Ok(Kernels {
+            segmented,
             walk_fwd: kernel(params::ForwardH::SPEC, plan.smem_walk)?,
             walk_bwd: kernel(params::BackwardH::SPEC, plan.smem_walk)?,
             forward: kernel(params::Forward::SPEC, plan.smem_forward)?,
@@ -292,6 +330,74 @@ impl Plan {
         self.walk(exec, &self.kernels.walk_fwd, &params)
     }
 
+    /// The segmented inference forward ([`SegmentPlan`]): the segments' sums (two or more
+    /// segments), their scan into each segment's S⁰, z⁰ (`states`), then O and den.
+    fn forward_segmented<T>(
+        &self,
+        exec: &Arc<dyn Executor>,
+        inputs: &DeviceInputs<T>,
+        seg: &SegmentPlan,
+        states: &DeviceBuffer<f32>,
+        out: &DeviceBuffer<T>,
+        den: &DeviceBuffer<f32>,
+    ) -> Result<(), AttnError> {
+        let a = self.args;
+        let (sums, scan, forward) = self.kernels.segmented.as_ref().ok_or_else(|| {
+            AttnError::InvalidArgument("causal_chunked: the plan has no segmented kernels".into())
+        })?;
+        let seg_chunks = as_i32("chunks per segment", seg.seg_chunks)?;
+        if seg.num_segments > 1 {
+            // k, v: B·H·N·(D|M); states: B·H·segments·stride (slot s + 1 ← segment s's sum).
+            let params = params::SegSums {
+                k: ptr(&inputs.k),
+                v: ptr(&inputs.v),
+                states: ptr(states),
+                seg_chunks,
+                n: a.n,
+                num_chunks: a.num_chunks,
+                log2_decay: a.log2_decay,
+                chunk_decay: a.chunk_decay,
+                map: a.map,
+                d: a.d,
+                m: a.m,
+            };
+            let launch = Launch::new(seg.grid_sums, SEG_THREADS).with_shared(seg.smem_sums);
+            launch_kernel(exec.as_ref(), sums, &launch, &params)?;
+        }
+        let seg_decay = (f64::from(a.chunk_decay)).powi(seg_chunks) as f32;
+        let params = params::SegScan {
+            states: ptr(states),
+            num_segments: as_i32("segment count", seg.num_segments)?,
+            seg_decay,
+        };
+        launch_kernel(
+            exec.as_ref(),
+            scan,
+            &Launch::new(seg.grid_scan, SCAN_THREADS),
+            &params,
+        )?;
+        // q, k: B·H·N·D; v, out: B·H·N·M; den: B·H·N.
+        let params = params::ForwardSeg {
+            q: ptr(&inputs.q),
+            k: ptr(&inputs.k),
+            v: ptr(&inputs.v),
+            states: ptr(states),
+            out: ptr(out),
+            den_out: ptr(den),
+            seg_chunks,
+            n: a.n,
+            num_chunks: a.num_chunks,
+            log2_decay: a.log2_decay,
+            chunk_decay: a.chunk_decay,
+            eps: a.eps,
+            map: a.map,
+            d: a.d,
+            m: a.m,
+        };
+        let launch = Launch::new(seg.grid_forward, SEG_THREADS).with_shared(seg.smem_forward);
+        launch_kernel(exec.as_ref(), forward, &launch, &params)
+    }
+
     /// A state walk's launch: `grid_walk`, `WALK_THREADS` per CTA.
     fn walk<P: KernelParams>(
         &self,
@@ -367,7 +473,11 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         _input_meter: &MemoryMeter,
     ) -> Result<Plan, AttnError> {
         let shape = problem.shape;
-        let plan = LaunchPlan::new(&shape)?;
+        let segments = match self.segments {
+            Segments::Auto => Segments::from_env()?,
+            fixed => fixed,
+        };
+        let plan = LaunchPlan::with(&shape, GradSlices::from_env()?, segments)?;
         let map = map_code(&problem.map, T::PRECISION)?;
         let args = ScalarArgs::new(problem, &plan, map)?;
         let variant = variant(T::PRECISION, shape.dk, shape.dv)?;
@@ -379,7 +489,8 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         })
     }
 
-    /// Inference (no d_out staged): the packed walk and `cc_forward`; the states are dropped.
+    /// Inference (no d_out staged): the segmented forward where the plan has segments, else
+    /// the packed walk and `cc_forward`; the states are dropped.
     /// Training (d_out staged, a backward follows): the split walk in fp32 and
     /// `cc_forward_train`, keeping the states and O's residue for the backward ([`Kept`]).
     fn forward(&self, run: &Run<'_, T>, plan: &Plan) -> Timed<Forward<T, Saved<T>>> {
@@ -395,6 +506,18 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         };
         let out_lo = DeviceBuffer::<T>::uninit(exec, meter, out_lo_len)?;
         let den = DeviceBuffer::<f32>::uninit(exec, meter, shape.bh() * shape.seq)?;
+        if let (false, Some(seg)) = (train, plan.plan.segments) {
+            let states = DeviceBuffer::<f32>::uninit(exec, meter, seg.state_len)?;
+            let elapsed =
+                run.time(|| plan.forward_segmented(exec, inputs, &seg, &states, &out, &den))?;
+            return Ok((
+                Forward {
+                    out,
+                    saved: Saved { den, kept: None },
+                },
+                elapsed,
+            ));
+        }
         let states = DeviceBuffer::<f32>::uninit(exec, meter, plan.plan.state_len)?;
         let (p, a) = (&plan.plan, plan.args);
         let elapsed = run.time(|| {

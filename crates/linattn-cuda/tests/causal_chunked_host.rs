@@ -331,7 +331,15 @@ fn one_program_per_precision_and_tile_widths() {
     assert_eq!(all.len(), 18);
     for v in &all {
         assert!(v.hot);
-        assert_eq!(v.entry_points, ENTRY_POINTS.map(String::from).to_vec());
+        // The segmented forward's two kernels hold a 64 × D state slice in registers: the
+        // programs with D's tile width 256 leave them out (the per-chunk forward runs there).
+        let wide_d = v.label().contains("CC_D=256");
+        let expected: Vec<String> = ENTRY_POINTS
+            .iter()
+            .filter(|e| !wide_d || !["cc_seg_sums", "cc_forward_seg"].contains(e))
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(v.entry_points, expected, "{}", v.label());
     }
     let labels: std::collections::HashSet<String> = all.iter().map(|v| v.label()).collect();
     assert_eq!(labels.len(), 18, "variants are distinct");
@@ -357,7 +365,7 @@ fn map_codes_follow_the_prelude() {
 
 #[test]
 fn runs_before_staging_are_typed_errors() {
-    let mut b = DeviceBackend::<_, half::f16>::new(Platform::Cuda, CausalChunked);
+    let mut b = DeviceBackend::<_, half::f16>::new(Platform::Cuda, CausalChunked::default());
     // Nothing staged: the platform's reason where it is absent, else a state error.
     let expected = |result: Result<(), AttnError>| match Platform::Cuda.available() {
         Err(reason) => result == Err(AttnError::Unsupported(reason)),
@@ -414,4 +422,50 @@ fn gradient_ctas_loop_over_slices_from_1024_chunk_ctas() {
         (p.grid_grad_keys, p.grid_grad_values),
         ((1024, 1, 2), (1024, 1, 4))
     );
+}
+
+#[test]
+fn the_inference_forward_runs_in_segments_where_sixteen_chunk_segments_fill_the_gpu() {
+    use linattn_cuda::causal_chunked::{GradSlices, Segments, SEG_MAX_CHUNKS, SEG_MIN_CTAS};
+    let plan = |b, n, h, d, m, s| {
+        LaunchPlan::with(&Shape::new(b, h, n, d, m), GradSlices::Auto, s).expect("plan")
+    };
+    // fla's (2, 16384, 16, 128): 256 chunks, 16 segments × 32 heads × 2 value slices.
+    let seg = plan(2, 16384, 16, 128, 128, Segments::Auto)
+        .segments
+        .expect("segments");
+    assert_eq!((seg.seg_chunks, seg.num_segments), (SEG_MAX_CHUNKS, 16));
+    assert_eq!(seg.grid_sums, (15, 32, 2));
+    assert_eq!(seg.grid_forward, (16, 32, 2));
+    assert_eq!(seg.grid_scan, ((128 * 128 + 128u32).div_ceil(256), 32, 1));
+    assert_eq!(seg.state_len, 32 * 16 * (128 * 128 + 128 + 8));
+    // q̃, k̃ [64][136] + k̃wᵀ [128][72] + vᵀ [64][72] (16-bit) + packed Sᵀ 64 × 128 × 4 B +
+    // z in two parities + z's records (2 tiles × 2 rows × 16 × 16 B): with the static
+    // allowance, inside the 99 KB of sm_86/89.
+    assert_eq!(
+        seg.smem_forward,
+        2 * 64 * 136 * 2 + 128 * 72 * 2 + 64 * 72 * 2 + 64 * 128 * 4 + 2 * 128 * 4 + 2 * 512
+    );
+    assert!(u64::from(seg.smem_forward) + STATIC_SHARED_MAX <= 99 * 1024);
+    assert_eq!(seg.smem_sums, 128 * 72 * 2 + 64 * 72 * 2 + 2 * 128 * 4);
+    // (4, 2048, 16, 128): 2 segments × 64 × 2 = 256 CTAs < SEG_MIN_CTAS: per chunk.
+    const { assert!(2 * 64 * 2 < SEG_MIN_CTAS) };
+    assert_eq!(plan(4, 2048, 16, 128, 128, Segments::Auto).segments, None);
+    // A single segment never by default; D = 256 never (the state slice would not fit).
+    assert_eq!(plan(64, 1024, 64, 64, 64, Segments::Auto).segments, None);
+    assert_eq!(plan(2, 16384, 16, 256, 64, Segments::Auto).segments, None);
+    assert_eq!(plan(1, 300, 1, 256, 64, Segments::Chunks(2)).segments, None);
+    // Forced: any length, one segment included (no sums launched).
+    let one = plan(1, 300, 1, 64, 64, Segments::Chunks(16))
+        .segments
+        .expect("forced");
+    assert_eq!((one.num_segments, one.grid_sums), (1, (0, 0, 0)));
+    let three = plan(1, 300, 2, 32, 256, Segments::Chunks(2))
+        .segments
+        .expect("forced");
+    assert_eq!(
+        (three.num_segments, three.grid_sums, three.grid_forward),
+        (3, (2, 2, 4), (3, 2, 4))
+    );
+    assert_eq!(plan(1, 300, 1, 64, 64, Segments::Off).segments, None);
 }

@@ -40,6 +40,10 @@ const LADDERS: &[(&str, &[Probe])] = &[
             // cc_forward's loop over the packed state's tiles.
             chunked_inference(64),
             chunked_inference(128),
+            // The segmented inference forward (cc_seg_sums, cc_seg_scan, cc_forward_seg),
+            // which N = 130 does not take by default: segments of 2 chunks over 5, the last
+            // one short.
+            chunked_segmented(),
             check("sim/causal_chunked/f16", 65),
             check("sim/causal_chunked/f16", 130),
         ],
@@ -58,6 +62,7 @@ const LADDERS: &[(&str, &[Probe])] = &[
                 map: "elu+1",
                 causal: true,
                 backward: false,
+                env: &[],
             },
         ],
     ),
@@ -120,6 +125,19 @@ const fn chunked_inference(d: usize) -> Probe {
         map: "elu+1",
         causal: true,
         backward: false,
+        env: &[],
+    }
+}
+
+const fn chunked_segmented() -> Probe {
+    Probe::Attend {
+        backend: "sim/causal_chunked/f16",
+        reference: "cpu-ref/causal_recurrent/f64",
+        dims: Dims(1, 2, 300, 128, 64),
+        map: "elu+1",
+        causal: true,
+        backward: false,
+        env: &[("LINATTN_CC_SEGMENTS", "2")],
     }
 }
 

@@ -12,6 +12,22 @@ crate::kernel_params! {
         k: Ptr, v: Ptr, states: Ptr, split: bool, packed: bool, n: i32, num_chunks: i32,
         log2_decay: f32, chunk_decay: f32, map: i32, d: i32, m: i32,
     }
+    /// `cc_seg_sums`: the segmented forward's pass 1, each segment's sum (fp32) into slot
+    /// segment + 1 for `cc_seg_scan` (tile width of D ≤ 128 only).
+    pub struct SegSums => "cc_seg_sums" {
+        k: Ptr, v: Ptr, states: Ptr, seg_chunks: i32, n: i32, num_chunks: i32, log2_decay: f32,
+        chunk_decay: f32, map: i32, d: i32, m: i32,
+    }
+    /// `cc_seg_scan`: the segments' sums into S⁰, z⁰ of each segment, in place.
+    pub struct SegScan => "cc_seg_scan" {
+        states: Ptr, num_segments: i32, seg_decay: f32,
+    }
+    /// `cc_forward_seg`: the segmented inference forward, O and den of a segment's chunks
+    /// with the state carried in registers (tile width of D ≤ 128 only).
+    pub struct ForwardSeg => "cc_forward_seg" {
+        q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, seg_chunks: i32, n: i32,
+        num_chunks: i32, log2_decay: f32, chunk_decay: f32, eps: f32, map: i32, d: i32, m: i32,
+    }
     /// `cc_backward_h`: the reverse walk writing R⁰, r⁰ of each chunk.
     pub struct BackwardH => "cc_backward_h" {
         q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,

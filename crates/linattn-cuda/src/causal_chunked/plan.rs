@@ -81,6 +81,127 @@ pub fn grad_slices_looped(shape: &Shape) -> bool {
     shape.seq.div_ceil(CHUNK).saturating_mul(shape.bh()) >= GRAD_LOOP_MIN_CTAS
 }
 
+/// Segment-CTAs (⌈N/64/16⌉·B·H·M/64) from which the inference forward runs in segments of
+/// [`SEG_MAX_CHUNKS`] chunks by default (two waves of 2 CTAs on 132 SMs); below, or with a
+/// single segment, the per-chunk forward (`cc_forward_h` + `cc_forward`) runs. Shorter
+/// segments pay the sums and the scan for less of the DRAM saving: in the sm_90 model at
+/// (B, N, H, D) = (4, 2048, 16, 128), segments of 4 took 174 µs against 145 per chunk.
+pub const SEG_MIN_CTAS: usize = 528;
+/// The segment length the default takes, in chunks.
+pub const SEG_MAX_CHUNKS: usize = 16;
+/// Threads of a `cc_forward_seg` block (`CC_SEG_THREADS`) and of a `cc_seg_scan` block.
+pub const SEG_THREADS: u32 = 256;
+pub const SCAN_THREADS: u32 = 256;
+
+/// How the inference forward is split: `auto` by [`SEG_MIN_CTAS`], or forced
+/// (`LINATTN_CC_SEGMENTS=off|BS`: to time both on a GPU, or to run short segments on the
+/// simulator at a small shape).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Segments {
+    #[default]
+    Auto,
+    /// The per-chunk states: `cc_forward_h` + `cc_forward`.
+    Off,
+    /// Segments of this many chunks (≥ 1), where the program allows them (D ≤ 128).
+    Chunks(usize),
+}
+
+/// The environment variable [`Segments::from_env`] reads.
+pub const SEGMENTS_VAR: &str = "LINATTN_CC_SEGMENTS";
+
+impl Segments {
+    /// `LINATTN_CC_SEGMENTS` (unset or empty: `auto`); another value is an error naming the
+    /// variable and what it takes.
+    pub fn from_env() -> Result<Self, AttnError> {
+        let bad = |what: &str| {
+            AttnError::InvalidArgument(format!(
+                "{SEGMENTS_VAR}={what}: give auto, off or a segment length in chunks (1..=65536)"
+            ))
+        };
+        match std::env::var(SEGMENTS_VAR) {
+            Err(std::env::VarError::NotPresent) => Ok(Segments::Auto),
+            Ok(v) => match v.trim() {
+                "" | "auto" => Ok(Segments::Auto),
+                "off" => Ok(Segments::Off),
+                other => match other.parse::<usize>() {
+                    Ok(bs) if (1..=65536).contains(&bs) => Ok(Segments::Chunks(bs)),
+                    _ => Err(bad(other)),
+                },
+            },
+            Err(e) => Err(AttnError::InvalidArgument(format!("{SEGMENTS_VAR}: {e}"))),
+        }
+    }
+
+    /// The segment length (chunks) of the inference forward at `shape`, or `None` for the
+    /// per-chunk forward: always `None` where D's tile width is 256 (`cc_forward_seg` holds
+    /// a 64 × D fp32 state slice in registers).
+    pub fn seg_chunks(self, shape: &Shape) -> Option<usize> {
+        if tile_width(shape.dk)? > 128 {
+            return None;
+        }
+        match self {
+            Segments::Off => None,
+            Segments::Chunks(bs) => Some(bs),
+            Segments::Auto => {
+                let chunks = shape.seq.div_ceil(CHUNK);
+                let slices = tile_width(shape.dv).unwrap_or(TILE) / TILE;
+                let ctas = chunks
+                    .div_ceil(SEG_MAX_CHUNKS)
+                    .saturating_mul(shape.bh())
+                    .saturating_mul(slices);
+                (chunks > SEG_MAX_CHUNKS && ctas >= SEG_MIN_CTAS).then_some(SEG_MAX_CHUNKS)
+            }
+        }
+    }
+}
+
+/// The segmented inference forward at one shape: `cc_seg_sums` (when there are two or more
+/// segments), `cc_seg_scan`, `cc_forward_seg`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentPlan {
+    /// Chunks per segment (BS) and segments (⌈NC/BS⌉).
+    pub seg_chunks: usize,
+    pub num_segments: usize,
+    /// fp32 elements of the segment-state buffer (B·H·segments·state stride).
+    pub state_len: usize,
+    /// (segments − 1, B·H, M/64), `SEG_THREADS` per block: cc_seg_sums (the last segment's sum
+    /// is never read); not launched with one segment.
+    pub grid_sums: (u32, u32, u32),
+    /// cc_seg_sums: the weighted k̃ᵀ, the v slice, z (`CC_SEG_SUMS_SMEM`).
+    pub smem_sums: u32,
+    /// (⌈(D·M + D)/256⌉, B·H, 1), `SCAN_THREADS` per block.
+    pub grid_scan: (u32, u32, u32),
+    /// (segments, B·H, M/64), `SEG_THREADS` per block.
+    pub grid_forward: (u32, u32, u32),
+    /// cc_forward_seg: q̃, k̃, the weighted k̃ᵀ, the v slice, the packed Sᵀ slice, z (fp32,
+    /// two parities) and z's packed records (`CC_SEG_SMEM`).
+    pub smem_forward: u32,
+}
+
+/// The segmented forward's grids at `shape` with segments of `seg_chunks` chunks (tile
+/// widths as [`grids`]).
+pub(crate) fn seg_grids(shape: &Shape, seg_chunks: usize) -> [Grid; 3] {
+    let tiles = |dim: usize| tile_width(dim).unwrap_or(TILE) / TILE;
+    let tile = |dim: usize| tile_width(dim).unwrap_or(TILE);
+    let segments = shape.seq.div_ceil(CHUNK).div_ceil(seg_chunks.max(1));
+    let bh = || Axis::each("B·H", shape.bh());
+    let value_tiles = || Axis::each("M/64", tiles(shape.dv));
+    let state_words = (tile(shape.dk) * tile(shape.dv) + tile(shape.dk)) as u64;
+    [
+        Grid::of::<params::SegSums>(
+            Axis::each("segments − 1", segments.saturating_sub(1)),
+            bh(),
+            value_tiles(),
+        ),
+        Grid::of::<params::SegScan>(
+            Axis::covering("D·M + D", state_words, u64::from(SCAN_THREADS)),
+            bh(),
+            Axis::one(),
+        ),
+        Grid::of::<params::ForwardSeg>(Axis::each("segments", segments), bh(), value_tiles()),
+    ]
+}
+
 /// The tile width (`CC_D` or `CC_M`) of the program that runs head dim `dim`, or why none does.
 pub fn tile_width(dim: usize) -> Option<usize> {
     HEAD_DIMS.contains(&dim).then_some(dim.max(TILE))
@@ -163,6 +284,8 @@ pub struct LaunchPlan {
     pub grid_walk: (u32, u32, u32),
     /// cc_forward_h, cc_backward_h: three 64-row transposed 16-bit tiles.
     pub smem_walk: u32,
+    /// The segmented inference forward, where it runs ([`Segments::seg_chunks`]).
+    pub segments: Option<SegmentPlan>,
     /// cc_forward: q̃, k̃, the v slice, z⁰ and (D = 64) one packed 64×64 state tile.
     pub smem_forward: u32,
     /// cc_forward_train: q̃, a region for the fp32 state slice or k̃ and the v slice, z⁰.
@@ -175,12 +298,19 @@ pub struct LaunchPlan {
 impl LaunchPlan {
     /// The plan at `shape`, the gradients' slices as `LINATTN_CC_GRAD_SLICES` says
     /// ([`GradSlices::from_env`]; by default by [`GRAD_LOOP_MIN_CTAS`]).
+    /// The inference forward's segments as `LINATTN_CC_SEGMENTS` says ([`Segments::from_env`]).
     pub fn new(shape: &Shape) -> Result<Self, AttnError> {
-        Self::with_grad_slices(shape, GradSlices::from_env()?)
+        Self::with(shape, GradSlices::from_env()?, Segments::from_env()?)
     }
 
-    /// The plan at `shape` with the gradients' slices spread as `slices` says.
+    /// The plan at `shape` with the gradients' slices spread as `slices` says (segments
+    /// `auto`).
     pub fn with_grad_slices(shape: &Shape, slices: GradSlices) -> Result<Self, AttnError> {
+        Self::with(shape, slices, Segments::Auto)
+    }
+
+    /// The plan at `shape`, the gradients' slices and the inference forward's segments given.
+    pub fn with(shape: &Shape, slices: GradSlices, segs: Segments) -> Result<Self, AttnError> {
         shape.validate()?;
         let (d, m) = match (tile_width(shape.dk), tile_width(shape.dv)) {
             (Some(d), Some(m)) => (d, m),
@@ -219,7 +349,47 @@ impl LaunchPlan {
             CHUNK * ld_m * half + state_region(ld_m, 2) + TILE * 4 + SCORES_PARK,
             "shared bytes",
         )?;
+        let segments = match segs.seg_chunks(shape) {
+            None => None,
+            Some(seg_chunks) => {
+                let num_segments = num_chunks.div_ceil(seg_chunks);
+                let [sums, scan, forward] = seg_grids(shape, seg_chunks);
+                as_i32("chunks per segment", seg_chunks)?;
+                Some(SegmentPlan {
+                    seg_chunks,
+                    num_segments,
+                    state_len: heads
+                        .checked_mul(num_segments)
+                        .and_then(|x| x.checked_mul(state_stride))
+                        .ok_or_else(|| {
+                            AttnError::SizeOverflow(format!("segment states of {shape}"))
+                        })?,
+                    // An axis of 0 blocks (one segment: no sums) is not launched.
+                    grid_sums: if num_segments > 1 {
+                        sums.dims()?
+                    } else {
+                        (0, 0, 0)
+                    },
+                    smem_sums: u(
+                        d * ld_t * half + TILE * ld_t * half + 2 * d * 4,
+                        "shared bytes",
+                    )?,
+                    grid_scan: scan.dims()?,
+                    grid_forward: forward.dims()?,
+                    smem_forward: u(
+                        2 * CHUNK * ld_d * half
+                            + d * ld_t * half
+                            + TILE * ld_t * half
+                            + TILE * d * 4
+                            + 2 * d * 4
+                            + d / TILE * 2 * 16 * 16,
+                        "shared bytes",
+                    )?,
+                })
+            }
+        };
         Ok(LaunchPlan {
+            segments,
             num_chunks,
             heads,
             tile_d: d,
@@ -265,6 +435,7 @@ impl LaunchPlan {
     pub fn max_shared(&self) -> u32 {
         [
             self.smem_walk,
+            self.segments.map_or(0, |s| s.smem_forward),
             self.smem_forward,
             self.smem_train,
             self.smem_dq,

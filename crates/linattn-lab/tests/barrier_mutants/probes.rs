@@ -35,6 +35,9 @@ pub enum Probe {
         causal: bool,
         /// With ∂L/∂O: the backward runs too, and dq, dk, dv are compared.
         backward: bool,
+        /// Environment variables of the backend's run (e.g. `LINATTN_CC_SEGMENTS`, to take a
+        /// kernel path the shape would not take by default); the reference runs without them.
+        env: &'static [(&'static str, &'static str)],
     },
     /// `linattn decode` of an f32 decoder (a prefill of `prefill` tokens in one launch, then
     /// one launch per token), against cpu-ref/decode/f64.
@@ -69,6 +72,7 @@ impl fmt::Display for Probe {
                 map,
                 causal,
                 backward,
+                env,
                 ..
             } => {
                 let c = if *causal { "causal" } else { "non-causal" };
@@ -76,7 +80,8 @@ impl fmt::Display for Probe {
                 write!(
                     f,
                     "attend {backend} B={b} H={h} N={n} D={d} M={m} {map} {c}{grads}"
-                )
+                )?;
+                env.iter().try_for_each(|(k, v)| write!(f, " {k}={v}"))
             }
             Probe::Decode {
                 backend,
@@ -168,6 +173,7 @@ impl Workspace {
                 map,
                 causal,
                 backward,
+                env,
             } => {
                 let inputs = seeded_inputs(dims)?;
                 let args = |backend: &str, out_dir: &Path| -> Vec<String> {
@@ -216,7 +222,11 @@ impl Workspace {
                 })?;
                 write_npys(work, &inputs, true)?;
                 let dir = work.join("got");
-                let out = self.command(kernel_dir).args(args(backend, &dir)).output();
+                let out = self
+                    .command(kernel_dir)
+                    .envs(env.iter().copied())
+                    .args(args(backend, &dir))
+                    .output();
                 let out = out.map_err(|e| format!("linattn attend: {e}"))?;
                 run_verdict(&out, &dir, files, &expected, precision_of(backend)?)
             }
