@@ -1628,12 +1628,12 @@ cc_seg_scan(float* __restrict__ states, int num_segments, float seg_decay) {
      2 * CC_D * 4 + CC_DT * 2 * 16 * 16)
 
 // A fetched tile (cc_walk_fetch, 8 warps) after φ as natural rows [token][feature] (stride
-// CC_LDD: q̃, k̃ for P = q̃k̃ᵀ) and, with TR, transposed and weighted by w[token],
-// k̃wᵀ[feature][token] (stride CC_LDT, for ΔSᵀ = vᵀ·k̃w); φ once. f0: the tile's first
-// feature. Natural stores: a lane's two feature values of a token as one 32-bit word; the
+// CC_LDD: q̃, k̃ for P = q̃k̃ᵀ) and, unless tr is null (q̃), transposed and weighted by
+// w[token], k̃wᵀ[feature][token] (stride CC_LDT, for ΔSᵀ = vᵀ·k̃w); φ once. f0: the tile's
+// first feature. (A template flag in place of the null test spilled 48 B at D = 128,
+// M = 64 on sm_90.) Natural stores: a lane's two feature values of a token as one 32-bit word; the
 // 32 lanes of a store hit rows 2tw (+ 8s) at stride CC_LDD/2 ≡ 4 mod 32 words, plus fp: 32
 // banks.
-template <bool TR>
 __device__ __forceinline__ void cc_seg_put(cc_u16* nat, cc_u16* tr, const cc_u32 (&raw)[2 * CC_WALK_STEPS],
                                            int f0, int tok0, int n, int cols, int phi, const float* w) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
@@ -1645,7 +1645,7 @@ __device__ __forceinline__ void cc_seg_put(cc_u16* nat, cc_u16* tr, const cc_u32
         const int r = tok + (s >> 1) * 8 + (s & 1);
         *(cc_u32*)(nat + r * CC_LDD + f0 + f) = cc_pack(x[s].x, x[s].y);
     }
-    if (!TR) return;
+    if (!tr) return;
 #pragma unroll
     for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
         const float ws = w[tok + (s >> 1) * 8 + (s & 1)];
@@ -1908,8 +1908,8 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
 #pragma unroll
         for (int h = 0; h < CC_DT; ++h) {
             const int cols = cc_slice_cols<CC_D>(dw, h * CC_TILE);
-            cc_seg_put<false>(s_q, nullptr, raw.q[h], h * CC_TILE, tok0, n, cols, map, nullptr);
-            cc_seg_put<true>(s_k, s_kt, raw.k[h], h * CC_TILE, tok0, n, cols, map, s_w);
+            cc_seg_put(s_q, nullptr, raw.q[h], h * CC_TILE, tok0, n, cols, map, nullptr);
+            cc_seg_put(s_k, s_kt, raw.k[h], h * CC_TILE, tok0, n, cols, map, s_w);
         }
         cc_walk_put<false, false, false>(s_vt, nullptr, raw.v, tok0, n, m_cols, LA_MAP_IDENTITY, nullptr,
                                          nullptr, nullptr);

@@ -12,6 +12,8 @@
 # its own deadline: the smaller of its cap and what is left of the budget. A step whose
 # minimum no longer fits is recorded as skipped, and time a step leaves unused passes on.
 #   check       linattn check --long of every cuda/* backend            -> check.json
+#   seg-check   the chunked inference forward (check --forward-only)      (side-by-side.tgz:
+#               in segments of 2 chunks at every shape, O judged            seg-check.json)
 #   latency     linattn latency: %clock64 chains per instruction class,  (table in summary.txt,
 #               beside the model's timing of the same PTX                  JSON in rest.tgz)
 #   mma-probe   linattn mma-probe: how the tensor cores sum f16/bf16 mma   (table and verdict
@@ -28,9 +30,12 @@
 #   ncu-fla     time, DRAM bytes, occupancy of the chunked bf16 kernels   -> ncu-fla.csv
 #               at (B, T, H, D) = (2, 16384, 16, 128)
 #   memcheck    compute-sanitizer memcheck over linattn check, 5 backends -> sanitize.txt
+#   memcheck-seg  the same over seg-check's forward, f16 (N <= 1100)      -> sanitize.txt
 #   racecheck   racecheck over one linattn bench run per backend, N=1100
 #   decode      linattn bench --mode decode, context 2^8..2^16           (in rest.tgz)
 #   decode-b32  the same at B = H = 32, D = M = 128, context 2^8            (in rest.tgz)
+#   perchunk-*  the chunked bf16 inference forward per chunk               (side-by-side.tgz)
+#               (LINATTN_CC_SEGMENTS=off), beside lin-*'s segments
 #   sweep       linattn bench B=4 H=16 D=64, N=2^10..2^16                -> sweep.json
 # $OUT gets at most 8 files, rewritten as each step ends (a kill keeps what finished):
 # summary.txt (the step log, the ratio table, the check verdict), check.json,
@@ -176,7 +181,7 @@ collect() { # everything finished so far into $OUT
         tar -czf "$OUT/.sbs.tmp" -C "$WORK" sbs && mv "$OUT/.sbs.tmp" "$OUT/side-by-side.tgz"
     fi
     local f
-    for f in "$WORK"/logs/*-memcheck.log "$WORK"/logs/*-racecheck.log; do
+    for f in "$WORK"/logs/*-memcheck.log "$WORK"/logs/*-memcheck-seg.log "$WORK"/logs/*-racecheck.log; do
         [ -f "$f" ] && { echo "==== ${f##*/} (last 300 lines)"; tail -n 300 "$f"; }
     done >"$WORK/sanitize.txt"
     [ -s "$WORK/sanitize.txt" ] && cp "$WORK/sanitize.txt" "$OUT/sanitize.txt"
@@ -280,6 +285,11 @@ if [ "$DRY_RUN" = 1 ]; then
 fi
 
 step check 40 120 45 -- "$B" check --long --backends 'cuda/*' --json "$OUT/check.json"
+# The inference forward, which check (dO staged: the training forward) does not run: the
+# chunked form's segmented kernels (cc_seg_sums, cc_seg_scan, cc_forward_seg) forced at every
+# shape with D <= 128 (segments of 2 chunks; by default only large shapes take them).
+step seg-check 10 60 8 -- env LINATTN_CC_SEGMENTS=2 "$B" check --long --forward-only \
+    --backends 'cuda/causal_chunked/*' --json "$WORK/sbs/seg-check.json"
 # Seconds: a few thousand %clock64 cycles per probe, 5 launches each, plus the simulator's
 # timing of the same PTX. Early because the model's constants are what it measures.
 step latency 5 30 8 -- "$B" latency --platform cuda --repeats 5 --out "$WORK/latency.json"
@@ -346,6 +356,8 @@ step ncu-fla 20 60 30 needs=ncu -- bash -c 'ncu --clock-control none --kernel-na
 # it (0 errors in under 35 s on the H100); racecheck, far slower, gets one bench run per backend.
 step memcheck 20 60 30 needs=compute-sanitizer -- compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$B" check --backends "$HOT,cuda/softmax/f16"
+step memcheck-seg 10 30 12 needs=compute-sanitizer -- env LINATTN_CC_SEGMENTS=2 compute-sanitizer --tool memcheck \
+    --error-exitcode 3 "$B" check --forward-only --backends cuda/causal_chunked/f16
 step racecheck 20 60 30 needs=compute-sanitizer -- compute-sanitizer --tool racecheck --error-exitcode 3 \
     "$B" bench --backends "$HOT" --causality causal,non-causal --n 1100 --batch 1 --heads 2 --dk 64 \
     --mode forward+backward --warmup 0 --repeats 1 --no-progress --deadline @DEADLINE@ --out "$WORK/racecheck-bench.json"
@@ -355,6 +367,15 @@ step decode 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32,cuda/
 # The state update at scale (#21's target: >= 70% of HBM at B = H = 32, D = M = 128).
 step decode-b32 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32 --batch 32 --heads 32 \
     --dk 128 --n 2^8 --no-progress --deadline @DEADLINE@ --out "$WORK/decode-b32"
+# The chunked inference forward per chunk (cc_forward_h + cc_forward), beside the lin-* steps'
+# default, which runs it in segments at the shapes with D <= 128 and >= 528 segment-CTAs
+# (three of fla's five): which the hardware prefers, shape by shape.
+for sh in "${SHAPES[@]}"; do
+    IFS=x read -r b n h d <<<"$sh"
+    step "perchunk-b$b-n$n" 5 20 3 -- env LINATTN_CC_SEGMENTS=off "$B" bench --backends cuda/causal_chunked/bf16 \
+        --n "$n" --batch "$b" --heads "$h" --dk "$d" --mode forward --cell-seconds 0.3 --warmup 3 \
+        --no-progress --deadline @DEADLINE@ --out "$WORK/sbs/perchunk-b$b-n$n-h$h-d$d.json"
+done
 # Last: the sweep takes what is left (it stops at its deadline with the cells it has).
 step sweep 20 100 90 -- "$B" bench --backends "$HOT,cuda/softmax/f16" --causality causal,non-causal \
     --n-min 2^10 --n-max 2^16 --batch 4 --heads 16 --dk 64 --mode forward,forward+backward \

@@ -3,7 +3,9 @@
 //! every shape the simulator tests at), the segmented forward (`cc_seg_sums`, `cc_seg_scan`,
 //! `cc_forward_seg`) where `LINATTN_CC_SEGMENTS` asks for segments (or the shape is large),
 //! the per-chunk forward again with `off`, and a bad value refused naming the variable.
-//! Read from `linattn profile`'s launch list on the simulator.
+//! Read from `linattn profile`'s launch list on the simulator. And `linattn check
+//! --forward-only`, the harness's way to judge that forward (a check with ∂L/∂O runs the
+//! training forward instead), passes in segments of 2 with only O judged.
 
 use linattn_testkit::Platform;
 use serde_json::Value;
@@ -22,7 +24,61 @@ fn main() {
             "a_bad_segments_value_is_refused_naming_the_variable",
             a_bad_segments_value_is_refused_naming_the_variable()
     ));
+    trials.extend(linattn_testkit::stamp_executors!(
+        for platform in [Platform::Sim] =>
+            "check_forward_only_judges_the_segmented_forward",
+            check_forward_only_judges_the_segmented_forward()
+    ));
     linattn_testkit::run(trials)
+}
+
+fn check_forward_only_judges_the_segmented_forward() -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let json = dir.path().join("check.json");
+    let out = cli_common::linattn_command()
+        .args([
+            "check",
+            "--forward-only",
+            "--backends",
+            "sim/causal_chunked/f16",
+            "--sim-max-n",
+            "130",
+            "--json",
+        ])
+        .arg(&json)
+        .env("LINATTN_CC_SEGMENTS", "2")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("check failed: {}", cli_common::stderr(&out)));
+    }
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    if v["forward_only"] != Value::Bool(true) {
+        return Err(format!("forward_only is {}", v["forward_only"]));
+    }
+    let cases = v["cases"].as_array().ok_or("no cases")?;
+    let mut judged = 0;
+    for c in cases.iter().filter(|c| c["outcome"] == "pass") {
+        let tensors: Vec<&str> = c["errors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["tensor"].as_str())
+            .collect();
+        if tensors != ["o"] {
+            return Err(format!(
+                "case {}: judged {tensors:?}, want O only",
+                c["case"]
+            ));
+        }
+        judged += 1;
+    }
+    // N = 65 and 130 are two and three chunks: every such case ran in segments of 2.
+    if judged < 10 {
+        return Err(format!("only {judged} passing cases"));
+    }
+    Ok(())
 }
 
 /// The kernels `linattn profile --mode forward` ran at B = 1, H = 2, N = 300, D = M = 64,

@@ -9,13 +9,15 @@ use linattn_core::{AttnError, Grads, Inputs, Judge, Tensor, Unsupported};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// Runs one case on one backend. `None` when the backend turned out to be unavailable on
-/// this machine (its summary is marked skipped instead).
+/// Runs one case on one backend (`forward_only`: its forward alone, O judged, whatever its
+/// backward). `None` when the backend turned out to be unavailable on this machine (its
+/// summary is marked skipped instead).
 pub(super) fn check_case(
     entry: &mut Entry,
     case: &Case,
     seed: u64,
     inputs: &Inputs,
+    forward_only: bool,
     oracle_cache: &mut HashMap<OracleKey, Result<Reference, String>>,
 ) -> Option<CaseRecord> {
     let info = entry.backend.info().clone();
@@ -49,7 +51,7 @@ pub(super) fn check_case(
         }
     }
 
-    let with_grads = info.backward.is_some();
+    let with_grads = info.backward.is_some() && !forward_only;
     let key = OracleKey::for_backend(&info);
     let cached = oracle_cache
         .get(&key)
@@ -212,7 +214,7 @@ mod tests {
             long: false,
         };
         let inputs = Inputs::random(shape, 5, true).unwrap();
-        let record = check_case(&mut entry, &case, 5, &inputs, &mut HashMap::new());
+        let record = check_case(&mut entry, &case, 5, &inputs, false, &mut HashMap::new());
         if let Some(r) = &record {
             entry.summary.add(r);
         }

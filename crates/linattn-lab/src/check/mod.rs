@@ -105,6 +105,12 @@ pub struct CheckArgs {
     /// (each at its declared `.align` and no more, so a vector access wider than that faults).
     #[arg(long, value_name = "PLACEMENT", value_parser = ["declared", "adversarial"])]
     shared_placement: Option<String>,
+    /// Run every backend's forward alone, with no ∂L/∂O staged, and judge O only: the
+    /// inference path, which a backend with a backward does not take by default (the chunked
+    /// form runs other kernels when a backward follows; `LINATTN_CC_SEGMENTS` picks its
+    /// segmented forward at any shape).
+    #[arg(long)]
+    forward_only: bool,
 }
 
 fn parse_numerics(s: &str) -> Result<Numerics, String> {
@@ -195,18 +201,24 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
         .sim_limit()
         .map_or(String::new(), |n| format!("; sim/* only up to N = {n}"));
     eprintln!(
-        "checking {} backend(s) on {} case(s) (seed {}{sim_limit}; {} numerics, mma {})",
+        "checking {} backend(s) on {} case(s) (seed {}{sim_limit}; {} numerics, mma {}{})",
         entries.len(),
         cases.len(),
         args.seed,
         args.numerics,
-        args.mma_model.unwrap_or(args.numerics.mma_model())
+        args.mma_model.unwrap_or(args.numerics.mma_model()),
+        if args.forward_only {
+            "; the forward only"
+        } else {
+            ""
+        }
     );
 
     let mut records: Vec<CaseRecord> = Vec::new();
     for case in &cases {
         let seed = args.seed.wrapping_add(case.index as u64);
-        let inputs = match Inputs::random(case.problem.shape, seed, true) {
+        // --forward-only: no ∂L/∂O, so no backend stages a forward a backward follows.
+        let inputs = match Inputs::random(case.problem.shape, seed, !args.forward_only) {
             Ok(inputs) => inputs,
             Err(e) => {
                 // Cannot happen for the fixed grid (non-zero dims); reported, not panicked.
@@ -224,7 +236,14 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
             progress.set_message(format!("{} {}", entry.summary.backend, case.problem));
             let started = std::time::Instant::now();
             let oracle_before = oracle_seconds(&oracle_cache);
-            let record = check_case(entry, case, seed, &inputs, &mut oracle_cache);
+            let record = check_case(
+                entry,
+                case,
+                seed,
+                &inputs,
+                args.forward_only,
+                &mut oracle_cache,
+            );
             entry.summary.seconds += (started.elapsed().as_secs_f64()
                 - (oracle_seconds(&oracle_cache) - oracle_before))
                 .max(0.0);
@@ -293,6 +312,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, AttnError> {
             sim_max_n: args.sim_limit(),
             numerics: args.numerics.name(),
             mma_model: args.mma_model.unwrap_or(args.numerics.mma_model()).name(),
+            forward_only: args.forward_only,
             backends: &summaries,
             cases: &records,
         };

@@ -97,6 +97,8 @@ pub(super) struct CheckReport<'a> {
     pub(super) numerics: &'static str,
     /// How the simulated backends' `mma` summed (`--mma-model`, else the mode's own).
     pub(super) mma_model: &'static str,
+    /// `--forward-only`: every backend ran its forward alone (no ∂L/∂O staged), O judged.
+    pub(super) forward_only: bool,
     pub(super) backends: &'a [BackendSummary],
     pub(super) cases: &'a [CaseRecord],
 }
