@@ -2,7 +2,8 @@
 //! cores (SPEC §3 "chunkwise"), with the memory-efficient backward of SPEC §4.
 //!
 //! The math, the two-pass schedule, the fragment layouts and the precision choices are
-//! documented at the top of `kernels/causal_chunked.cu` (and set beside fla's kernels in
+//! documented at the top of `kernels/causal_chunked.cu` (whose parts are the
+//! `kernels/causal_chunked_*.cuh` it includes; [`HEADERS`]) (and set beside fla's kernels in
 //! `kernels/CHUNKED-DESIGN.md`). In short:
 //! * pass 1 (`cc_forward_h`): one CTA per (D/64 tile, b·h, M/64 tile) walks the chunks in
 //!   order with the running fp32 state in registers and writes each chunk's entering state
@@ -48,10 +49,11 @@ use linattn_core::{
 use crate::device_backend::DeviceBackend;
 use crate::executor::{Executor, Kernel, Launch, Platform};
 use crate::form::{DeviceForm, DeviceGrads, DeviceInputs, FormInfo, Forward, Run, Timed};
+use crate::kernel_header;
 use crate::limits;
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch_kernel, ptr, KernelParams, ParamSpec};
-use crate::runtime::{as_i32, map_define, storage_define, KernelVariant};
+use crate::runtime::{as_i32, map_define, storage_define, KernelHeader, KernelVariant};
 
 mod entries;
 mod plan;
@@ -64,6 +66,14 @@ pub use plan::{
 
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_chunked.cu");
+/// The parts `causal_chunked.cu` includes, in its order.
+pub const HEADERS: &[KernelHeader] = &[
+    kernel_header!("causal_chunked_common.cuh"),
+    kernel_header!("causal_chunked_states.cuh"),
+    kernel_header!("causal_chunked_outputs.cuh"),
+    kernel_header!("causal_chunked_segments.cuh"),
+    kernel_header!("causal_chunked_backward.cuh"),
+];
 
 /// Threads per CTA of the chunk kernels: 4 warps × 16 rows.
 pub const THREADS: u32 = 128;
@@ -105,6 +115,7 @@ pub fn variant(precision: Precision, dk: usize, dv: usize) -> Result<KernelVaria
         })
         .collect();
     Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
+        .headers(HEADERS)
         .define(storage_name, storage_value)
         .define("CC_D", width(dk))
         .define("CC_M", width(dv))
@@ -473,11 +484,7 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         _input_meter: &MemoryMeter,
     ) -> Result<Plan, AttnError> {
         let shape = problem.shape;
-        let segments = match self.segments {
-            Segments::Auto => Segments::from_env()?,
-            fixed => fixed,
-        };
-        let plan = LaunchPlan::with(&shape, GradSlices::from_env()?, segments)?;
+        let plan = LaunchPlan::with_segments(&shape, self.segments)?;
         let map = map_code(&problem.map, T::PRECISION)?;
         let args = ScalarArgs::new(problem, &plan, map)?;
         let variant = variant(T::PRECISION, shape.dk, shape.dv)?;

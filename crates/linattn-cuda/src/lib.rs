@@ -46,7 +46,7 @@ pub use executor::{DeviceInfo, Executor, KernelArg, Launch, Platform};
 pub use form::{DeviceForm, FormInfo};
 pub use params::{KernelParams, ParamKind, ParamSpec, Ptr};
 pub use registry::{FormEntry, FORMS};
-pub use runtime::{gpu_available, nvrtc_available, KernelVariant};
+pub use runtime::{gpu_available, nvrtc_available, KernelHeader, KernelVariant};
 
 /// Every CUDA backend on every platform (GPU first, then simulator). On a machine without a
 /// GPU (or NVRTC) they still appear, and their `supports` says `skipped: <reason>`.

@@ -7,7 +7,7 @@ use linattn_core::{Backend, Decoder};
 
 use crate::executor::Platform;
 use crate::params::ParamSpec;
-use crate::runtime::KernelVariant;
+use crate::runtime::{KernelHeader, KernelVariant};
 use crate::{
     causal_chunked, causal_cumsum, causal_recurrent, decode, feature_map, latency_probe, mma_probe,
     mufu_probe, noncausal,
@@ -20,6 +20,8 @@ pub struct FormEntry {
     pub name: &'static str,
     /// The kernel source.
     pub source: &'static str,
+    /// The headers it includes (the parts of a long program).
+    pub headers: &'static [KernelHeader],
     /// Its backends on a platform (none for the φ stage and for decode).
     pub backends: fn(Platform) -> Vec<Box<dyn Backend>>,
     /// Its streaming decoders on a platform (decode only).
@@ -51,6 +53,7 @@ pub const FORMS: [FormEntry; 9] = [
     FormEntry {
         name: "noncausal",
         source: noncausal::SOURCE,
+        headers: &[],
         backends: noncausal::backends,
         decoders: no_decoders,
         variants: noncausal::kernel_variants,
@@ -59,6 +62,7 @@ pub const FORMS: [FormEntry; 9] = [
     FormEntry {
         name: "causal_recurrent",
         source: causal_recurrent::SOURCE,
+        headers: &[],
         backends: causal_recurrent::backends,
         decoders: no_decoders,
         variants: causal_recurrent::kernel_variants,
@@ -67,6 +71,7 @@ pub const FORMS: [FormEntry; 9] = [
     FormEntry {
         name: "causal_cumsum",
         source: causal_cumsum::SOURCE,
+        headers: &[],
         backends: causal_cumsum::backends,
         decoders: no_decoders,
         variants: causal_cumsum::kernel_variants,
@@ -75,6 +80,7 @@ pub const FORMS: [FormEntry; 9] = [
     FormEntry {
         name: "causal_chunked",
         source: causal_chunked::SOURCE,
+        headers: causal_chunked::HEADERS,
         backends: causal_chunked::backends,
         decoders: no_decoders,
         variants: causal_chunked::kernel_variants,
@@ -83,6 +89,7 @@ pub const FORMS: [FormEntry; 9] = [
     FormEntry {
         name: "feature_map",
         source: feature_map::SOURCE,
+        headers: &[],
         backends: no_backends,
         decoders: no_decoders,
         variants: feature_map::kernel_variants,
@@ -91,6 +98,7 @@ pub const FORMS: [FormEntry; 9] = [
     FormEntry {
         name: "decode",
         source: decode::SOURCE,
+        headers: &[],
         backends: no_backends,
         decoders: decode::decoders,
         variants: decode::kernel_variants,
@@ -100,6 +108,7 @@ pub const FORMS: [FormEntry; 9] = [
     FormEntry {
         name: "latency_probe",
         source: latency_probe::SOURCE,
+        headers: &[],
         backends: no_backends,
         decoders: no_decoders,
         variants: latency_probe::kernel_variants,
@@ -109,6 +118,7 @@ pub const FORMS: [FormEntry; 9] = [
     FormEntry {
         name: "mma_probe",
         source: mma_probe::SOURCE,
+        headers: &[],
         backends: no_backends,
         decoders: no_decoders,
         variants: mma_probe::kernel_variants,
@@ -118,6 +128,7 @@ pub const FORMS: [FormEntry; 9] = [
     FormEntry {
         name: "mufu_probe",
         source: mufu_probe::SOURCE,
+        headers: &[],
         backends: no_backends,
         decoders: no_decoders,
         variants: mufu_probe::kernel_variants,

@@ -150,7 +150,10 @@ pub fn source_signatures(source: &str) -> Result<Vec<SourceSignature>, String> {
 
 /// The form's argument structs against its source: same entries, names, kinds and order.
 pub fn check_against_source(form: &FormEntry) -> Result<(), String> {
-    let declared = source_signatures(form.source)?;
+    let mut declared = source_signatures(form.source)?;
+    for header in form.headers {
+        declared.extend(source_signatures(header.text)?);
+    }
     let mut problems = Vec::new();
     for signature in &declared {
         match form
@@ -177,7 +180,10 @@ pub fn check_against_source(form: &FormEntry) -> Result<(), String> {
     }
     for spec in form.kernel_params {
         if !declared.iter().any(|s| s.entry == spec.entry) {
-            problems.push(format!("{}: not declared in {}.cu", spec.entry, form.name));
+            problems.push(format!(
+                "{}: not declared in {}.cu or its headers",
+                spec.entry, form.name
+            ));
         }
     }
     if problems.is_empty() {
@@ -276,6 +282,7 @@ extern "C" __global__ void xx_flag(const la_storage_t* q, unsigned count) {}
         FormEntry {
             name: "xx",
             source: SOURCE,
+            headers: &[],
             backends: |_| Vec::new(),
             decoders: |_| Vec::new(),
             variants: Vec::new,

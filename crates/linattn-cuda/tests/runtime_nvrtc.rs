@@ -3,7 +3,7 @@
 //! Stamped on the simulator's platform (NVRTC present): reported as ignored with the reason
 //! where NVRTC is absent, and failing then under `LINATTN_REQUIRE_NVRTC=1` (CI).
 
-use linattn_cuda::runtime::{compile, Arch, KernelVariant};
+use linattn_cuda::runtime::{compile, Arch, KernelHeader, KernelVariant};
 use linattn_cuda::Platform;
 use linattn_testkit::{run, stamp_executors};
 
@@ -13,6 +13,22 @@ extern "C" __global__ void la_probe_copy(const la_storage_t* x, la_storage_t* y,
     if (i < n) la_store(y, i, la_phi(la_load(x, i)) + la_warp_sum(1.0f));
 }
 "#;
+
+/// A program whose kernel lives in a header it includes by name (as causal_chunked.cu's parts).
+const UNIT: &str = "#include \"part.cuh\"\n";
+const PART: &[KernelHeader] = &[KernelHeader {
+    name: "part.cuh",
+    text: r#"#pragma once
+extern "C" __global__ void la_part_scale(float* y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * y[i] + la_warp_sum(1.0f);
+}
+"#,
+}];
+const BROKEN_PART: &[KernelHeader] = &[KernelHeader {
+    name: "part.cuh",
+    text: "#pragma once\n\nextern \"C\" __global__ void la_part_scale() { missing_in_part = 1; }\n",
+}];
 
 const BROKEN: &str = "extern \"C\" __global__ void la_broken() { undefined_name = 1; }\n";
 
@@ -29,6 +45,10 @@ fn main() {
         (
             "missing_entry_point_is_a_compile_error",
             missing_entry_point_is_a_compile_error,
+        ),
+        (
+            "headers_are_passed_with_the_program",
+            headers_are_passed_with_the_program,
         ),
     ];
     // NVRTC is what the simulator needs: its availability decides these.
@@ -69,4 +89,35 @@ fn missing_entry_point_is_a_compile_error() {
     let variant = KernelVariant::new("probe.cu", PROBE).entry("la_not_there");
     let error = compile(&variant, Arch::SM90).expect_err("entry check");
     assert!(error.to_string().contains("la_not_there"), "{error}");
+}
+
+fn headers_are_passed_with_the_program() {
+    // The entry point is found in the header, which sees the prelude the unit was given.
+    let variant = KernelVariant::new("unit.cu", UNIT)
+        .headers(PART)
+        .define("LA_STORAGE", 0)
+        .entry("la_part_scale");
+    let compiled = compile(&variant, Arch::SM90).expect("unit + header compiles");
+    assert!(
+        compiled.ptx.contains(".entry la_part_scale"),
+        "{}",
+        compiled.ptx
+    );
+    // Without the header the include fails, naming it.
+    let alone = KernelVariant::new("unit.cu", UNIT)
+        .define("LA_STORAGE", 0)
+        .entry("la_part_scale");
+    let error = compile(&alone, Arch::SM90).expect_err("no header, no program");
+    assert!(error.to_string().contains("part.cuh"), "{error}");
+    // An error inside the header names the header and its line (not a line of the unit),
+    // and a header's text is part of the cache key: same unit, other header, new compile.
+    let broken = KernelVariant::new("unit.cu", UNIT)
+        .headers(BROKEN_PART)
+        .define("LA_STORAGE", 0)
+        .entry("la_part_scale");
+    let text = compile(&broken, Arch::SM90)
+        .expect_err("the header's error")
+        .to_string();
+    assert!(text.contains("part.cuh(3)"), "{text}");
+    assert!(text.contains("missing_in_part"), "{text}");
 }

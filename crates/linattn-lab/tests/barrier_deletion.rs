@@ -32,18 +32,18 @@ const LADDERS: &[(&str, &[Probe])] = &[
             check("sim/softmax/f32", 65),
         ],
     ),
+    // The chunked program's parts. Pass 1 (the walks) and pass 2 (cc_forward, cc_forward_train)
+    // first by the inference forward (no d_out: the packed walk and cc_forward), which `check`
+    // does not run (it stages d_out for every backend with a backward); D = 128 for
+    // cc_forward's loop over the packed state's tiles; then `check` (training and backward).
+    ("causal_chunked_states.cuh", CHUNKED_PASSES),
+    ("causal_chunked_outputs.cuh", CHUNKED_PASSES),
+    // The segmented inference forward (cc_seg_sums, cc_seg_scan, cc_forward_seg), which no
+    // shape of the others takes by default: segments of 2 chunks over 5, the last one short.
+    ("causal_chunked_segments.cuh", &[chunked_segmented()]),
     (
-        "causal_chunked.cu",
+        "causal_chunked_backward.cuh",
         &[
-            // The inference forward (no d_out: the packed walk and cc_forward), which `check`
-            // does not run (it stages d_out for every backend with a backward); D = 128 for
-            // cc_forward's loop over the packed state's tiles.
-            chunked_inference(64),
-            chunked_inference(128),
-            // The segmented inference forward (cc_seg_sums, cc_seg_scan, cc_forward_seg),
-            // which N = 130 does not take by default: segments of 2 chunks over 5, the last
-            // one short.
-            chunked_segmented(),
             check("sim/causal_chunked/f16", 65),
             check("sim/causal_chunked/f16", 130),
         ],
@@ -104,6 +104,13 @@ const LADDERS: &[(&str, &[Probe])] = &[
         "softmax.cu",
         &[check("sim/softmax/f32", 7), check("sim/softmax/f32", 65)],
     ),
+];
+
+const CHUNKED_PASSES: &[Probe] = &[
+    chunked_inference(64),
+    chunked_inference(128),
+    check("sim/causal_chunked/f16", 65),
+    check("sim/causal_chunked/f16", 130),
 ];
 
 /// `linattn check` as CI's sim pass runs it: every checker, globalcheck included.

@@ -300,7 +300,17 @@ impl LaunchPlan {
     /// ([`GradSlices::from_env`]; by default by [`GRAD_LOOP_MIN_CTAS`]).
     /// The inference forward's segments as `LINATTN_CC_SEGMENTS` says ([`Segments::from_env`]).
     pub fn new(shape: &Shape) -> Result<Self, AttnError> {
-        Self::with(shape, GradSlices::from_env()?, Segments::from_env()?)
+        Self::with_segments(shape, Segments::Auto)
+    }
+
+    /// [`new`](Self::new) with the segments a backend was built with: `Auto` defers to
+    /// `LINATTN_CC_SEGMENTS` (and its default rule), `Off` or a length is taken as given.
+    pub fn with_segments(shape: &Shape, segments: Segments) -> Result<Self, AttnError> {
+        let segments = match segments {
+            Segments::Auto => Segments::from_env()?,
+            fixed => fixed,
+        };
+        Self::with(shape, GradSlices::from_env()?, segments)
     }
 
     /// The plan at `shape` with the gradients' slices spread as `slices` says (segments

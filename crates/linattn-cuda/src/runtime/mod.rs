@@ -2,7 +2,7 @@
 //!
 //! * [`probe`] — is NVRTC loadable, is there a CUDA device (cheap, cached, never panics).
 //! * [`provision`] — the binary installs the pinned NVRTC wheel into the user cache once.
-//! * [`variant`] — [`KernelVariant`] (source + `-D` defines + entry points), [`Arch`], the
+//! * [`variant`] — [`KernelVariant`] (source and its headers + `-D` defines + entry points), [`Arch`], the
 //!   shared `-D` vocabulary ([`storage_define`], [`map_define`], [`head_dim_class`]).
 //! * [`nvrtc`] — [`compile`] (PTX + cubin + ptxas report, cached in the process and on disk).
 //!
@@ -22,7 +22,7 @@ pub use probe::{
     gpu_available, nvrtc_available, nvrtc_locatable, nvrtc_search_dirs, nvrtc_version,
 };
 pub use variant::{
-    check_head_dim, head_dim_class, map_define, storage_define, Arch, KernelVariant,
+    check_head_dim, head_dim_class, map_define, storage_define, Arch, KernelHeader, KernelVariant,
     HEAD_DIM_CLASSES, MAX_HEAD_DIM, MIN_HEAD_DIM,
 };
 

@@ -2,11 +2,12 @@
 //! cache, and the parser of ptxas' `-v` report.
 //!
 //! * [`compile`]`(&variant, Arch::SM90)` — NVRTC compiles `PRELUDE + "#line 1 name" + source`
-//!   for a real `sm_XX` with `-Xptxas -v`; returns [`CompiledKernel`] with the PTX (what the
+//!   (with the variant's headers, which the source `#include`s by name) for a real `sm_XX`
+//!   with `-Xptxas -v`; returns [`CompiledKernel`] with the PTX (what the
 //!   simulator runs), the cubin (what a GPU loads), the log and the parsed ptxas report.
 //!   Errors: `AttnError::Compile` holding the log.
-//! * The on-disk cache keeps each compile under a hash of (program text, options, NVRTC
-//!   version; the text read from `LINATTN_KERNEL_DIR` when set) in `$LINATTN_CACHE_DIR`, else `<cargo target dir>/linattn-nvrtc-cache`, else
+//! * The on-disk cache keeps each compile under a hash of (program text, headers, options,
+//!   NVRTC version; the text read from `LINATTN_KERNEL_DIR` when set) in `$LINATTN_CACHE_DIR`, else `<cargo target dir>/linattn-nvrtc-cache`, else
 //!   the temp dir; `LINATTN_NVRTC_CACHE=0` turns it off. Entries are written atomically, so
 //!   concurrent test processes share it safely.
 
@@ -20,7 +21,7 @@ use linattn_core::AttnError;
 
 use super::probe::{nvrtc_available, nvrtc_version};
 use super::sync::lock;
-use super::variant::{Arch, KernelVariant};
+use super::variant::{Arch, KernelHeader, KernelVariant};
 
 /// The shared prelude, prepended to every kernel source.
 pub const PRELUDE: &str = include_str!("../../../../kernels/prelude.cuh");
@@ -58,6 +59,9 @@ pub struct CompiledKernel {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct CompileKey {
     source_name: &'static str,
+    /// The texts too: two programs may share a name (tests build several `probe.cu`).
+    source: &'static str,
+    headers: &'static [KernelHeader],
     defines: Vec<(String, String)>,
     arch: Arch,
 }
@@ -66,6 +70,8 @@ impl CompileKey {
     pub(crate) fn of(variant: &KernelVariant, arch: Arch) -> Self {
         CompileKey {
             source_name: variant.source_name,
+            source: variant.source,
+            headers: variant.headers,
             defines: variant.defines.clone(),
             arch,
         }
@@ -113,17 +119,30 @@ pub fn nvrtc_options(variant: &KernelVariant, arch: Arch) -> Vec<String> {
 /// The NVRTC program: the prelude, then the kernel source; `#line` makes errors in the
 /// kernel point at its own file and line.
 ///
-/// With `LINATTN_KERNEL_DIR` set, `prelude.cuh` and the kernel's `.cu` are read from that
-/// directory instead of the copies embedded at build time: edit a kernel and rerun without
-/// rebuilding (a file missing there falls back to the embedded one).
+/// With `LINATTN_KERNEL_DIR` set, `prelude.cuh`, the kernel's `.cu` and its headers are read
+/// from that directory instead of the copies embedded at build time: edit a kernel and rerun
+/// without rebuilding (a file missing there falls back to the embedded one).
 fn program_text(variant: &KernelVariant) -> String {
-    let from_dir = |name: &str| {
-        let dir = std::env::var_os("LINATTN_KERNEL_DIR")?;
-        std::fs::read_to_string(std::path::Path::new(&dir).join(name)).ok()
-    };
-    let prelude = from_dir("prelude.cuh").unwrap_or_else(|| PRELUDE.to_string());
-    let source = from_dir(variant.source_name).unwrap_or_else(|| variant.source.to_string());
+    let prelude = from_kernel_dir("prelude.cuh").unwrap_or_else(|| PRELUDE.to_string());
+    let source = from_kernel_dir(variant.source_name).unwrap_or_else(|| variant.source.to_string());
     format!("{prelude}\n#line 1 \"{}\"\n{source}", variant.source_name)
+}
+
+/// The variant's headers as (include name, text), each from `LINATTN_KERNEL_DIR` when there.
+fn header_texts(variant: &KernelVariant) -> Vec<(&'static str, String)> {
+    variant
+        .headers
+        .iter()
+        .map(|h| {
+            let text = from_kernel_dir(h.name).unwrap_or_else(|| h.text.to_string());
+            (h.name, text)
+        })
+        .collect()
+}
+
+fn from_kernel_dir(name: &str) -> Option<String> {
+    let dir = std::env::var_os("LINATTN_KERNEL_DIR")?;
+    std::fs::read_to_string(std::path::Path::new(&dir).join(name)).ok()
 }
 
 fn compile_uncached(variant: &KernelVariant, arch: Arch) -> Result<CompiledKernel, AttnError> {
@@ -132,6 +151,17 @@ fn compile_uncached(variant: &KernelVariant, arch: Arch) -> Result<CompiledKerne
     let source =
         CString::new(program_text(variant)).map_err(|_| fail("source holds a NUL byte".into()))?;
     let name = CString::new(variant.source_name).map_err(|_| fail("bad source name".into()))?;
+    let mut header_names = Vec::new();
+    let mut header_sources = Vec::new();
+    for (include, text) in header_texts(variant) {
+        header_names.push(CString::new(include).map_err(|_| fail("bad header name".into()))?);
+        header_sources.push(
+            CString::new(text).map_err(|_| fail(format!("header {include} holds a NUL byte")))?,
+        );
+    }
+    let header_name_ptrs: Vec<*const c_char> = header_names.iter().map(|h| h.as_ptr()).collect();
+    let header_source_ptrs: Vec<*const c_char> =
+        header_sources.iter().map(|h| h.as_ptr()).collect();
     let options: Vec<CString> = nvrtc_options(variant, arch)
         .into_iter()
         .map(CString::new)
@@ -147,9 +177,9 @@ fn compile_uncached(variant: &KernelVariant, arch: Arch) -> Result<CompiledKerne
             &mut program,
             source.as_ptr(),
             name.as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
+            header_sources.len() as c_int,
+            header_source_ptrs.as_ptr(),
+            header_name_ptrs.as_ptr(),
         );
         if status != nvrtc::nvrtcResult::NVRTC_SUCCESS {
             return Err(fail(format!("nvrtcCreateProgram: {status:?}")));
@@ -360,8 +390,12 @@ mod disk {
     /// 128-bit FNV-1a of everything that determines NVRTC's output.
     fn key(variant: &KernelVariant, arch: Arch) -> String {
         let version = nvrtc_version().map_or((0, 0), |v| v);
+        let headers: String = header_texts(variant)
+            .into_iter()
+            .map(|(name, text)| format!("{name}\0{text}\0"))
+            .collect();
         let text = format!(
-            "{}\0{}\0{:?}",
+            "{}\0{headers}{}\0{:?}",
             program_text(variant),
             nvrtc_options(variant, arch).join("\0"),
             version

@@ -6,6 +6,32 @@ use std::fmt;
 
 use linattn_core::{FeatureMap, Precision, Unsupported};
 
+/// A file under `kernels/` that a source `#include`s by `name` (a part of a program too long
+/// for one file): NVRTC receives it with the program, so the include needs no path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelHeader {
+    /// File name under `kernels/`, as the `#include` spells it.
+    pub name: &'static str,
+    /// Its text (`include_str!`).
+    pub text: &'static str,
+}
+
+/// The [`KernelHeader`] of `kernels/<name>`, its text embedded at build time:
+/// `kernel_header!("causal_chunked_states.cuh")`.
+#[macro_export]
+macro_rules! kernel_header {
+    ($name:literal) => {
+        $crate::runtime::KernelHeader {
+            name: $name,
+            text: include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../kernels/",
+                $name
+            )),
+        }
+    };
+}
+
 /// One compilable kernel: a source, its `-D` specialisation and the entry points it exports.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KernelVariant {
@@ -13,6 +39,8 @@ pub struct KernelVariant {
     pub source_name: &'static str,
     /// The source text (`include_str!`), without the prelude.
     pub source: &'static str,
+    /// The headers the source includes (none for most kernels).
+    pub headers: &'static [KernelHeader],
     /// `-DNAME=VALUE` pairs, kept in insertion order (part of the cache key).
     pub defines: Vec<(String, String)>,
     /// `extern "C"` kernels the variant must export; compilation fails if ptxas does not
@@ -28,10 +56,16 @@ impl KernelVariant {
         KernelVariant {
             source_name,
             source,
+            headers: &[],
             defines: Vec::new(),
             entry_points: Vec::new(),
             hot: false,
         }
+    }
+
+    pub fn headers(mut self, headers: &'static [KernelHeader]) -> Self {
+        self.headers = headers;
+        self
     }
 
     pub fn define(mut self, name: impl Into<String>, value: impl fmt::Display) -> Self {

@@ -1,5 +1,5 @@
 //! The barriers of the project's kernels and their deletion mutants: every `__syncthreads()`
-//! in code (not in comments) of `kernels/*.cu` and `kernels/prelude.cuh`, found at run time
+//! in code (not in comments) of `kernels/*.cu` and `kernels/*.cuh`, found at run time
 //! so the test follows kernel edits; the function that holds it; a copy of `kernels/` with
 //! that one barrier replaced by `(void)0` (a statement, so `else __syncthreads();` stays
 //! valid), for `LINATTN_KERNEL_DIR`.
@@ -44,15 +44,15 @@ pub fn kernel_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels")
 }
 
-/// The kernel sources the runtime reads from a kernel directory: `prelude.cuh` and `*.cu`,
-/// sorted by name.
+/// The kernel sources the runtime reads from a kernel directory: `*.cu` and the headers
+/// (`prelude.cuh`, the parts a program includes), sorted by name.
 pub fn kernel_files(dir: &Path) -> Result<Vec<String>, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut names = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name == "prelude.cuh" || name.ends_with(".cu") {
+        if name.ends_with(".cu") || name.ends_with(".cuh") {
             names.push(name);
         }
     }

@@ -50,6 +50,7 @@ use linattn_cuda::DeviceBackend;
 pub const FORM: FormEntry = FormEntry {
     name: "softmax",
     source: SOURCE,
+    headers: &[],
     backends,
     decoders: |_| Vec::new(),
     variants: kernel_variants,

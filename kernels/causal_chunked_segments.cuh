@@ -1,0 +1,538 @@
+// causal_chunked_segments.cuh — the segmented inference forward: cc_seg_sums, cc_seg_scan,
+// cc_forward_seg (no state per chunk in memory). Part of causal_chunked.cu's program (see its
+// header for the math and the grid); not compiled alone.
+#pragma once
+
+// ---- the segmented inference forward (plan step 2) ----------------------------------------
+//
+// The forward without a state per chunk in memory: segments of seg_chunks (BS) chunks.
+//   1. cc_seg_sums: one CTA per (segment, b·h, M/64 slice) sums its segment's chunks from a
+//      zero state, ΔS_s = Σ_{c∈s} λ^{L(BS−1−c')} ΔS_c, z likewise (fp32; all segments at
+//      once, not a chain over NC as cc_forward_h's walk).
+//   2. cc_seg_scan turns the per-segment sums into S⁰, z⁰ of every segment:
+//      S⁰_0 = 0, S⁰_{s+1} = λ^{L·BS} S⁰_s + ΔS_s (a chain over NC/BS, one thread per element).
+//   3. cc_forward_seg: one CTA per (segment, b·h, 64-wide slice of M) carries S⁰ through
+//      its segment's chunks in registers, computing O and den of each chunk as cc_forward
+//      does, then S ← λ^L S + ΔS_c on the tensor cores.
+// DRAM per token (D = M = 128, bf16, BS = 16): k, v 512 + sums 65 (1), 129 (2), q, k, v 768,
+// S⁰ 65, O 256, den 4 (3): ~1800 B where the per-chunk states cost 3602 (1024 is the minimum).
+
+// In place over the slots cc_seg_sums wrote: slot s + 1 holds segment s's
+// sum; slot 0 ← 0 and slot s ← λ^{L·BS} slot s−1 + slot s (an inclusive scan from slot 1),
+// so slot s is S⁰, z⁰ entering segment s, fp32 in the layout of CC_STATE_STRIDE. Thread x of
+// block (bx, b·h) runs element bx·256 + x of the D·M + D words; its loads are issued 4 at a
+// time ahead of the chain (in PTX order each was a DRAM latency on it). grid (⌈(D·M + D) /
+// 256⌉, B·H), 256 threads. Limits: the file's.
+#define CC_SCAN_THREADS 256
+extern "C" __global__ void __launch_bounds__(CC_SCAN_THREADS)
+cc_seg_scan(float* __restrict__ states, int num_segments, float seg_decay) {
+    const int idx = blockIdx.x * CC_SCAN_THREADS + threadIdx.x;
+    if (idx >= CC_D * CC_M + CC_D) return;
+    float* p = states + (la_index_t)blockIdx.y * num_segments * CC_STATE_STRIDE + idx;
+    p[0] = 0.0f;
+    float run = 0.0f;
+    for (int s = 1; s < num_segments; s += 4) {
+        float x[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            x[j] = s + j < num_segments ? p[(la_index_t)(s + j) * CC_STATE_STRIDE] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (s + j >= num_segments) break;
+            run = __fmaf_rn(run, seg_decay, x[j]);
+            p[(la_index_t)(s + j) * CC_STATE_STRIDE] = run;
+        }
+    }
+}
+
+// cc_forward_seg holds a 64 × D fp32 state slice in registers: programs with CC_D ≤ 128 only
+// (the host takes cc_forward_h + cc_forward at D = 256).
+#if CC_D <= 128
+#define CC_SEG_THREADS 256
+#define CC_SEG_NT (CC_D / 16)  // n-tiles of a warp's half of the state's D columns
+// q̃, k̃ (natural), the weighted k̃ᵀ, the v slice ᵀ, the packed Sᵀ slice (D/64 tiles of
+// 64 × 16 records, cc_state_put's layout), z.
+#define CC_SEG_SMEM                                                                           \
+    (2 * CC_L * CC_LDD * 2 + CC_D * CC_LDT * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_D * 4 + \
+     2 * CC_D * 4 + CC_DT * 2 * 16 * 16)
+
+// A fetched tile (cc_walk_fetch, 8 warps) after φ as natural rows [token][feature] (stride
+// CC_LDD: q̃, k̃ for P = q̃k̃ᵀ) and, unless tr is null (q̃), transposed and weighted by
+// w[token], k̃wᵀ[feature][token] (stride CC_LDT, for ΔSᵀ = vᵀ·k̃w); φ once. f0: the tile's
+// first feature. (A template flag in place of the null test spilled 48 B at D = 128,
+// M = 64 on sm_90.) Natural stores: a lane's two feature values of a token as one 32-bit word; the
+// 32 lanes of a store hit rows 2tw (+ 8s) at stride CC_LDD/2 ≡ 4 mod 32 words, plus fp: 32
+// banks.
+__device__ __forceinline__ void cc_seg_put(cc_u16* nat, cc_u16* tr, const cc_u32 (&raw)[2 * CC_WALK_STEPS],
+                                           int f0, int tok0, int n, int cols, int phi, const float* w) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
+    const int f = (warp & 3) * 16 + 2 * fp, tok = (warp >> 2) * CC_WALK_STEPS * 8 + 2 * tw;
+    float2 x[2 * CC_WALK_STEPS];
+    cc_walk_unpack<CC_WALK_STEPS>(x, raw, tok0, n, cols, phi);
+#pragma unroll
+    for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+        const int r = tok + (s >> 1) * 8 + (s & 1);
+        *(cc_u32*)(nat + r * CC_LDD + f0 + f) = cc_pack(x[s].x, x[s].y);
+    }
+    if (!tr) return;
+#pragma unroll
+    for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+        const float ws = w[tok + (s >> 1) * 8 + (s & 1)];
+        x[s].x *= ws;
+        x[s].y *= ws;
+    }
+#pragma unroll
+    for (int s = 0; s < CC_WALK_STEPS; ++s)
+        cc_tile_cols_block<false>(tr + f0 * CC_LDT, nullptr, f, tok + 8 * s, x[2 * s], x[2 * s + 1], fp >= 4);
+}
+
+// The three tiles of chunk tok0 / 64 into registers: q, k (D/64 feature tiles each) and the
+// v slice at e0, as cc_walk_fetch lays them out for 8 warps.
+struct cc_seg_raw {
+    cc_u32 q[CC_DT][2 * CC_WALK_STEPS], k[CC_DT][2 * CC_WALK_STEPS], v[2 * CC_WALK_STEPS];
+};
+
+// QZ: q; KV: k and v (cc_forward_seg issues k, v before the state update and q after it, so
+// that q's registers are not live beside the update's).
+template <bool Q, bool KV>
+__device__ __forceinline__ void cc_seg_fetch(cc_seg_raw& r, const la_storage_t* __restrict__ q,
+                                             const la_storage_t* __restrict__ k,
+                                             const la_storage_t* __restrict__ v, la_index_t head_row0,
+                                             int tok0, int n, int e0, int dw, int mw, int m_cols) {
+#pragma unroll
+    for (int h = 0; h < CC_DT; ++h) {
+        const int cols = cc_slice_cols<CC_D>(dw, h * CC_TILE);
+        if (Q) cc_walk_fetch(r.q[h], q, head_row0, tok0, n, h * CC_TILE, dw, cols);
+        if (KV) cc_walk_fetch(r.k[h], k, head_row0, tok0, n, h * CC_TILE, dw, cols);
+    }
+    if (KV) cc_walk_fetch(r.v, v, head_row0, tok0, n, e0, mw, m_cols);
+}
+
+// acc[n] += A·B over D for n-tiles n < NT: A the warp's 16 rows of q̃ ([m][k], stride CC_LDD)
+// and B rows of k̃ ([n][k], stride CC_LDD), both given as the lane's base (row g, column 2t),
+// so each fragment is a constant offset from one of two registers; the k-steps two at a time
+// (unrolled whole beside the state, ptxas spilled; one at a time, each step recomputed its
+// addresses from the thread index).
+template <int NT>
+__device__ __forceinline__ void cc_seg_product(float (&acc)[4][4], const cc_u16* a_lane, const cc_u16* b_lane) {
+#pragma unroll 2
+    for (int ks = 0; ks < CC_D / 16; ++ks) {
+        const cc_u16* a = a_lane + ks * 16;
+        const cc_u16* b = b_lane + ks * 16;
+        const cc_u32 af[4] = {*(const cc_u32*)a, *(const cc_u32*)(a + 8 * CC_LDD), *(const cc_u32*)(a + 8),
+                              *(const cc_u32*)(a + 8 * CC_LDD + 8)};
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+            cc_mma(acc[n], af, *(const cc_u32*)(b + n * 8 * CC_LDD), *(const cc_u32*)(b + n * 8 * CC_LDD + 8));
+    }
+}
+
+// One chunk of the carried state, in cc_forward_seg's warp mapping (warp (rg, hh): state rows
+// e = 16rg + g (+8) × features hh·D/2 + 8nt + 2t, +1): S ← λ^L S + ΔS with ΔSᵀ[e][d] =
+// Σ_j vᵀ[e][j] · k̃wᵀ[d][j] from the staged tiles, the mma's accumulating into the scaled state
+// itself (ΔS from zero beside the next chunk's tiles in registers spilled); and in the
+// z_next ← λ^L z_cur + Σ_j k̃wᵀ[d][j] (the row sums of the same k̃wᵀ rows by an all-ones A,
+// from zero) and the max |z_next| of the features a warp ran into zmax[warp] (SPREAD: warp
+// (rg, hh) a quarter of half hh's) or zmax[hh] (the row-group-0 warps, half hh each).
+template <bool SPREAD>
+__device__ __forceinline__ void cc_seg_state_step(float (&run)[CC_SEG_NT][4], float* z_next, const float* z_cur,
+                                                  float* zmax, const cc_u16* s_vt, const cc_u16* s_kt,
+                                                  float chunk_decay) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int rg = warp & 3, hh = warp >> 2, row0 = 16 * rg, dc0 = hh * (CC_D / 2);
+    if (chunk_decay != 1.0f) {
+#pragma unroll
+        for (int nt = 0; nt < CC_SEG_NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) run[nt][c] *= chunk_decay;
+    }
+#pragma unroll
+    for (int ks = 0; ks < CC_L / 16; ++ks) {
+        cc_u32 a[4];
+        cc_load_a(a, s_vt + row0 * CC_LDT, CC_LDT, ks);
+#pragma unroll
+        for (int nt = 0; nt < CC_SEG_NT; ++nt) {
+            const cc_u16* bp = s_kt + (dc0 + 8 * nt + g) * CC_LDT + ks * 16 + 2 * t;
+            cc_mma(run[nt], a, *(const cc_u32*)bp, *(const cc_u32*)(bp + 8));
+        }
+    }
+    // z: SPREAD, each warp a quarter of its half's n-tiles (cc_seg_sums: in the row-group-0
+    // warps alone it held the chunk's barrier for them, 160 → 128 µs in the model at
+    // (2, 16384, 16, 128)); else the row-group-0 warps the whole half (cc_forward_seg: spread,
+    // its registers spilled).
+    constexpr int ZNT = SPREAD ? CC_SEG_NT / 4 : CC_SEG_NT;
+    if (!SPREAD && rg != 0) return;
+    const int nt0 = SPREAD ? rg * ZNT : 0;
+    const cc_u32 one = cc_pack(1.0f, 1.0f);
+    const cc_u32 ones[4] = {one, one, one, one};
+    float mz = 0.0f;
+#pragma unroll
+    for (int part = 0; part < ZNT; part += 2) {
+        float acc[2][4];
+        cc_zero(acc);
+#pragma unroll
+        for (int ks = 0; ks < CC_L / 16; ++ks)
+#pragma unroll
+            for (int nt = 0; nt < 2 && part + nt < ZNT; ++nt) {
+                const cc_u16* bp = s_kt + (dc0 + 8 * (nt0 + part + nt) + g) * CC_LDT + ks * 16 + 2 * t;
+                cc_mma(acc[nt], ones, *(const cc_u32*)bp, *(const cc_u32*)(bp + 8));
+            }
+#pragma unroll
+        for (int nt = 0; nt < 2 && part + nt < ZNT; ++nt) {
+            const int f = dc0 + 8 * (nt0 + part + nt) + 2 * t;
+            const float2 z = *(const float2*)(z_cur + f);
+            const float2 zn = make_float2(__fmaf_rn(z.x, chunk_decay, acc[nt][0]),
+                                          __fmaf_rn(z.y, chunk_decay, acc[nt][1]));
+            if (g == 0) *(float2*)(z_next + f) = zn;
+            mz = fmaxf(mz, fmaxf(fabsf(zn.x), fabsf(zn.y)));
+        }
+    }
+    mz = fmaxf(mz, __shfl_xor_sync(LA_FULL_MASK, mz, 1));
+    mz = fmaxf(mz, __shfl_xor_sync(LA_FULL_MASK, mz, 2));
+    if (lane == 0) zmax[SPREAD ? warp : hh] = mz;
+}
+
+// O[:, e0:e0+64] and den of the chunks of one segment (cc_forward's values: same formulas,
+// another rounding of the state operand), the state carried in registers. S⁰, z⁰ of the
+// segment come from cc_seg_scan (fp32). Per chunk: the state slice Sᵀ[e][d] split hi + lo
+// into shared memory as packed records with one power of two per row e (its max over D below
+// 2^14; the inter product's column e is multiplied back in fp32) and z likewise with one of
+// its own; then the inter term q̃·S and den's q̃·z (an extra n-tile whose B column 0 is z) in
+// one k-step loop, P = q̃k̃ᵀ masked and decayed and P·v in two halves of the keys, O and den
+// stored; then cc_seg_state_step (S ← λ^L S + ΔS, z likewise). grid (NC/BS, B·H, M/64),
+// CC_SEG_THREADS: warp w = (row group rg = w mod 4, half hh = w / 4): the chunk's rows 16rg ..
+// +15 (queries) × value columns 32hh .. +31 of the slice for O (P is computed by both
+// halves), and the state's rows (values e) 16rg .. +15 × features hh·D/2 .. + D/2 − 1. Two
+// barriers per chunk. Dynamic shared CC_SEG_SMEM (97,280 B at D = 128: with the 2,560 B of
+// static memory the host allows for, inside sm_86/89's 99 KB; 54,272 B at 64).
+// Limits: D ≤ 128 (the state slice is D/16 × 4 fp32 registers per thread; D = 256 runs
+// cc_forward_h + cc_forward); the others the file's.
+// 2 CTAs per SM (≤ 128 registers) where shared memory holds two: sm_90 (227 KB) at D ≤ 128,
+// sm_80 (164 KB) at D = 64; one on sm_80 at D = 128 (95 KB), where 128 registers spilled.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900 && CC_D == 128
+#define CC_SEG_MIN_CTAS 1
+#else
+#define CC_SEG_MIN_CTAS 2
+#endif
+extern "C" __global__ void __launch_bounds__(CC_SEG_THREADS, CC_SEG_MIN_CTAS)
+cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+               const la_storage_t* __restrict__ v, const float* __restrict__ states,
+               la_storage_t* __restrict__ out, float* __restrict__ den_out, int seg_chunks, int n,
+               int num_chunks, float log2_decay, float chunk_decay, float eps, int map, int d, int m) {
+    extern __shared__ __align__(16) unsigned char cc_smem[];
+    cc_u16* s_q = (cc_u16*)cc_smem;                  // [64 i][LDD]  q̃
+    cc_u16* s_k = s_q + CC_L * CC_LDD;               // [64 j][LDD]  k̃
+    cc_u16* s_kt = s_k + CC_L * CC_LDD;              // [D][LDT]     λ^{L−1−j} k̃_j, transposed
+    cc_u16* s_vt = s_kt + CC_D * CC_LDT;             // [64 e][LDT]  v slice, transposed
+    uint4* s_st = (uint4*)(s_vt + CC_TILE * CC_LDT);  // D/64 × [64 e][16 records]  packed Sᵀ
+    float* s_z = (float*)(s_st + CC_DT * CC_TILE * 16);  // [2][D] z, by chunk parity
+    // z packed as the B operand of an extra n-tile of the inter product: per d-tile 2 rows of
+    // 16 records, row 0 z (hi + lo, one power of two) read by the lanes g = 0 (column n = 0),
+    // row 1 zeros read by the others, so den's q̃·z comes from the tensor cores with q̃'s
+    // fragments already loaded.
+    uint4* s_zrec = (uint4*)(s_z + 2 * CC_D);  // D/64 × [2][16 records]
+    __shared__ __align__(16) float s_w[CC_L], s_rowmax[2][CC_TILE], s_unscale[CC_TILE];
+    __shared__ float s_zmax[2];  // max |z| over each half of D
+    __shared__ float s_log2_decay;  // log2 λ (see `zero` in the loop)
+
+    const int seg = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
+    const int num_segments = (num_chunks + seg_chunks - 1) / seg_chunks;
+    const int first = seg * seg_chunks, end = min(first + seg_chunks, num_chunks);
+    const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m);
+    const int m_cols = cc_slice_cols<CC_M>(mw, e0);
+    const la_index_t head_row0 = (la_index_t)bh * n;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int rg = warp & 3, hh = warp >> 2;
+    const int row0 = rg * 16;              // queries (O) and values e (the state)
+    const int dc0 = hh * (CC_D / 2);       // the state's first feature column of this warp
+    const bool normalised = cc_normalised(map);
+    for (int j = threadIdx.x; j < CC_L; j += CC_SEG_THREADS) s_w[j] = cc_pow(log2_decay, (float)(CC_L - 1 - j));
+    if (threadIdx.x == 0) s_log2_decay = log2_decay;
+
+    // S⁰ of the segment (fragment layout: rows e = row0 + g (+8), columns dc0 + 8nt + 2t, +1);
+    // z⁰ into shared memory (z lives there: its update reads one parity, writes the other).
+    const float* state = states + ((la_index_t)bh * num_segments + seg) * CC_STATE_STRIDE;
+    float run[CC_SEG_NT][4];
+#pragma unroll
+    for (int nt = 0; nt < CC_SEG_NT; ++nt) {
+        const float* p = state + (la_index_t)(e0 + row0 + g) * CC_D + dc0 + 8 * nt + 2 * t;
+        const float2 lo = *(const float2*)p, hi = *(const float2*)(p + 8 * CC_D);
+        run[nt][0] = lo.x, run[nt][1] = lo.y, run[nt][2] = hi.x, run[nt][3] = hi.y;
+    }
+    for (int r = threadIdx.x; r < CC_DT * 2 * 16; r += CC_SEG_THREADS)
+        if (r % (2 * 16) >= 16) s_zrec[r] = make_uint4(0u, 0u, 0u, 0u);  // row 1, never written again
+    if (rg == 0) {  // z⁰ of this half's features into s_z[0], and its max (as the state step)
+        float mz = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < CC_SEG_NT; ++nt) {
+            const int f = dc0 + 8 * nt + 2 * t;
+            const float2 z = *(const float2*)(state + (la_index_t)CC_D * CC_M + f);
+            if (g == 0) *(float2*)(s_z + f) = z;
+            mz = fmaxf(mz, fmaxf(fabsf(z.x), fabsf(z.y)));
+        }
+        mz = fmaxf(mz, __shfl_xor_sync(LA_FULL_MASK, mz, 1));
+        mz = fmaxf(mz, __shfl_xor_sync(LA_FULL_MASK, mz, 2));
+        if (lane == 0) s_zmax[hh] = mz;
+    }
+    cc_seg_raw raw;
+    cc_seg_fetch<true, true>(raw, q, k, v, head_row0, first * CC_L, n, e0, dw, mw, m_cols);
+
+    for (int chunk = first; chunk < end; ++chunk) {
+        const int tok0 = chunk * CC_L;
+        const float* z_cur = s_z + ((chunk - first) & 1) * CC_D;
+        // The state's row maxima over this warp's half of D (both halves meet in s_rowmax).
+        {
+            float m_lo, m_hi;
+            cc_quad_row_max(run, m_lo, m_hi);
+            if (t == 0) {
+                s_rowmax[hh][row0 + g] = m_lo;
+                s_rowmax[hh][row0 + g + 8] = m_hi;
+            }
+        }
+        // The previous chunk's reads of every tile, of s_st and s_z are done; the maxima.
+        __syncthreads();
+        // z's power of two, read here: the row-group-0 warps write the next chunk's max
+        // during this one.
+        const int z_exp = cc_split_exp(fmaxf(s_zmax[0], s_zmax[1]));
+        {
+            const int ex_lo = cc_split_exp(fmaxf(s_rowmax[0][row0 + g], s_rowmax[1][row0 + g]));
+            const int ex_hi = cc_split_exp(fmaxf(s_rowmax[0][row0 + g + 8], s_rowmax[1][row0 + g + 8]));
+            const float sc_lo = cc_pow2(ex_lo), sc_hi = cc_pow2(ex_hi);
+            if (hh == 0 && t == 0) {
+                s_unscale[row0 + g] = cc_pow2(-ex_lo);
+                s_unscale[row0 + g + 8] = cc_pow2(-ex_hi);
+            }
+            // Records as cc_walk_store_packed writes them (n-tiles 2kk, 2kk+1 of the half are
+            // one k-step's record, lane t's), in cc_state_put's swizzled tile layout.
+#pragma unroll
+            for (int kk = 0; kk < CC_SEG_NT / 2; ++kk) {
+                const int dd = dc0 + 16 * kk, tile = dd / CC_TILE, c = 4 * ((dd % CC_TILE) / 16) + t;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const float sc = h ? sc_hi : sc_lo;
+                    const float a0 = run[2 * kk][2 * h] * sc, a1 = run[2 * kk][2 * h + 1] * sc;
+                    const float b0 = run[2 * kk + 1][2 * h] * sc, b1 = run[2 * kk + 1][2 * h + 1] * sc;
+                    const int e = row0 + g + 8 * h;
+                    s_st[tile * CC_TILE * 16 + e * 16 + (c ^ ((e & 1) << 2))] = cc_pack_record(a0, a1, b0, b1);
+                }
+            }
+            if (rg == 0 && g == 0) {  // z's records (row 0 of s_zrec), as the state's
+                const float sz = cc_pow2(z_exp);
+#pragma unroll
+                for (int kk = 0; kk < CC_SEG_NT / 2; ++kk) {
+                    const int dd = dc0 + 16 * kk, tile = dd / CC_TILE, c = 4 * ((dd % CC_TILE) / 16) + t;
+                    const float2 za = *(const float2*)(z_cur + dd + 2 * t);
+                    const float2 zb = *(const float2*)(z_cur + dd + 8 + 2 * t);
+                    s_zrec[tile * 2 * 16 + c] = cc_pack_record(za.x * sz, za.y * sz, zb.x * sz, zb.y * sz);
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < CC_DT; ++h) {
+            const int cols = cc_slice_cols<CC_D>(dw, h * CC_TILE);
+            cc_seg_put(s_q, nullptr, raw.q[h], h * CC_TILE, tok0, n, cols, map, nullptr);
+            cc_seg_put(s_k, s_kt, raw.k[h], h * CC_TILE, tok0, n, cols, map, s_w);
+        }
+        cc_walk_put<false, false, false>(s_vt, nullptr, raw.v, tok0, n, m_cols, LA_MAP_IDENTITY, nullptr,
+                                         nullptr, nullptr);
+        __syncthreads();  // the tiles, the packed state, z and the row scales
+        const cc_u16* a_q = s_q + row0 * CC_LDD;
+        const cc_u16* q_lane = a_q + g * CC_LDD + 2 * t;  // the lane's A-fragment base in q̃
+
+        // Inter-chunk: q̃ · Sᵀ[e][.] for this half's 32 value columns, hi + lo, then column e
+        // times 2^−s_e and row i times λ^{i+1}; q̃·z (the z n-tile) in the same k-step loop.
+        float o[4][4], qacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        cc_zero(o);
+        {
+            // Record 4kk + t of row e sits at 4(kk ^ (e & 1)) + t (cc_state_put), and e & 1 =
+            // g & 1 here: two lane bases, even and odd kk, and every load a constant offset
+            // from one of them (unrolled; one 16-byte load per (k-step, n-tile)).
+            const uint4* st_even = s_st + (32 * hh + g) * 16 + t + 4 * (g & 1);
+            const uint4* st_odd = s_st + (32 * hh + g) * 16 + t - 4 * (g & 1);
+#pragma unroll
+            for (int ks = 0; ks < CC_D / 16; ++ks) {
+                cc_u32 a[4];
+                cc_load_a(a, a_q, CC_LDD, ks);
+                const uint4* st = (ks & 1 ? st_odd : st_even) + (ks >> 2) * CC_TILE * 16 + 4 * (ks & 3);
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    const uint4 b = st[nt * 8 * 16];
+                    cc_mma(o[nt], a, b.x, b.y);
+                    cc_mma(o[nt], a, b.z, b.w);
+                }
+                const uint4 zb = s_zrec[(ks >> 2) * 2 * 16 + (g ? 16 : 0) + 4 * (ks & 3) + t];
+                cc_mma(qacc, a, zb.x, zb.y);
+                cc_mma(qacc, a, zb.z, zb.w);
+            }
+        }
+        // A zero the compiler cannot see through: each chunk recomputes the decay factors'
+        // exponents (hoisted out of the loop, the 34 (float) conversions of i − j and i + 1 held
+        // 34 registers across it: spills); log2 λ from shared memory for the same reason.
+        int zero = 0;
+        asm volatile("" : "+r"(zero));
+        const float l2d = s_log2_decay;
+        const float w_lo = cc_pow(l2d, (float)(row0 + g + 1 + zero));
+        const float w_hi = cc_pow(l2d, (float)(row0 + g + 9 + zero));
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            const float2 u = *(const float2*)(s_unscale + 32 * hh + 8 * nt + 2 * t);
+            o[nt][0] *= u.x * w_lo; o[nt][1] *= u.y * w_lo;
+            o[nt][2] *= u.x * w_hi; o[nt][3] *= u.y * w_hi;
+        }
+        // q̃_i·z: column 0 of the z n-tile, held by lane t = 0 of each quad; times 2^−s_z.
+        const float zu = cc_pow2(-z_exp);
+        const float qz_lo = __shfl_sync(LA_FULL_MASK, qacc[0], lane & ~3) * zu;
+        const float qz_hi = __shfl_sync(LA_FULL_MASK, qacc[2], lane & ~3) * zu;
+
+        // P = q̃ k̃ᵀ, masked and decayed in fp32, and o += P v, in two halves of the keys (32
+        // each: P whole beside the state held ptxas above 128 registers); key tiles past the
+        // warp's last row are skipped. P is split hi + lo for the product (cc_forward's reasons).
+        float row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int jh = 0; jh < 2; ++jh) {
+            if (jh == 1 && rg < 2) continue;  // keys 32 .. 63 are all masked for rows < 32
+            float p[4][4];
+            cc_zero(p);
+            // 4 key tiles, or 2 where the warp's rows end mid-half (warp-uniform).
+            if (2 * (rg + 1) - 4 * jh >= 4)
+                cc_seg_product<4>(p, q_lane, s_k + 32 * jh * CC_LDD + g * CC_LDD + 2 * t);
+            else
+                cc_seg_product<2>(p, q_lane, s_k + 32 * jh * CC_LDD + g * CC_LDD + 2 * t);
+            // Only the two key tiles on the diagonal (8·J ≥ row0) compare j ≤ i; past them P is 0;
+            // without decay (λ = 1, a uniform branch) no factor is computed.
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                const int J = 4 * jh + nt;
+                if (J > 2 * rg + 1) continue;
+                const bool diag = J >= 2 * rg;
+                if (diag) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const int i = row0 + g + (c >> 1) * 8 + zero, j = 8 * J + 2 * t + (c & 1);
+                        if (j > i) p[nt][c] = 0.0f;
+                    }
+                }
+                if (l2d != 0.0f) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const int i = row0 + g + (c >> 1) * 8 + zero, j = 8 * J + 2 * t + (c & 1);
+                        p[nt][c] *= exp2f(l2d * (float)(i - j));
+                    }
+                }
+#pragma unroll
+                for (int c = 0; c < 4; ++c) row_sum[c >> 1] += p[nt][c];
+            }
+#pragma unroll
+            for (int kh = 0; kh < 2; ++kh) {
+                const int ks = 2 * jh + kh;
+                if (ks > rg) continue;
+                cc_u32 a_hi[4], a_lo[4];
+                cc_acc_to_a_split(a_hi, a_lo, p, kh);
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    const cc_u16* bp = s_vt + (32 * hh + nt * 8 + g) * CC_LDT + ks * 16 + 2 * t;
+                    const cc_u32 b0 = *(const cc_u32*)bp, b1 = *(const cc_u32*)(bp + 8);
+                    cc_mma(o[nt], a_hi, b0, b1);
+                    cc_mma(o[nt], a_lo, b0, b1);
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            row_sum[h] += __shfl_xor_sync(LA_FULL_MASK, row_sum[h], 1);
+            row_sum[h] += __shfl_xor_sync(LA_FULL_MASK, row_sum[h], 2);
+        }
+        // The next chunk's tiles, in flight during the stores and the state update (fetched
+        // after P and the products: with P live they would spill).
+        if (chunk + 1 < end)
+            cc_seg_fetch<false, true>(raw, q, k, v, head_row0, tok0 + CC_L, n, e0, dw, mw, m_cols);
+
+        const int i_lo = tok0 + row0 + g, i_hi = i_lo + 8;
+        const float den_lo = normalised ? w_lo * qz_lo + row_sum[0] + eps : 1.0f;
+        const float den_hi = normalised ? w_hi * qz_hi + row_sum[1] + eps : 1.0f;
+        const float inv_lo = 1.0f / den_lo, inv_hi = 1.0f / den_hi;
+#pragma unroll
+        for (int pp = 0; pp < 2; ++pp) {  // 4 columns (8 bytes) per lane, cc_quad_swap
+            const int e = e0 + 32 * hh + pp * 16 + cc_quad_col(t);
+            cc_u32 x_lo = cc_pack(o[2 * pp][0] * inv_lo, o[2 * pp][1] * inv_lo);
+            cc_u32 y_lo = cc_pack(o[2 * pp + 1][0] * inv_lo, o[2 * pp + 1][1] * inv_lo);
+            cc_u32 x_hi = cc_pack(o[2 * pp][2] * inv_hi, o[2 * pp][3] * inv_hi);
+            cc_u32 y_hi = cc_pack(o[2 * pp + 1][2] * inv_hi, o[2 * pp + 1][3] * inv_hi);
+            cc_quad_swap(x_lo, y_lo);
+            cc_quad_swap(x_hi, y_hi);
+            if (32 * hh + pp * 16 >= m_cols) continue;  // columns past m (warp-uniform)
+            if (i_lo < n) *(uint2*)(out + (head_row0 + i_lo) * mw + e) = make_uint2(x_lo, y_lo);
+            if (i_hi < n) *(uint2*)(out + (head_row0 + i_hi) * mw + e) = make_uint2(x_hi, y_hi);
+        }
+        if (blockIdx.z == 0 && hh == 0 && t == 0) {
+            if (i_lo < n) den_out[head_row0 + i_lo] = den_lo;
+            if (i_hi < n) den_out[head_row0 + i_hi] = den_hi;
+        }
+        if (chunk + 1 == end) break;  // the segment's last state is not needed
+
+        cc_seg_state_step<false>(run, s_z + ((chunk - first + 1) & 1) * CC_D, z_cur, s_zmax, s_vt, s_kt,
+                                 chunk_decay);
+        cc_seg_fetch<true, false>(raw, q, k, v, head_row0, tok0 + CC_L, n, e0, dw, mw, m_cols);
+    }
+}
+// Pass 1 of the segmented forward: the sum of each segment s < NC/BS − 1 (the last one's is
+// never read), ΔS_s = Σ_{c∈s} λ^{L(BS−1−c')} ΔS_c and z likewise, from zero, into slot s + 1
+// of the segment states (fp32, CC_STATE_STRIDE's layout) for cc_seg_scan. cc_forward_seg's
+// warp mapping and state step (cc_seg_state_step), without its outputs: per chunk k̃ (φ,
+// weighted, transposed) and the v slice staged between two barriers, the step. All segments at once
+// (one CTA per (segment, b·h, M/64 slice), each a chain of BS chunks), where cc_forward_h's
+// walk is a chain over every chunk. grid (NC/BS − 1, B·H, M/64), CC_SEG_THREADS; dynamic shared
+// CC_SEG_SUMS_SMEM (28.7 KB at D = 128). Limits: D ≤ 128; the file's.
+#define CC_SEG_SUMS_SMEM (CC_D * CC_LDT * 2 + CC_TILE * CC_LDT * 2 + 2 * CC_D * 4)
+extern "C" __global__ void __launch_bounds__(CC_SEG_THREADS, 2)
+cc_seg_sums(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v, float* __restrict__ states,
+            int seg_chunks, int n, int num_chunks, float log2_decay, float chunk_decay, int map, int d, int m) {
+    extern __shared__ __align__(16) unsigned char cc_smem[];
+    cc_u16* s_kt = (cc_u16*)cc_smem;                  // [D][LDT]     λ^{L−1−j} k̃_j, transposed
+    cc_u16* s_vt = s_kt + CC_D * CC_LDT;              // [64 e][LDT]  v slice, transposed
+    float* s_z = (float*)(s_vt + CC_TILE * CC_LDT);   // [2][D] z, by chunk parity
+    __shared__ float s_w[CC_L], s_zmax[CC_SEG_THREADS / 32];
+
+    const int seg = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
+    const int num_segments = (num_chunks + seg_chunks - 1) / seg_chunks;
+    const int first = seg * seg_chunks, end = first + seg_chunks;  // whole: seg < segments − 1
+    const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m);
+    const int m_cols = cc_slice_cols<CC_M>(mw, e0);
+    const la_index_t head_row0 = (la_index_t)bh * n;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int rg = warp & 3, hh = warp >> 2, row0 = 16 * rg, dc0 = hh * (CC_D / 2);
+    for (int j = threadIdx.x; j < CC_L; j += CC_SEG_THREADS) s_w[j] = cc_pow(log2_decay, (float)(CC_L - 1 - j));
+    for (int f = threadIdx.x; f < CC_D; f += CC_SEG_THREADS) s_z[f] = 0.0f;
+    float run[CC_SEG_NT][4];
+#pragma unroll
+    for (int nt = 0; nt < CC_SEG_NT; ++nt) run[nt][0] = run[nt][1] = run[nt][2] = run[nt][3] = 0.0f;
+    for (int chunk = first; chunk < end; ++chunk) {
+        const int tok0 = chunk * CC_L;
+        cc_seg_raw raw;
+        cc_seg_fetch<false, true>(raw, nullptr, k, v, head_row0, tok0, n, e0, dw, mw, m_cols);
+        __syncthreads();  // the previous chunk's reads of the tiles and of z are done; s_w, s_z
+        // v first: its registers are then free during k's (held through them, ptxas spilled).
+        cc_walk_put<false, false, false>(s_vt, nullptr, raw.v, tok0, n, m_cols, LA_MAP_IDENTITY, nullptr,
+                                         nullptr, nullptr);
+#pragma unroll
+        for (int h = 0; h < CC_DT; ++h)
+            cc_walk_put<false, true, false>(s_kt + h * CC_TILE * CC_LDT, nullptr, raw.k[h], tok0, n,
+                                            cc_slice_cols<CC_D>(dw, h * CC_TILE), map, s_w, nullptr, nullptr);
+        __syncthreads();  // the tiles
+        cc_seg_state_step<true>(run, s_z + ((chunk - first + 1) & 1) * CC_D,
+                                s_z + ((chunk - first) & 1) * CC_D, s_zmax, s_vt, s_kt, chunk_decay);
+    }
+    float* dst = states + ((la_index_t)bh * num_segments + seg + 1) * CC_STATE_STRIDE;
+#pragma unroll
+    for (int nt = 0; nt < CC_SEG_NT; ++nt) {
+        float* p = dst + (la_index_t)(e0 + row0 + g) * CC_D + dc0 + 8 * nt + 2 * t;
+        *(float2*)p = make_float2(run[nt][0], run[nt][1]);
+        *(float2*)(p + 8 * CC_D) = make_float2(run[nt][2], run[nt][3]);
+    }
+    __syncthreads();  // the last chunk's z
+    if (blockIdx.z == 0) {  // z is the same in every slice: slice 0 writes it
+        const float* z = s_z + ((end - first) & 1) * CC_D;
+        for (int f = threadIdx.x; f < CC_D; f += CC_SEG_THREADS) dst[(la_index_t)CC_D * CC_M + f] = z[f];
+    }
+}
+#endif  // CC_D <= 128
