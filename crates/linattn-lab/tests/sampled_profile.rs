@@ -7,7 +7,8 @@
 //! equal; the arithmetic warp instructions and the critical path equal unless the launch
 //! says its rows differed there, then within 1%; the lane counts (thread instructions, fp32
 //! flops, bytes asked; data-dependent lane predicates) and the model's time within 1%; every
-//! launch with more than 2 rows actually sampled and scaled, the others run whole. And the
+//! launch with more than 2 rows actually sampled and scaled, the others run whole; in both
+//! runs every launch's critical path is the exact sum of its parts. And the
 //! CLI says which rows ran, for each of `--mode forward,forward+backward` in that order.
 //!
 //! Stamped for the simulator: without NVRTC the trial shows as ignored with the reason.
@@ -77,6 +78,7 @@ fn work(c: &Counters) -> Counters {
     }
     w.warp_instructions = 0;
     w.critical_path_cycles = 0;
+    w.critical_path = Default::default();
     w
 }
 
@@ -132,6 +134,18 @@ fn sampled_counters_and_model_equal_the_full_run() -> Result<(), String> {
                 }
             };
             let (fc, sc) = (&f.counters, &s.counters);
+            // The path's parts (issue, operand waits, drain, barriers) sum to it exactly.
+            for (run, c) in [("whole", fc), ("sampled", sc)] {
+                if c.critical_path_cycles == 0 || c.critical_path.total() != c.critical_path_cycles
+                {
+                    return Err(format!(
+                        "{what} ({run}): critical path {} cycles, its parts {:?} sum to {}",
+                        c.critical_path_cycles,
+                        c.critical_path,
+                        c.critical_path.total()
+                    ));
+                }
+            }
             let exact = if arithmetic_differed {
                 work(fc) == work(sc)
             } else {

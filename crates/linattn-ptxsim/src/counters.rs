@@ -12,6 +12,27 @@ use crate::instr_class::InstrClass;
 /// Floating-point operations of one `mma.m16n8k16`: 2 · 16 · 8 · 16.
 pub const MMA_FLOPS: u64 = 2 * 16 * 8 * 16;
 
+/// Where the cycles of a CTA's critical path went, exactly: the warp that exits last spends
+/// each cycle of its clock issuing one instruction, waiting for an operand (by the class of
+/// the instruction that produced it), waiting for its earlier global stores before a global
+/// load, or at a `bar.sync` (for the slowest warp, plus the barrier's cost). The parts sum to
+/// the path (`exec::clock`'s rules; a model, not a measurement).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathBreakdown {
+    pub issue: u64,
+    /// Per [`InstrClass::ALL`] entry: cycles waited on a value that class produced.
+    pub operand_wait: [u64; 13],
+    pub store_drain: u64,
+    pub barrier: u64,
+}
+
+impl PathBreakdown {
+    /// The sum of the parts: the warp's clock.
+    pub fn total(&self) -> u64 {
+        self.issue + self.operand_wait.iter().sum::<u64>() + self.store_drain + self.barrier
+    }
+}
+
 /// Counts of one launch (or a sum of launches).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -53,6 +74,8 @@ pub struct Counters {
     /// (`exec::clock`); 0 unless the memory counters are kept. Over a sum of launches, the
     /// largest (the model uses it per launch).
     pub critical_path_cycles: u64,
+    /// The parts of that longest path (`critical_path.total() == critical_path_cycles`).
+    pub critical_path: PathBreakdown,
 }
 
 impl Counters {
@@ -80,7 +103,15 @@ impl Counters {
         self.shared_store_requests += o.shared_store_requests;
         self.shared_store_wavefronts += o.shared_store_wavefronts;
         self.shared_store_ideal_wavefronts += o.shared_store_ideal_wavefronts;
-        self.critical_path_cycles = self.critical_path_cycles.max(o.critical_path_cycles);
+        self.longest_path(o.critical_path_cycles, &o.critical_path);
+    }
+
+    /// Keeps `path` (`cycles` long) as the critical path if it is longer than the one held.
+    pub fn longest_path(&mut self, cycles: u64, path: &PathBreakdown) {
+        if cycles > self.critical_path_cycles {
+            self.critical_path_cycles = cycles;
+            self.critical_path = *path;
+        }
     }
 
     /// Every additive counter × `num` / `den` (a sampled launch scaled to its grid); the

@@ -47,7 +47,7 @@ pub mod ptxas;
 pub mod sample;
 
 pub use arch::SimArch;
-pub use counters::Counters;
+pub use counters::{Counters, PathBreakdown};
 pub use device::{Arg, Device, LaunchConfig, LaunchStats, Module};
 pub use error::{Checker, Checks, Fault, Schedule, SimError, Site};
 pub use exec::mufu_table::{MufuForm, MufuOp, MufuTable, MufuTables};

@@ -286,6 +286,7 @@ fn same_work(c: &Counters) -> Counters {
     }
     w.warp_instructions = 0;
     w.critical_path_cycles = 0;
+    w.critical_path = Default::default();
     w
 }
 

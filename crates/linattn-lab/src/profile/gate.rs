@@ -240,6 +240,7 @@ mod tests {
                 launch_s: 0.0,
                 bound: "dram".into(),
             },
+            critical_path: Default::default(),
             sampled: Vec::new(),
         }
     }

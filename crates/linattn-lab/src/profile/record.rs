@@ -11,7 +11,7 @@ use linattn_cuda::executor::sim::{self, Counters, LaunchRecord, SimArch};
 use super::against::SimLaunch;
 use crate::registry;
 use crate::results::profiles::{
-    KernelProfile, ModelParams, ModelTime, PerToken, PhaseProfile, ProfileRecord,
+    KernelProfile, ModelParams, ModelTime, PathRecord, PerToken, PhaseProfile, ProfileRecord,
 };
 use crate::results::Mode;
 
@@ -179,6 +179,7 @@ fn build_record(
                 bank_conflict_factor: counters.shared_conflict_factor(),
                 occupancy: occ.into(),
                 model,
+                critical_path: PathRecord::of(counters),
                 sampled: launches
                     .iter()
                     .filter_map(|l| l.sampled.as_ref().map(|s| s.describe()))

@@ -71,6 +71,41 @@ pub(crate) fn kernel_table(p: &ProfileRecord, markdown: bool) -> String {
     finish(b, markdown)
 }
 
+/// Where the modelled critical path of each kernel's longest CTA went, as shares of it: one
+/// cycle per instruction its last warp issued, its waits for operands by the producing
+/// class, for earlier global stores, and at barriers (the shares sum to 100%).
+pub(crate) fn path_table(p: &ProfileRecord, markdown: bool) -> String {
+    // The waits shown in columns of their own; the other classes' are summed in "other".
+    const WAITS: [(&str, &str); 5] = [
+        ("mma", "mma"),
+        ("global_load", "global load"),
+        ("shared_load", "shared load"),
+        ("special", "special fn"),
+        ("shuffle", "shuffle"),
+    ];
+    let mut b = Builder::new();
+    let mut head = vec!["phase", "kernel", "path cycles", "issue"];
+    head.extend(WAITS.iter().map(|(_, label)| *label));
+    head.extend(["other operands", "store drain", "barrier"]);
+    b.push_record(head);
+    for k in &p.kernels {
+        let path = &k.critical_path;
+        let share = |cycles: u64| pct(cycles as f64 / path.cycles.max(1) as f64);
+        let shown: u64 = WAITS.iter().map(|(name, _)| path.waited_on(name)).sum();
+        let other = path.operand_wait.values().sum::<u64>() - shown;
+        let mut row = vec![
+            k.phase.clone(),
+            k.kernel.clone(),
+            path.cycles.to_string(),
+            share(path.issue),
+        ];
+        row.extend(WAITS.iter().map(|(name, _)| share(path.waited_on(name))));
+        row.extend([share(other), share(path.store_drain), share(path.barrier)]);
+        b.push_record(row);
+    }
+    finish(b, markdown)
+}
+
 /// The phase totals of one profile.
 pub(crate) fn phase_table(p: &ProfileRecord, markdown: bool) -> String {
     let mut b = Builder::new();
@@ -122,6 +157,9 @@ pub(crate) fn render_profiles(profiles: &[ProfileRecord], quiet: bool) -> String
         ));
         if !quiet {
             out.push_str(&kernel_table(p, false));
+            out.push('\n');
+            out.push_str("critical path of each kernel's longest CTA (model):\n");
+            out.push_str(&path_table(p, false));
             out.push('\n');
         }
         out.push_str(&phase_table(p, false));

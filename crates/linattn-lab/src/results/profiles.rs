@@ -103,10 +103,49 @@ pub struct KernelProfile {
     pub bank_conflict_factor: f64,
     pub occupancy: OccupancyRecord,
     pub model: ModelTime,
+    /// The longest CTA critical path of its launches, split by where the cycles went
+    /// (absent in files before 2026-11-27: zeros).
+    #[serde(default)]
+    pub critical_path: PathRecord,
     /// Per launch, when `linattn profile --sample` simulated only some CTAs: which, and the
     /// scale (absent: every CTA ran).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sampled: Vec<String>,
+}
+
+/// A CTA's critical path in cycles of the model's clock and its parts, which sum to it
+/// (`linattn_ptxsim::PathBreakdown`): one cycle per instruction the last warp issued, its
+/// waits for operands by the class of the instruction that produced them (classes it never
+/// waited on omitted), for its earlier global stores before a global load, and at barriers.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PathRecord {
+    pub cycles: u64,
+    pub issue: u64,
+    pub operand_wait: std::collections::BTreeMap<String, u64>,
+    pub store_drain: u64,
+    pub barrier: u64,
+}
+
+impl PathRecord {
+    pub fn of(c: &Counters) -> PathRecord {
+        let p = &c.critical_path;
+        PathRecord {
+            cycles: c.critical_path_cycles,
+            issue: p.issue,
+            operand_wait: InstrClass::ALL
+                .iter()
+                .map(|&k| (k.name().to_string(), p.operand_wait[k as usize]))
+                .filter(|(_, cycles)| *cycles > 0)
+                .collect(),
+            store_drain: p.store_drain,
+            barrier: p.barrier,
+        }
+    }
+
+    /// Cycles waited on values of class `name` (0 when it never was).
+    pub fn waited_on(&self, name: &str) -> u64 {
+        self.operand_wait.get(name).copied().unwrap_or(0)
+    }
 }
 
 /// Per-token figures (divided by B·H·N): what the regression gate compares.

@@ -16,23 +16,41 @@
 //! 0.57–0.64×.
 
 use crate::arch::Latencies;
+use crate::counters::PathBreakdown;
 use crate::instr_class::InstrClass;
 use crate::ir::{Bank, Instr, Op, Reg, Space};
 
-/// One warp's clock: the earliest cycle of its next issue, and the cycle each register's
-/// value is ready, per bank.
+/// When a register's value is ready, and the class of the instruction that wrote it.
+#[derive(Debug, Clone, Copy)]
+struct Ready {
+    at: u64,
+    by: InstrClass,
+}
+
+impl Default for Ready {
+    fn default() -> Self {
+        Ready {
+            at: 0,
+            by: InstrClass::Integer,
+        }
+    }
+}
+
+/// One warp's clock: the earliest cycle of its next issue, the cycle each register's value
+/// is ready, per bank, and where the clock's cycles went.
 #[derive(Debug, Clone, Default)]
 struct WarpClock {
     next: u64,
     /// When the warp's last global store completes: a later global load issues no earlier.
     stores_done: u64,
-    preds: Vec<u64>,
-    r32: Vec<u64>,
-    r64: Vec<u64>,
+    preds: Vec<Ready>,
+    r32: Vec<Ready>,
+    r64: Vec<Ready>,
+    parts: PathBreakdown,
 }
 
 impl WarpClock {
-    fn slot(&mut self, r: Reg) -> Option<&mut u64> {
+    fn slot(&mut self, r: Reg) -> Option<&mut Ready> {
         let bank = match r.bank {
             Bank::Pred => &mut self.preds,
             Bank::R32 => &mut self.r32,
@@ -41,9 +59,17 @@ impl WarpClock {
         bank.get_mut(r.index as usize)
     }
 
-    fn ready(&mut self, r: Reg) -> u64 {
-        self.slot(r).map_or(0, |t| *t)
+    fn ready(&mut self, r: Reg) -> Ready {
+        self.slot(r).map_or(Ready::default(), |t| *t)
     }
+}
+
+/// What holds an instruction back: the warp's own issue order, an operand, or the stores.
+#[derive(Clone, Copy)]
+enum Cause {
+    InOrder,
+    Operand(InstrClass),
+    StoreDrain,
 }
 
 /// The clocks of one CTA's warps.
@@ -62,13 +88,14 @@ impl Clocks {
         for w in &mut self.warps {
             w.next = 0;
             w.stores_done = 0;
+            w.parts = PathBreakdown::default();
             for (bank, n) in [
                 (&mut w.preds, regs.0),
                 (&mut w.r32, regs.1),
                 (&mut w.r64, regs.2),
             ] {
                 bank.clear();
-                bank.resize(n as usize, 0);
+                bank.resize(n as usize, Ready::default());
             }
         }
     }
@@ -79,18 +106,33 @@ impl Clocks {
         let Some(w) = self.warps.get_mut(warp) else {
             return 0;
         };
-        let mut at = w.next;
+        let (mut at, mut cause) = (w.next, Cause::InOrder);
+        let mut wait_for = |ready: Ready| {
+            if ready.at > at {
+                (at, cause) = (ready.at, Cause::Operand(ready.by));
+            }
+        };
         if let Some((p, _)) = instr.guard {
-            at = at.max(w.ready(p));
+            wait_for(w.ready(p));
         }
-        instr.op.each_source(&mut |r| at = at.max(w.ready(r)));
-        if instr.class == InstrClass::GlobalLoad {
-            at = at.max(w.stores_done);
+        instr.op.each_source(&mut |r| wait_for(w.ready(r)));
+        if instr.class == InstrClass::GlobalLoad && w.stores_done > at {
+            (at, cause) = (w.stores_done, Cause::StoreDrain);
         }
+        let waited = at - w.next;
+        match cause {
+            Cause::InOrder => {}
+            Cause::Operand(by) => w.parts.operand_wait[by as usize] += waited,
+            Cause::StoreDrain => w.parts.store_drain += waited,
+        }
+        w.parts.issue += 1;
         if instr.class == InstrClass::GlobalStore {
             w.stores_done = at + u64::from(lat.dram);
         }
-        let done = at + u64::from(latency_of(&lat, instr));
+        let done = Ready {
+            at: at + u64::from(latency_of(&lat, instr)),
+            by: instr.class,
+        };
         instr.op.each_dest(&mut |r| {
             if let Some(t) = w.slot(r) {
                 *t = done;
@@ -112,14 +154,27 @@ impl Clocks {
             .unwrap_or(0);
         for &i in waiting {
             if let Some(w) = self.warps.get_mut(i) {
-                w.next = latest + u64::from(lat.barrier);
+                let leave = latest + u64::from(lat.barrier);
+                w.parts.barrier += leave - w.next;
+                w.next = leave;
             }
         }
     }
 
     /// The CTA's critical path so far: the latest clock of its warps.
+    #[cfg(test)]
     pub fn critical_path(&self) -> u64 {
-        self.warps.iter().map(|w| w.next).max().unwrap_or(0)
+        self.critical_path_parts().0
+    }
+
+    /// The critical path and where its cycles went (those of the warp whose clock is latest;
+    /// the first such warp).
+    pub fn critical_path_parts(&self) -> (u64, PathBreakdown) {
+        self.warps
+            .iter()
+            .rev()
+            .max_by_key(|w| w.next)
+            .map_or((0, PathBreakdown::default()), |w| (w.next, w.parts))
     }
 }
 
@@ -284,5 +339,52 @@ mod tests {
         let ld = ld(Space::Global, 1);
         assert_eq!(c.issue(0, &ld), 0);
         assert_eq!(c.issue(0, &fma(2, 1, 3, 3)), u64::from(LAT.dram));
+    }
+
+    #[test]
+    fn the_path_splits_into_issue_operand_waits_drain_and_barriers() {
+        let mut c = clocks(2);
+        let alu = u64::from(LAT.alu);
+        // Warp 0: a global load, its consumer (waits on the load), a store, a load behind it.
+        let st = instr(Op::St {
+            space: Space::Global,
+            ty: Ty::F32,
+            a: vec![Src::Reg(r32(2))],
+            addr: Address {
+                base: None,
+                offset: 0,
+            },
+        });
+        c.issue(0, &ld(Space::Global, 1));
+        c.issue(0, &fma(2, 1, 1, 1));
+        c.issue(0, &st);
+        c.issue(0, &ld(Space::Global, 3));
+        // Warp 1: a chain of 4 fma (each waits on an Fp32 result), then both meet at a barrier.
+        for _ in 0..4 {
+            c.issue(1, &fma(0, 0, 1, 2));
+        }
+        c.barrier(&[0, 1]);
+        c.issue(1, &fma(5, 5, 5, 5));
+        let (path, parts) = c.critical_path_parts();
+        assert_eq!(parts.total(), path);
+        // Warp 1 exits last (one issue after the barrier): 5 issues, 3 Fp32 waits of alu − 1.
+        assert_eq!(parts.issue, 5);
+        assert_eq!(parts.operand_wait[InstrClass::Fp32 as usize], 3 * (alu - 1));
+        // Its barrier wait is the rest: up to warp 0's clock (the load's value, the store's
+        // operand, the drain, one issue), plus the cost.
+        let dram = u64::from(LAT.dram);
+        let warp0 = 2 * dram + alu + 1;
+        assert_eq!(
+            parts.barrier,
+            warp0 + u64::from(LAT.barrier) - (3 * alu + 1)
+        );
+        // Warp 0's own parts: 4 issues, a DRAM wait for the load's value, an Fp32 wait for the
+        // store's operand, the store drain.
+        let w0 = c.warps[0].parts;
+        assert_eq!(w0.issue, 4);
+        assert_eq!(w0.operand_wait[InstrClass::GlobalLoad as usize], dram - 1);
+        assert_eq!(w0.operand_wait[InstrClass::Fp32 as usize], alu - 1);
+        assert_eq!(w0.store_drain, dram - 1);
+        assert_eq!(w0.total(), c.warps[0].next);
     }
 }

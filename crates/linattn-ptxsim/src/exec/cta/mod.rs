@@ -128,9 +128,8 @@ impl CtaRunner {
             let warps = &mut self.warps[..nwarps];
             if warps.iter().all(|w| w.exited == u32::MAX) {
                 if ctx.latency.is_some() {
-                    let path = self.clocks.critical_path();
-                    let c = &mut self.counters;
-                    c.critical_path_cycles = c.critical_path_cycles.max(path);
+                    let (path, parts) = self.clocks.critical_path_parts();
+                    self.counters.longest_path(path, &parts);
                 }
                 return Ok(());
             }
