@@ -28,11 +28,11 @@
 //                    split cc_forward made itself, at the fp32 state's bytes).
 //                                                               grid (D/64, B·H, M/64)
 //   2. cc_forward    per chunk and 64-wide slice of M: O, den.  grid (NC, B·H, M/64)
-//   Inference at large shapes (D ≤ 128, ≥ 2 segments of 16 chunks, ≥ 528 CTAs: the host's
-//   Segments) runs segments instead, no state per chunk in memory
-//   (causal_chunked_segments.cuh): cc_seg_sums (each segment's sum, all at once),
-//   cc_seg_scan (the sums into each segment's S⁰), cc_forward_seg (O, den of a segment's
-//   chunks, the state carried in registers).   grid (NC/16 − 1 | ⌈(D·M+D)/256⌉ | NC/16, B·H, ·)
+//   Inference (D ≤ 128; the host's Segments, BS chunks per segment by the device's SMs)
+//   runs segments instead, no state per chunk in memory (causal_chunked_segments.cuh):
+//   cc_seg_sums (each segment's sum, all at once), cc_seg_scan (the sums into each
+//   segment's S⁰; neither with one segment), cc_forward_seg (O, den of a segment's chunks,
+//   the state carried in registers).           grid (NC/BS − 1 | ⌈(D·M+D)/256⌉ | NC/BS, B·H, ·)
 //   Training (a backward follows): pass 1 split (k̃ hi + lo, see precision) writing fp32,
 //   then cc_forward_train, O and den on those states plus O's rounding residue out_lo; the
 //   states and out_lo are kept for the backward (the states once, never per token).

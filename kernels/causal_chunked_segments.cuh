@@ -5,7 +5,8 @@
 
 // ---- the segmented inference forward (plan step 2) ----------------------------------------
 //
-// The forward without a state per chunk in memory: segments of seg_chunks (BS) chunks.
+// The forward without a state per chunk in memory: segments of seg_chunks (BS) chunks (the
+// host picks BS per shape; with one segment it launches 3 alone).
 //   1. cc_seg_sums: one CTA per (segment, b·h, M/64 slice) sums its segment's chunks from a
 //      zero state, ΔS_s = Σ_{c∈s} λ^{L(BS−1−c')} ΔS_c, z likewise (fp32; all segments at
 //      once, not a chain over NC as cc_forward_h's walk).
@@ -18,8 +19,9 @@
 // S⁰ 65, O 256, den 4 (3): ~1800 B where the per-chunk states cost 3602 (1024 is the minimum).
 
 // In place over the slots cc_seg_sums wrote: slot s + 1 holds segment s's
-// sum; slot 0 ← 0 and slot s ← λ^{L·BS} slot s−1 + slot s (an inclusive scan from slot 1),
-// so slot s is S⁰, z⁰ entering segment s, fp32 in the layout of CC_STATE_STRIDE. Thread x of
+// sum; slot s ← λ^{L·BS} slot s−1 + slot s (an inclusive scan from slot 1, slot 0 taken as
+// zero and never touched: cc_forward_seg starts segment 0 from zero), so slot s ≥ 1 is S⁰,
+// z⁰ entering segment s, fp32 in the layout of CC_STATE_STRIDE. Thread x of
 // block (bx, b·h) runs element bx·256 + x of the D·M + D words; its loads are issued 4 at a
 // time ahead of the chain (in PTX order each was a DRAM latency on it). grid (⌈(D·M + D) /
 // 256⌉, B·H), 256 threads. Limits: the file's.
@@ -29,7 +31,6 @@ cc_seg_scan(float* __restrict__ states, int num_segments, float seg_decay) {
     const int idx = blockIdx.x * CC_SCAN_THREADS + threadIdx.x;
     if (idx >= CC_D * CC_M + CC_D) return;
     float* p = states + (la_index_t)blockIdx.y * num_segments * CC_STATE_STRIDE + idx;
-    p[0] = 0.0f;
     float run = 0.0f;
     for (int s = 1; s < num_segments; s += 4) {
         float x[4];
@@ -121,9 +122,14 @@ __device__ __forceinline__ void cc_seg_product(float (&acc)[4][4], const cc_u16*
         const cc_u16* b = b_lane + ks * 16;
         const cc_u32 af[4] = {*(const cc_u32*)a, *(const cc_u32*)(a + 8 * CC_LDD), *(const cc_u32*)(a + 8),
                               *(const cc_u32*)(a + 8 * CC_LDD + 8)};
+        cc_u32 bf[NT][2];
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
-            cc_mma(acc[n], af, *(const cc_u32*)(b + n * 8 * CC_LDD), *(const cc_u32*)(b + n * 8 * CC_LDD + 8));
+        for (int n = 0; n < NT; ++n) {
+            bf[n][0] = *(const cc_u32*)(b + n * 8 * CC_LDD);
+            bf[n][1] = *(const cc_u32*)(b + n * 8 * CC_LDD + 8);
+        }
+#pragma unroll
+        for (int n = 0; n < NT; ++n) cc_mma(acc[n], af, bf[n][0], bf[n][1]);
     }
 }
 
@@ -150,10 +156,18 @@ __device__ __forceinline__ void cc_seg_state_step(float (&run)[CC_SEG_NT][4], fl
     for (int ks = 0; ks < CC_L / 16; ++ks) {
         cc_u32 a[4];
         cc_load_a(a, s_vt + row0 * CC_LDT, CC_LDT, ks);
+        // B fragments a group of 4 n-tiles at a time, loaded before their mma's.
 #pragma unroll
-        for (int nt = 0; nt < CC_SEG_NT; ++nt) {
-            const cc_u16* bp = s_kt + (dc0 + 8 * nt + g) * CC_LDT + ks * 16 + 2 * t;
-            cc_mma(run[nt], a, *(const cc_u32*)bp, *(const cc_u32*)(bp + 8));
+        for (int n0 = 0; n0 < CC_SEG_NT; n0 += 4) {
+            cc_u32 b[4][2];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const cc_u16* bp = s_kt + (dc0 + 8 * (n0 + j) + g) * CC_LDT + ks * 16 + 2 * t;
+                b[j][0] = *(const cc_u32*)bp;
+                b[j][1] = *(const cc_u32*)(bp + 8);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) cc_mma(run[n0 + j], a, b[j][0], b[j][1]);
         }
     }
     // z: SPREAD, each warp a quarter of its half's n-tiles (cc_seg_sums: in the row-group-0
@@ -251,12 +265,15 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
 
     // S⁰ of the segment (fragment layout: rows e = row0 + g (+8), columns dc0 + 8nt + 2t, +1);
     // z⁰ into shared memory (z lives there: its update reads one parity, writes the other).
+    // Segment 0 starts from zero and reads nothing (with one segment the host launches no
+    // scan and the buffer is never written).
     const float* state = states + ((la_index_t)bh * num_segments + seg) * CC_STATE_STRIDE;
     float run[CC_SEG_NT][4];
 #pragma unroll
     for (int nt = 0; nt < CC_SEG_NT; ++nt) {
         const float* p = state + (la_index_t)(e0 + row0 + g) * CC_D + dc0 + 8 * nt + 2 * t;
-        const float2 lo = *(const float2*)p, hi = *(const float2*)(p + 8 * CC_D);
+        const float2 zero2 = make_float2(0.0f, 0.0f);
+        const float2 lo = seg ? *(const float2*)p : zero2, hi = seg ? *(const float2*)(p + 8 * CC_D) : zero2;
         run[nt][0] = lo.x, run[nt][1] = lo.y, run[nt][2] = hi.x, run[nt][3] = hi.y;
     }
     for (int r = threadIdx.x; r < CC_DT * 2 * 16; r += CC_SEG_THREADS)
@@ -266,7 +283,7 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
 #pragma unroll
         for (int nt = 0; nt < CC_SEG_NT; ++nt) {
             const int f = dc0 + 8 * nt + 2 * t;
-            const float2 z = *(const float2*)(state + (la_index_t)CC_D * CC_M + f);
+            const float2 z = seg ? *(const float2*)(state + (la_index_t)CC_D * CC_M + f) : make_float2(0.0f, 0.0f);
             if (g == 0) *(float2*)(s_z + f) = z;
             mz = fmaxf(mz, fmaxf(fabsf(z.x), fabsf(z.y)));
         }
@@ -354,15 +371,16 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
                 cc_u32 a[4];
                 cc_load_a(a, a_q, CC_LDD, ks);
                 const uint4* st = (ks & 1 ? st_odd : st_even) + (ks >> 2) * CC_TILE * 16 + 4 * (ks & 3);
+                uint4 b[5];
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-                    const uint4 b = st[nt * 8 * 16];
-                    cc_mma(o[nt], a, b.x, b.y);
-                    cc_mma(o[nt], a, b.z, b.w);
-                }
-                const uint4 zb = s_zrec[(ks >> 2) * 2 * 16 + (g ? 16 : 0) + 4 * (ks & 3) + t];
-                cc_mma(qacc, a, zb.x, zb.y);
-                cc_mma(qacc, a, zb.z, zb.w);
+                for (int nt = 0; nt < 4; ++nt) b[nt] = st[nt * 8 * 16];
+                b[4] = s_zrec[(ks >> 2) * 2 * 16 + (g ? 16 : 0) + 4 * (ks & 3) + t];
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) cc_mma(o[nt], a, b[nt].x, b[nt].y);
+                cc_mma(qacc, a, b[4].x, b[4].y);
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) cc_mma(o[nt], a, b[nt].z, b[nt].w);
+                cc_mma(qacc, a, b[4].z, b[4].w);
             }
         }
         // A zero the compiler cannot see through: each chunk recomputes the decay factors'
@@ -428,13 +446,17 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
                 if (ks > rg) continue;
                 cc_u32 a_hi[4], a_lo[4];
                 cc_acc_to_a_split(a_hi, a_lo, p, kh);
+                cc_u32 bv[4][2];
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) {
                     const cc_u16* bp = s_vt + (32 * hh + nt * 8 + g) * CC_LDT + ks * 16 + 2 * t;
-                    const cc_u32 b0 = *(const cc_u32*)bp, b1 = *(const cc_u32*)(bp + 8);
-                    cc_mma(o[nt], a_hi, b0, b1);
-                    cc_mma(o[nt], a_lo, b0, b1);
+                    bv[nt][0] = *(const cc_u32*)bp;
+                    bv[nt][1] = *(const cc_u32*)(bp + 8);
                 }
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) cc_mma(o[nt], a_hi, bv[nt][0], bv[nt][1]);
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) cc_mma(o[nt], a_lo, bv[nt][0], bv[nt][1]);
             }
         }
 #pragma unroll

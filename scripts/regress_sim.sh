@@ -4,12 +4,13 @@
 #
 # Profiles a fixed grid on the PTX simulator (every sim/* backend, D = M in {64, 128},
 # N in {1024, 4096}, forward + backward, B = H = 1, modelled on sm_90) and compares it with
-# the committed bench-results/sim/baseline.json; and the inference forward of the chunked
-# form (a forward with no backward to follow runs other kernels there: cc_forward on the
-# packed states, where forward + backward runs cc_forward_train) on the same grid against
-# bench-results/sim/baseline-forward.json; and the segmented inference forward
-# (cc_seg_sums, cc_seg_scan, cc_forward_seg: LINATTN_CC_SEGMENTS=4, which the grid's shapes
-# would not take by default) at N = 4096 against bench-results/sim/baseline-segmented.json:
+# the committed bench-results/sim/baseline.json; and the per-chunk inference forward of the
+# chunked form (LINATTN_CC_SEGMENTS=off: a forward with no backward to follow runs other
+# kernels there, cc_forward on the packed states where forward + backward runs
+# cc_forward_train; by default it runs in segments) on the same grid against
+# bench-results/sim/baseline-forward.json; and the segmented inference forward (cc_seg_sums,
+# cc_seg_scan, cc_forward_seg, in segments of 4: a fixed length, where the default's length
+# follows the shape) at N = 4096 against bench-results/sim/baseline-segmented.json:
 # exit 1 if any per-token counter moved the
 # wrong way by more than 0.5%, occupancy fell, a kernel appeared or vanished, or a profile
 # of the baseline failed or was not run. Counters are
@@ -29,11 +30,11 @@ grid_segmented=(--backend 'sim/causal_chunked/*' --n 4096 --d 64,128 --mode forw
 
 if [ "${1:-}" = "--update" ]; then
   "$bin" profile "${grid[@]}" --json "$baseline"
-  "$bin" profile "${grid_forward[@]}" --json "$baseline_forward"
+  LINATTN_CC_SEGMENTS=off "$bin" profile "${grid_forward[@]}" --json "$baseline_forward"
   LINATTN_CC_SEGMENTS=4 "$bin" profile "${grid_segmented[@]}" --json "$baseline_segmented"
 else
   "$bin" profile "${grid[@]}" --json target/regress-sim.json
-  "$bin" profile "${grid_forward[@]}" --json target/regress-sim-forward.json
+  LINATTN_CC_SEGMENTS=off "$bin" profile "${grid_forward[@]}" --json target/regress-sim-forward.json
   LINATTN_CC_SEGMENTS=4 "$bin" profile "${grid_segmented[@]}" --json target/regress-sim-segmented.json
   status=0
   "$bin" compare --complete "$baseline" target/regress-sim.json || status=1

@@ -10,11 +10,12 @@
 //!   S⁰, z⁰ once (fla's chunk_h);
 //! * pass 2 (`cc_forward`): per chunk, O = (intra masked q̃k̃ᵀ v + inter q̃ S⁰) / den.
 //!
-//! An inference forward at a large shape ([`Segments`], D ≤ 128) runs in segments of 16
+//! The inference forward (no d_out staged, D ≤ 128; [`Segments`]) runs in segments of
 //! chunks instead, with no state per chunk in memory: `cc_seg_sums` (each segment's sum, all
 //! at once), `cc_seg_scan` (the sums into each segment's entering state) and `cc_forward_seg`
-//! (O and den of a segment's chunks, the state carried in registers): 1.7× the minimum DRAM
-//! where the per-chunk forward moves 3.5× (`SegmentPlan`).
+//! (O and den of a segment's chunks, the state carried in registers), the segment length by
+//! [`auto_seg_chunks`]: 1.0–1.8× the minimum DRAM at fla's shapes where the per-chunk
+//! forward moves 2.5–3.5× (`SegmentPlan`; `LINATTN_CC_SEGMENTS=off` for the per-chunk one).
 //!
 //! A forward the backward follows (d_out staged: training) runs pass 1 with k̃ split hi + lo
 //! for accuracy, writing fp32 states, and `cc_forward_train`, which also writes O's rounding
@@ -57,12 +58,13 @@ use crate::runtime::{as_i32, map_define, storage_define, KernelHeader, KernelVar
 
 mod entries;
 mod plan;
-use plan::{check_head_dims, grids};
 pub use plan::{
-    grad_slices_looped, tile_width, GradSlices, LaunchPlan, SegmentPlan, Segments, CHUNK,
-    GO_THREADS, GO_TOKENS, GRAD_LOOP_MIN_CTAS, GRAD_SLICES_VAR, HEAD_DIMS, SCAN_THREADS,
-    SEGMENTS_VAR, SEG_MAX_CHUNKS, SEG_MIN_CTAS, SEG_THREADS, STATIC_SHARED_MAX, TILE, TILE_WIDTHS,
+    auto_seg_chunks, grad_slices_looped, tile_width, GradSlices, LaunchPlan, SegmentPlan, Segments,
+    CHUNK, DEFAULT_SM_COUNT, GO_THREADS, GO_TOKENS, GRAD_LOOP_MIN_CTAS, GRAD_SLICES_VAR, HEAD_DIMS,
+    SCAN_THREADS, SEGMENTS_VAR, SEG_CTAS_PER_SM, SEG_LENGTHS, SEG_THREADS, STATIC_SHARED_MAX, TILE,
+    TILE_WIDTHS,
 };
+use plan::{check_head_dims, grids};
 
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_chunked.cu");
@@ -180,7 +182,7 @@ pub fn backends(platform: Platform) -> Vec<Box<dyn Backend>> {
 }
 
 /// [`backends`] with the inference forward's segments fixed (`Auto`: as `LINATTN_CC_SEGMENTS`
-/// says, by default [`SEG_MIN_CTAS`]): the tests run short segments at small shapes.
+/// says, by default [`auto_seg_chunks`]): the tests run short segments at small shapes.
 pub fn backends_with(platform: Platform, segments: Segments) -> Vec<Box<dyn Backend>> {
     let form = CausalChunked { segments };
     vec![
@@ -195,7 +197,7 @@ pub fn backend_name(platform: Platform, precision: Precision) -> String {
 }
 
 /// The causal chunked form on tensor cores (f16 or bf16 storage). `segments`: how the
-/// inference forward is split (`Auto`: `LINATTN_CC_SEGMENTS`, else [`SEG_MIN_CTAS`]).
+/// inference forward is split (`Auto`: `LINATTN_CC_SEGMENTS`, else [`auto_seg_chunks`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CausalChunked {
     pub segments: Segments,
@@ -341,8 +343,8 @@ impl Plan {
         self.walk(exec, &self.kernels.walk_fwd, &params)
     }
 
-    /// The segmented inference forward ([`SegmentPlan`]): the segments' sums (two or more
-    /// segments), their scan into each segment's S⁰, z⁰ (`states`), then O and den.
+    /// The segmented inference forward ([`SegmentPlan`]): with two or more segments the
+    /// segments' sums and their scan into each segment's S⁰, z⁰ (`states`), then O and den.
     fn forward_segmented<T>(
         &self,
         exec: &Arc<dyn Executor>,
@@ -375,18 +377,21 @@ impl Plan {
             let launch = Launch::new(seg.grid_sums, SEG_THREADS).with_shared(seg.smem_sums);
             launch_kernel(exec.as_ref(), sums, &launch, &params)?;
         }
-        let seg_decay = (f64::from(a.chunk_decay)).powi(seg_chunks) as f32;
-        let params = params::SegScan {
-            states: ptr(states),
-            num_segments: as_i32("segment count", seg.num_segments)?,
-            seg_decay,
-        };
-        launch_kernel(
-            exec.as_ref(),
-            scan,
-            &Launch::new(seg.grid_scan, SCAN_THREADS),
-            &params,
-        )?;
+        if seg.num_segments > 1 {
+            // Segment 0 starts from zero (cc_forward_seg): one segment needs no scan.
+            let seg_decay = (f64::from(a.chunk_decay)).powi(seg_chunks) as f32;
+            let params = params::SegScan {
+                states: ptr(states),
+                num_segments: as_i32("segment count", seg.num_segments)?,
+                seg_decay,
+            };
+            launch_kernel(
+                exec.as_ref(),
+                scan,
+                &Launch::new(seg.grid_scan, SCAN_THREADS),
+                &params,
+            )?;
+        }
         // q, k: B·H·N·D; v, out: B·H·N·M; den: B·H·N.
         let params = params::ForwardSeg {
             q: ptr(&inputs.q),
@@ -484,7 +489,8 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         _input_meter: &MemoryMeter,
     ) -> Result<Plan, AttnError> {
         let shape = problem.shape;
-        let plan = LaunchPlan::with_segments(&shape, self.segments)?;
+        let sm_count = exec.info().sm_count as usize;
+        let plan = LaunchPlan::with_segments(&shape, self.segments, sm_count)?;
         let map = map_code(&problem.map, T::PRECISION)?;
         let args = ScalarArgs::new(problem, &plan, map)?;
         let variant = variant(T::PRECISION, shape.dk, shape.dv)?;

@@ -425,16 +425,45 @@ fn gradient_ctas_loop_over_slices_from_1024_chunk_ctas() {
 }
 
 #[test]
-fn the_inference_forward_runs_in_segments_where_sixteen_chunk_segments_fill_the_gpu() {
-    use linattn_cuda::causal_chunked::{GradSlices, Segments, SEG_MAX_CHUNKS, SEG_MIN_CTAS};
+fn the_inference_forward_runs_in_segments_of_the_length_with_the_fewest_chunk_waves() {
+    use linattn_cuda::causal_chunked::{auto_seg_chunks, GradSlices, Segments, DEFAULT_SM_COUNT};
     let plan = |b, n, h, d, m, s| {
         LaunchPlan::with(&Shape::new(b, h, n, d, m), GradSlices::Auto, s).expect("plan")
     };
-    // fla's (2, 16384, 16, 128): 256 chunks, 16 segments × 32 heads × 2 value slices.
-    let seg = plan(2, 16384, 16, 128, 128, Segments::Auto)
+    // The lengths that were fastest in the sm_90 model (`linattn profile --mode forward`
+    // with LINATTN_CC_SEGMENTS=BS, 2026-11-27; 4 to 64 tried at fla's D = 128 shapes, 1 to
+    // 64 at the others): fla's five shapes (B, N, H, D = M), then four with few heads.
+    for ((b, n, h, d), best) in [
+        ((2, 16384, 16, 128), 64),
+        ((1, 8192, 96, 128), 32),
+        ((4, 4096, 64, 128), 64),
+        ((4, 2048, 16, 128), 16),
+        ((8, 1024, 8, 64), 4),
+        ((1, 4096, 1, 64), 1),
+        ((1, 1024, 1, 128), 1),
+        ((2, 256, 4, 64), 1),
+        ((1, 65536, 2, 64), 8),
+    ] {
+        let shape = Shape::new(b, h, n, d, d);
+        assert_eq!(
+            auto_seg_chunks(&shape, DEFAULT_SM_COUNT),
+            best,
+            "({b}, {n}, {h}, {d})"
+        );
+        let seg = plan(b, n, h, d, d, Segments::Auto)
+            .segments
+            .expect("segments");
+        assert_eq!(seg.seg_chunks, best);
+    }
+    // On fewer SMs the same shape takes shorter segments only where waves allow: 1 SM,
+    // 2 slots, (8, 1024, 8, 64): 16 chunks × 64 heads → whole waves at any length; the
+    // longest of the ties, one segment.
+    assert_eq!(auto_seg_chunks(&Shape::new(8, 8, 1024, 64, 64), 1), 16);
+    // fla's (2, 16384, 16, 128) forced to 16: 16 segments × 32 heads × 2 value slices.
+    let seg = plan(2, 16384, 16, 128, 128, Segments::Chunks(16))
         .segments
         .expect("segments");
-    assert_eq!((seg.seg_chunks, seg.num_segments), (SEG_MAX_CHUNKS, 16));
+    assert_eq!((seg.seg_chunks, seg.num_segments), (16, 16));
     assert_eq!(seg.grid_sums, (15, 32, 2));
     assert_eq!(seg.grid_forward, (16, 32, 2));
     assert_eq!(seg.grid_scan, ((128 * 128 + 128u32).div_ceil(256), 32, 1));
@@ -448,18 +477,17 @@ fn the_inference_forward_runs_in_segments_where_sixteen_chunk_segments_fill_the_
     );
     assert!(u64::from(seg.smem_forward) + STATIC_SHARED_MAX <= 99 * 1024);
     assert_eq!(seg.smem_sums, 128 * 72 * 2 + 64 * 72 * 2 + 2 * 128 * 4);
-    // (4, 2048, 16, 128): 2 segments × 64 × 2 = 256 CTAs < SEG_MIN_CTAS: per chunk.
-    const { assert!(2 * 64 * 2 < SEG_MIN_CTAS) };
-    assert_eq!(plan(4, 2048, 16, 128, 128, Segments::Auto).segments, None);
-    // A single segment never by default; D = 256 never (the state slice would not fit).
-    assert_eq!(plan(64, 1024, 64, 64, 64, Segments::Auto).segments, None);
+    // D = 256 never (the state slice would not fit), by default or forced.
     assert_eq!(plan(2, 16384, 16, 256, 64, Segments::Auto).segments, None);
     assert_eq!(plan(1, 300, 1, 256, 64, Segments::Chunks(2)).segments, None);
-    // Forced: any length, one segment included (no sums launched).
+    // Forced: any length, one segment included (no sums, no scan launched).
     let one = plan(1, 300, 1, 64, 64, Segments::Chunks(16))
         .segments
         .expect("forced");
-    assert_eq!((one.num_segments, one.grid_sums), (1, (0, 0, 0)));
+    assert_eq!(
+        (one.num_segments, one.grid_sums, one.grid_scan),
+        (1, (0, 0, 0), (0, 0, 0))
+    );
     let three = plan(1, 300, 2, 32, 256, Segments::Chunks(2))
         .segments
         .expect("forced");

@@ -8,11 +8,12 @@
 //! store past a row of width 16 or 32 or a read of unwritten padding fails the case.
 //! N stays small: D = M = 256 simulates 4 × 4 state tiles per chunk.
 //! A forward staged with d_out (training) runs other kernels than one staged without
-//! (inference: the packed walk and `cc_forward`), so each case also runs the inference
-//! forward alone against the oracle.
+//! (inference), so each case also runs the per-chunk inference forward (the packed walk and
+//! `cc_forward`, `Segments::Off`; by default D ≤ 128 runs in segments, whose own cases are
+//! tests/chunked_segments.rs) alone against the oracle.
 
 use linattn_core::{Backend, Causality, FeatureMap, Inputs, Problem, Shape};
-use linattn_cuda::causal_chunked::{backends, HEAD_DIMS};
+use linattn_cuda::causal_chunked::{backends, backends_with, Segments, HEAD_DIMS};
 use linattn_cuda::Platform;
 use linattn_testkit::{against_oracle, forward_against_oracle, stamp_executors};
 
@@ -42,7 +43,7 @@ fn main() {
             let name = b.name().to_string();
             CASES.iter().map(move |c| (name.clone(), *c))
         }) =>
-            format!("{b}: D={} M={} N={} {} λ={}: the inference forward's O matches the f64 oracle",
+            format!("{b}: D={} M={} N={} {} λ={}: the per-chunk inference forward's O matches the f64 oracle",
                 case.0, case.1, case.2, case.3, case.4),
             inference_matches_oracle(platform, &b, case)
     ));
@@ -64,13 +65,15 @@ fn covers_every_head_dim() {
     );
 }
 
-/// The backend, the problem and its inputs (with d_out) of one case.
+/// The backend (its inference forward split as `segments` says), the problem and its inputs
+/// (with d_out) of one case.
 fn staged(
     platform: Platform,
     name: &str,
     (d, m, n, map, decay): (usize, usize, usize, FeatureMap, f64),
+    segments: Segments,
 ) -> Result<(Box<dyn Backend>, Problem, Inputs), String> {
-    let b: Box<dyn Backend> = backends(platform)
+    let b: Box<dyn Backend> = backends_with(platform, segments)
         .into_iter()
         .find(|b| b.name() == name)
         .ok_or_else(|| format!("no backend {name}"))?;
@@ -87,7 +90,7 @@ fn matches_oracle(
     name: &str,
     case: (usize, usize, usize, FeatureMap, f64),
 ) -> Result<(), String> {
-    let (mut b, problem, inputs) = staged(platform, name, case)?;
+    let (mut b, problem, inputs) = staged(platform, name, case, Segments::Auto)?;
     against_oracle(b.as_mut(), &problem, &inputs)
 }
 
@@ -96,6 +99,6 @@ fn inference_matches_oracle(
     name: &str,
     case: (usize, usize, usize, FeatureMap, f64),
 ) -> Result<(), String> {
-    let (mut b, problem, inputs) = staged(platform, name, case)?;
+    let (mut b, problem, inputs) = staged(platform, name, case, Segments::Off)?;
     forward_against_oracle(b.as_mut(), &problem, &inputs)
 }

@@ -38,8 +38,8 @@ const LADDERS: &[(&str, &[Probe])] = &[
     // cc_forward's loop over the packed state's tiles; then `check` (training and backward).
     ("causal_chunked_states.cuh", CHUNKED_PASSES),
     ("causal_chunked_outputs.cuh", CHUNKED_PASSES),
-    // The segmented inference forward (cc_seg_sums, cc_seg_scan, cc_forward_seg), which no
-    // shape of the others takes by default: segments of 2 chunks over 5, the last one short.
+    // The segmented inference forward (cc_seg_sums, cc_seg_scan, cc_forward_seg) in segments
+    // of 2 chunks over 5, the last one short (by default N = 300 takes segments of 1).
     ("causal_chunked_segments.cuh", &[chunked_segmented()]),
     (
         "causal_chunked_backward.cuh",
@@ -122,8 +122,9 @@ const fn check(backends: &'static str, max_n: usize) -> Probe {
     }
 }
 
-/// `linattn attend` of the chunked form without d_out, against the f64 recurrent reference:
-/// N = 130 (two whole chunks and a tail), B·H = 2, D = `d`, M = 64.
+/// `linattn attend` of the chunked form's per-chunk inference forward (without d_out,
+/// `LINATTN_CC_SEGMENTS=off`: by default it runs in segments), against the f64 recurrent
+/// reference: N = 130 (two whole chunks and a tail), B·H = 2, D = `d`, M = 64.
 const fn chunked_inference(d: usize) -> Probe {
     Probe::Attend {
         backend: "sim/causal_chunked/f16",
@@ -132,7 +133,7 @@ const fn chunked_inference(d: usize) -> Probe {
         map: "elu+1",
         causal: true,
         backward: false,
-        env: &[],
+        env: &[("LINATTN_CC_SEGMENTS", "off")],
     }
 }
 

@@ -1,11 +1,10 @@
-//! Which kernels the chunked inference forward runs: the per-chunk forward (`cc_forward_h`,
-//! `cc_forward`) where 16-chunk segments would not fill the GPU twice over (`SEG_MIN_CTAS`;
-//! every shape the simulator tests at), the segmented forward (`cc_seg_sums`, `cc_seg_scan`,
-//! `cc_forward_seg`) where `LINATTN_CC_SEGMENTS` asks for segments (or the shape is large),
-//! the per-chunk forward again with `off`, and a bad value refused naming the variable.
-//! Read from `linattn profile`'s launch list on the simulator. And `linattn check
-//! --forward-only`, the harness's way to judge that forward (a check with ∂L/∂O runs the
-//! training forward instead), passes in segments of 2 with only O judged.
+//! Which kernels the chunked inference forward runs: by default the segmented forward
+//! (`cc_seg_sums`, `cc_seg_scan`, `cc_forward_seg`; at this shape segments of one chunk, the
+//! length `auto_seg_chunks` picks), the per-chunk forward (`cc_forward_h`, `cc_forward`)
+//! with `LINATTN_CC_SEGMENTS=off`, segments of a given length with a number, and a bad value
+//! refused naming the variable. Read from `linattn profile`'s launch list on the simulator.
+//! And `linattn check --forward-only`, the harness's way to judge that forward (a check with
+//! ∂L/∂O runs the training forward instead), passes in segments of 2 with only O judged.
 
 use linattn_testkit::Platform;
 use serde_json::Value;
@@ -127,11 +126,11 @@ fn the_segments_variable_picks_the_forward_kernels() -> Result<(), String> {
     let per_chunk = ["cc_forward_h", "cc_forward"];
     let segmented = ["cc_seg_sums", "cc_seg_scan", "cc_forward_seg"];
     for (segments, want) in [
-        (None, &per_chunk[..]),
+        (None, &segmented[..]),
         (Some("off"), &per_chunk[..]),
         (Some("2"), &segmented[..]),
-        // One segment of all five chunks: no sums to take.
-        (Some("16"), &segmented[1..]),
+        // One segment of all five chunks: no sums to take, no scan (it starts from zero).
+        (Some("16"), &segmented[2..]),
     ] {
         let got = forward_kernels(segments)?;
         if got != want {

@@ -81,19 +81,50 @@ pub fn grad_slices_looped(shape: &Shape) -> bool {
     shape.seq.div_ceil(CHUNK).saturating_mul(shape.bh()) >= GRAD_LOOP_MIN_CTAS
 }
 
-/// Segment-CTAs (⌈N/64/16⌉·B·H·M/64) from which the inference forward runs in segments of
-/// [`SEG_MAX_CHUNKS`] chunks by default (two waves of 2 CTAs on 132 SMs); below, or with a
-/// single segment, the per-chunk forward (`cc_forward_h` + `cc_forward`) runs. Shorter
-/// segments pay the sums and the scan for less of the DRAM saving: in the sm_90 model at
-/// (B, N, H, D) = (4, 2048, 16, 128), segments of 4 took 174 µs against 145 per chunk.
-pub const SEG_MIN_CTAS: usize = 528;
-/// The segment length the default takes, in chunks.
-pub const SEG_MAX_CHUNKS: usize = 16;
+/// The segment lengths (chunks) the default chooses among ([`auto_seg_chunks`]).
+pub const SEG_LENGTHS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+/// Resident `cc_forward_seg` (and `cc_seg_sums`) CTAs per SM the default assumes: 2 (256
+/// threads of ≤ 128 registers) on sm_90, and on sm_80 at D = 64.
+pub const SEG_CTAS_PER_SM: usize = 2;
+/// The SM count a plan made without a device assumes (the H100 SXM's); a backend's plan
+/// takes its device's.
+pub const DEFAULT_SM_COUNT: usize = 132;
+
+/// The segment length of the inference forward by default at `shape` on `sm_count` SMs.
+/// Each CTA of `cc_forward_seg` runs its segment's chunks in order after loading its S⁰
+/// (about one chunk's time), so the kernel takes about (waves of its ⌈NC/BS⌉·B·H·M/64 CTAs)
+/// × (BS + 1) chunk-times, and `cc_seg_sums` (one CTA per segment but the last) a third of
+/// that per wave (its chunk is about a third of the forward's in the sm_90 model); the
+/// length with the fewest, the longest among equals (fewer segments: less to scan). In the
+/// sm_90 model it picked the fastest length tried at fla's five shapes and at (1, 4096, 1,
+/// 64), (1, 1024, 1, 128), (2, 256, 4, 64), (1, 65536, 2, 64), and segments beat the
+/// per-chunk forward at every one of them (e.g. 29 µs against 42 at (8, 1024, 8, 64), 61
+/// against 1512 at (1, 65536, 2, 64): the per-chunk walk is one chain over every chunk).
+pub fn auto_seg_chunks(shape: &Shape, sm_count: usize) -> usize {
+    let chunks = shape.seq.div_ceil(CHUNK).max(1);
+    let slices = tile_width(shape.dv).unwrap_or(TILE) / TILE;
+    let per_segment = shape.bh().saturating_mul(slices).max(1);
+    let slots = sm_count.max(1).saturating_mul(SEG_CTAS_PER_SM);
+    let waves = |ctas: usize| ctas.div_ceil(slots);
+    // Three times the chunk-times, in integers.
+    let cost = |bs: usize| {
+        let segments = chunks.div_ceil(bs);
+        let forward = waves(segments.saturating_mul(per_segment));
+        let sums = waves((segments - 1).saturating_mul(per_segment));
+        (3 * forward + sums).saturating_mul(bs + 1)
+    };
+    SEG_LENGTHS
+        .iter()
+        .copied()
+        .min_by_key(|&bs| (cost(bs), std::cmp::Reverse(bs)))
+        .unwrap_or(1)
+}
+
 /// Threads of a `cc_forward_seg` block (`CC_SEG_THREADS`) and of a `cc_seg_scan` block.
 pub const SEG_THREADS: u32 = 256;
 pub const SCAN_THREADS: u32 = 256;
 
-/// How the inference forward is split: `auto` by [`SEG_MIN_CTAS`], or forced
+/// How the inference forward is split: `auto` by [`auto_seg_chunks`], or forced
 /// (`LINATTN_CC_SEGMENTS=off|BS`: to time both on a GPU, or to run short segments on the
 /// simulator at a small shape).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -132,25 +163,17 @@ impl Segments {
         }
     }
 
-    /// The segment length (chunks) of the inference forward at `shape`, or `None` for the
-    /// per-chunk forward: always `None` where D's tile width is 256 (`cc_forward_seg` holds
-    /// a 64 × D fp32 state slice in registers).
-    pub fn seg_chunks(self, shape: &Shape) -> Option<usize> {
+    /// The segment length (chunks) of the inference forward at `shape` on `sm_count` SMs, or
+    /// `None` for the per-chunk forward: always `None` where D's tile width is 256
+    /// (`cc_forward_seg` holds a 64 × D fp32 state slice in registers).
+    pub fn seg_chunks(self, shape: &Shape, sm_count: usize) -> Option<usize> {
         if tile_width(shape.dk)? > 128 {
             return None;
         }
         match self {
             Segments::Off => None,
             Segments::Chunks(bs) => Some(bs),
-            Segments::Auto => {
-                let chunks = shape.seq.div_ceil(CHUNK);
-                let slices = tile_width(shape.dv).unwrap_or(TILE) / TILE;
-                let ctas = chunks
-                    .div_ceil(SEG_MAX_CHUNKS)
-                    .saturating_mul(shape.bh())
-                    .saturating_mul(slices);
-                (chunks > SEG_MAX_CHUNKS && ctas >= SEG_MIN_CTAS).then_some(SEG_MAX_CHUNKS)
-            }
+            Segments::Auto => Some(auto_seg_chunks(shape, sm_count)),
         }
     }
 }
@@ -169,7 +192,7 @@ pub struct SegmentPlan {
     pub grid_sums: (u32, u32, u32),
     /// cc_seg_sums: the weighted k̃ᵀ, the v slice, z (`CC_SEG_SUMS_SMEM`).
     pub smem_sums: u32,
-    /// (⌈(D·M + D)/256⌉, B·H, 1), `SCAN_THREADS` per block.
+    /// (⌈(D·M + D)/256⌉, B·H, 1), `SCAN_THREADS` per block; not launched with one segment.
     pub grid_scan: (u32, u32, u32),
     /// (segments, B·H, M/64), `SEG_THREADS` per block.
     pub grid_forward: (u32, u32, u32),
@@ -299,18 +322,24 @@ impl LaunchPlan {
     /// The plan at `shape`, the gradients' slices as `LINATTN_CC_GRAD_SLICES` says
     /// ([`GradSlices::from_env`]; by default by [`GRAD_LOOP_MIN_CTAS`]).
     /// The inference forward's segments as `LINATTN_CC_SEGMENTS` says ([`Segments::from_env`]).
+    /// [`DEFAULT_SM_COUNT`] SMs.
     pub fn new(shape: &Shape) -> Result<Self, AttnError> {
-        Self::with_segments(shape, Segments::Auto)
+        Self::with_segments(shape, Segments::Auto, DEFAULT_SM_COUNT)
     }
 
-    /// [`new`](Self::new) with the segments a backend was built with: `Auto` defers to
-    /// `LINATTN_CC_SEGMENTS` (and its default rule), `Off` or a length is taken as given.
-    pub fn with_segments(shape: &Shape, segments: Segments) -> Result<Self, AttnError> {
+    /// [`new`](Self::new) with the segments a backend was built with, on a device of
+    /// `sm_count` SMs: `Auto` defers to `LINATTN_CC_SEGMENTS` (and its default rule), `Off`
+    /// or a length is taken as given.
+    pub fn with_segments(
+        shape: &Shape,
+        segments: Segments,
+        sm_count: usize,
+    ) -> Result<Self, AttnError> {
         let segments = match segments {
             Segments::Auto => Segments::from_env()?,
             fixed => fixed,
         };
-        Self::with(shape, GradSlices::from_env()?, segments)
+        Self::with_sms(shape, GradSlices::from_env()?, segments, sm_count)
     }
 
     /// The plan at `shape` with the gradients' slices spread as `slices` says (segments
@@ -319,8 +348,19 @@ impl LaunchPlan {
         Self::with(shape, slices, Segments::Auto)
     }
 
-    /// The plan at `shape`, the gradients' slices and the inference forward's segments given.
+    /// The plan at `shape`, the gradients' slices and the inference forward's segments given
+    /// ([`DEFAULT_SM_COUNT`] SMs for `Segments::Auto`).
     pub fn with(shape: &Shape, slices: GradSlices, segs: Segments) -> Result<Self, AttnError> {
+        Self::with_sms(shape, slices, segs, DEFAULT_SM_COUNT)
+    }
+
+    /// [`with`](Self::with) on a device of `sm_count` SMs.
+    pub fn with_sms(
+        shape: &Shape,
+        slices: GradSlices,
+        segs: Segments,
+        sm_count: usize,
+    ) -> Result<Self, AttnError> {
         shape.validate()?;
         let (d, m) = match (tile_width(shape.dk), tile_width(shape.dv)) {
             (Some(d), Some(m)) => (d, m),
@@ -359,7 +399,7 @@ impl LaunchPlan {
             CHUNK * ld_m * half + state_region(ld_m, 2) + TILE * 4 + SCORES_PARK,
             "shared bytes",
         )?;
-        let segments = match segs.seg_chunks(shape) {
+        let segments = match segs.seg_chunks(shape, sm_count) {
             None => None,
             Some(seg_chunks) => {
                 let num_segments = num_chunks.div_ceil(seg_chunks);
@@ -374,7 +414,7 @@ impl LaunchPlan {
                         .ok_or_else(|| {
                             AttnError::SizeOverflow(format!("segment states of {shape}"))
                         })?,
-                    // An axis of 0 blocks (one segment: no sums) is not launched.
+                    // An axis of 0 blocks (one segment: no sums, no scan) is not launched.
                     grid_sums: if num_segments > 1 {
                         sums.dims()?
                     } else {
@@ -384,7 +424,11 @@ impl LaunchPlan {
                         d * ld_t * half + TILE * ld_t * half + 2 * d * 4,
                         "shared bytes",
                     )?,
-                    grid_scan: scan.dims()?,
+                    grid_scan: if num_segments > 1 {
+                        scan.dims()?
+                    } else {
+                        (0, 0, 0)
+                    },
                     grid_forward: forward.dims()?,
                     smem_forward: u(
                         2 * CHUNK * ld_d * half

@@ -21,7 +21,7 @@ pub struct KernelHeader {
 #[macro_export]
 macro_rules! kernel_header {
     ($name:literal) => {
-        $crate::runtime::KernelHeader {
+        $crate::runtime::variant::KernelHeader {
             name: $name,
             text: include_str!(concat!(
                 env!("CARGO_MANIFEST_DIR"),
