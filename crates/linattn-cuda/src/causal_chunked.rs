@@ -376,9 +376,7 @@ impl Plan {
             };
             let launch = Launch::new(seg.grid_sums, SEG_THREADS).with_shared(seg.smem_sums);
             launch_kernel(exec.as_ref(), sums, &launch, &params)?;
-        }
-        if seg.num_segments > 1 {
-            // Segment 0 starts from zero (cc_forward_seg): one segment needs no scan.
+            // Segment 0 starts from zero (cc_forward_seg): one segment needs no scan either.
             let seg_decay = (f64::from(a.chunk_decay)).powi(seg_chunks) as f32;
             let params = params::SegScan {
                 states: ptr(states),

@@ -178,8 +178,8 @@ impl Segments {
     }
 }
 
-/// The segmented inference forward at one shape: `cc_seg_sums` (when there are two or more
-/// segments), `cc_seg_scan`, `cc_forward_seg`.
+/// The segmented inference forward at one shape: `cc_seg_sums` and `cc_seg_scan` (when there
+/// are two or more segments), `cc_forward_seg`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentPlan {
     /// Chunks per segment (BS) and segments (⌈NC/BS⌉).
@@ -319,10 +319,10 @@ pub struct LaunchPlan {
 }
 
 impl LaunchPlan {
-    /// The plan at `shape`, the gradients' slices as `LINATTN_CC_GRAD_SLICES` says
-    /// ([`GradSlices::from_env`]; by default by [`GRAD_LOOP_MIN_CTAS`]).
-    /// The inference forward's segments as `LINATTN_CC_SEGMENTS` says ([`Segments::from_env`]).
-    /// [`DEFAULT_SM_COUNT`] SMs.
+    /// The plan at `shape` on [`DEFAULT_SM_COUNT`] SMs: the gradients' slices as
+    /// `LINATTN_CC_GRAD_SLICES` says ([`GradSlices::from_env`]; by default by
+    /// [`GRAD_LOOP_MIN_CTAS`]), the inference forward's segments as `LINATTN_CC_SEGMENTS` says
+    /// ([`Segments::from_env`]; by default by [`auto_seg_chunks`]).
     pub fn new(shape: &Shape) -> Result<Self, AttnError> {
         Self::with_segments(shape, Segments::Auto, DEFAULT_SM_COUNT)
     }
@@ -405,6 +405,12 @@ impl LaunchPlan {
                 let num_segments = num_chunks.div_ceil(seg_chunks);
                 let [sums, scan, forward] = seg_grids(shape, seg_chunks);
                 as_i32("chunks per segment", seg_chunks)?;
+                // One segment launches neither the sums nor the scan: no grid for them.
+                let (grid_sums, grid_scan) = if num_segments > 1 {
+                    (sums.dims()?, scan.dims()?)
+                } else {
+                    ((0, 0, 0), (0, 0, 0))
+                };
                 Some(SegmentPlan {
                     seg_chunks,
                     num_segments,
@@ -414,21 +420,12 @@ impl LaunchPlan {
                         .ok_or_else(|| {
                             AttnError::SizeOverflow(format!("segment states of {shape}"))
                         })?,
-                    // An axis of 0 blocks (one segment: no sums, no scan) is not launched.
-                    grid_sums: if num_segments > 1 {
-                        sums.dims()?
-                    } else {
-                        (0, 0, 0)
-                    },
+                    grid_sums,
                     smem_sums: u(
                         d * ld_t * half + TILE * ld_t * half + 2 * d * 4,
                         "shared bytes",
                     )?,
-                    grid_scan: if num_segments > 1 {
-                        scan.dims()?
-                    } else {
-                        (0, 0, 0)
-                    },
+                    grid_scan,
                     grid_forward: forward.dims()?,
                     smem_forward: u(
                         2 * CHUNK * ld_d * half
