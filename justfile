@@ -45,7 +45,7 @@ regress GRID="bench-results/regress-grid.toml": build
 barriers *FILTER:
     cargo test --release -p linattn-lab --test barrier_deletion -- --include-ignored {{FILTER}}
 
-# Simulator counters of a fixed grid (every sim/* backend, D = M in {64, 128}, N in {1024, 4096}; the chunked inference forward; its segmented form at N = 4096) vs bench-results/sim/baseline.json, baseline-forward.json and baseline-segmented.json; exit 1 on a 0.5% move the wrong way. CI runs it.
+# Simulator counters of a fixed grid (every sim/* backend, D = M in {64, 128}, N in {1024, 4096}; the chunked form per chunk, inference and training; its segmented inference forward at N = 4096) vs bench-results/sim/baseline.json, baseline-forward.json and baseline-segmented.json; exit 1 on a 0.5% move the wrong way. CI runs it.
 regress-sim: build
     scripts/regress_sim.sh
 

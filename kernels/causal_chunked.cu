@@ -33,9 +33,13 @@
 //   cc_seg_sums (each segment's sum, all at once), cc_seg_scan (the sums into each
 //   segment's S⁰; neither with one segment), cc_forward_seg (O, den of a segment's chunks,
 //   the state carried in registers).           grid (NC/BS − 1 | ⌈(D·M+D)/256⌉ | NC/BS, B·H, ·)
-//   Training (a backward follows): pass 1 split (k̃ hi + lo, see precision) writing fp32,
-//   then cc_forward_train, O and den on those states plus O's rounding residue out_lo; the
-//   states and out_lo are kept for the backward (the states once, never per token).
+//   Training (a backward follows) at D ≤ 128 where shared memory allows (sm_80, sm_90):
+//   the segments' split forms, cc_seg_sums_train, cc_seg_scan, cc_forward_seg_train (k̃ hi +
+//   lo in the state, see precision), which also writes every chunk's S⁰, z⁰ (fp32) and O's
+//   rounding residue out_lo; else (D = 256, sm_86/89 at D = 128, LINATTN_CC_SEGMENTS=off)
+//   pass 1 split writing fp32, then cc_forward_train, O and den on those states plus
+//   out_lo. Either way the states and out_lo are kept for the backward (the states once,
+//   never per token).
 //   D, M here are the program's tile widths (CC_D, CC_M: 16 and 32 pad to 64, see limits).
 //   The walk is sequential in NC = N/64 over B·H·D·M/4096 CTAs (128 at B·H = 32, D = M =
 //   128: about one per H100 SM); each chunk's k, v are fetched a chunk ahead, so the walk
@@ -184,5 +188,6 @@ typedef unsigned short cc_u16;
 #include "causal_chunked_common.cuh"    // shared helpers: packing, split, mma, stores
 #include "causal_chunked_states.cuh"    // pass 1: the state walks
 #include "causal_chunked_outputs.cuh"   // pass 2: O and den per chunk
-#include "causal_chunked_segments.cuh"  // the segmented inference forward
+#include "causal_chunked_segments.cuh"  // the segmented forward
+#include "causal_chunked_seg_sums.cuh"  // its pass 1: the segments' sums and their scan
 #include "causal_chunked_backward.cuh"  // the backward

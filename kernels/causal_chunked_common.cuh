@@ -233,6 +233,42 @@ __device__ __forceinline__ void cc_tile_cols_block(cc_u16* dst, cc_u16* dst_lo, 
                            odd_first ? r1.x : r1.y);
 }
 
+// A lane's 4 output columns of rows i_lo and i_lo + 8 from the C fragments of n-tiles x, y
+// (2p, 2p+1) times 1/den, rounded to storage and through one quad shuffle (cc_quad_swap) as
+// 8-byte stores at column e; RESIDUE (a forward the backward follows) with a normalised map
+// also O's rounding residue into out_lo, the same products rounded the same way. `cols_exist`
+// (warp-uniform) is tested after the shuffles; rows ≥ n are not stored.
+template <bool RESIDUE>
+__device__ __forceinline__ void cc_store_o_pair(la_storage_t* __restrict__ out, la_storage_t* __restrict__ out_lo,
+                                                bool normalised, const float (&x)[4], const float (&y)[4],
+                                                float inv_lo, float inv_hi, bool cols_exist, la_index_t head_row0,
+                                                int i_lo, int n, int mw, int e) {
+    const int i_hi = i_lo + 8;
+    cc_u32 x_lo = cc_pack(x[0] * inv_lo, x[1] * inv_lo);
+    cc_u32 y_lo = cc_pack(y[0] * inv_lo, y[1] * inv_lo);
+    cc_u32 x_hi = cc_pack(x[2] * inv_hi, x[3] * inv_hi);
+    cc_u32 y_hi = cc_pack(y[2] * inv_hi, y[3] * inv_hi);
+    // The residues first, then both swap.
+    cc_u32 rx_lo = 0, ry_lo = 0, rx_hi = 0, ry_hi = 0;
+    if (RESIDUE && normalised) {
+        rx_lo = cc_residue(x[0] * inv_lo, x[1] * inv_lo, x_lo);
+        ry_lo = cc_residue(y[0] * inv_lo, y[1] * inv_lo, y_lo);
+        rx_hi = cc_residue(x[2] * inv_hi, x[3] * inv_hi, x_hi);
+        ry_hi = cc_residue(y[2] * inv_hi, y[3] * inv_hi, y_hi);
+        cc_quad_swap(rx_lo, ry_lo);
+        cc_quad_swap(rx_hi, ry_hi);
+    }
+    cc_quad_swap(x_lo, y_lo);
+    cc_quad_swap(x_hi, y_hi);
+    if (!cols_exist) return;  // columns past m
+    if (i_lo < n) *(uint2*)(out + (head_row0 + i_lo) * mw + e) = make_uint2(x_lo, y_lo);
+    if (i_hi < n) *(uint2*)(out + (head_row0 + i_hi) * mw + e) = make_uint2(x_hi, y_hi);
+    if (RESIDUE && normalised) {
+        if (i_lo < n) *(uint2*)(out_lo + (head_row0 + i_lo) * mw + e) = make_uint2(rx_lo, ry_lo);
+        if (i_hi < n) *(uint2*)(out_lo + (head_row0 + i_hi) * mw + e) = make_uint2(rx_hi, ry_hi);
+    }
+}
+
 // Block-wide max of non-negative floats without an atomic (so no slot to clear first): each
 // warp's max into slots[warp] (cc_block_max_put), the caller's barrier, then every thread
 // reads the CC_THREADS/32 slots (cc_block_max_get).

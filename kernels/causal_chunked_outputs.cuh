@@ -465,29 +465,8 @@ cc_forward_body(const la_storage_t* __restrict__ q, const la_storage_t* __restri
 #pragma unroll
     for (int p = 0; p < CC_TILE / 16; ++p) {  // 4 columns (8 bytes) per lane, cc_quad_swap
         const int e = e0 + p * 16 + cc_quad_col(t);
-        cc_u32 x_lo = cc_pack(o[2 * p][0] * inv_lo, o[2 * p][1] * inv_lo);
-        cc_u32 y_lo = cc_pack(o[2 * p + 1][0] * inv_lo, o[2 * p + 1][1] * inv_lo);
-        cc_u32 x_hi = cc_pack(o[2 * p][2] * inv_hi, o[2 * p][3] * inv_hi);
-        cc_u32 y_hi = cc_pack(o[2 * p + 1][2] * inv_hi, o[2 * p + 1][3] * inv_hi);
-        // TRAIN: the residues first (the same products, rounded the same way), then both swap.
-        cc_u32 rx_lo = 0, ry_lo = 0, rx_hi = 0, ry_hi = 0;
-        if (TRAIN && normalised) {
-            rx_lo = cc_residue(o[2 * p][0] * inv_lo, o[2 * p][1] * inv_lo, x_lo);
-            ry_lo = cc_residue(o[2 * p + 1][0] * inv_lo, o[2 * p + 1][1] * inv_lo, y_lo);
-            rx_hi = cc_residue(o[2 * p][2] * inv_hi, o[2 * p][3] * inv_hi, x_hi);
-            ry_hi = cc_residue(o[2 * p + 1][2] * inv_hi, o[2 * p + 1][3] * inv_hi, y_hi);
-            cc_quad_swap(rx_lo, ry_lo);
-            cc_quad_swap(rx_hi, ry_hi);
-        }
-        cc_quad_swap(x_lo, y_lo);
-        cc_quad_swap(x_hi, y_hi);
-        if (p * 16 >= m_cols) continue;  // columns past m (warp-uniform), after the shuffles
-        if (i_lo < n) *(uint2*)(out + (head_row0 + i_lo) * mw + e) = make_uint2(x_lo, y_lo);
-        if (i_hi < n) *(uint2*)(out + (head_row0 + i_hi) * mw + e) = make_uint2(x_hi, y_hi);
-        if (TRAIN && normalised) {
-            if (i_lo < n) *(uint2*)(out_lo + (head_row0 + i_lo) * mw + e) = make_uint2(rx_lo, ry_lo);
-            if (i_hi < n) *(uint2*)(out_lo + (head_row0 + i_hi) * mw + e) = make_uint2(rx_hi, ry_hi);
-        }
+        cc_store_o_pair<TRAIN>(out, out_lo, normalised, o[2 * p], o[2 * p + 1], inv_lo, inv_hi, p * 16 < m_cols,
+                               head_row0, i_lo, n, mw, e);
     }
     if (blockIdx.z == 0 && t == 0) {
         if (i_lo < n) den_out[head_row0 + i_lo] = den_lo;

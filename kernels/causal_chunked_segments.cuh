@@ -1,12 +1,13 @@
-// causal_chunked_segments.cuh — the segmented inference forward: cc_seg_sums, cc_seg_scan,
-// cc_forward_seg (no state per chunk in memory). Part of causal_chunked.cu's program (see its
-// header for the math and the grid); not compiled alone.
+// causal_chunked_segments.cuh — the segmented forward: cc_forward_seg (inference: no state
+// per chunk in memory) and cc_forward_seg_train (a backward follows: it also keeps every
+// chunk's state), and the pieces they share with pass 1 (causal_chunked_seg_sums.cuh). Part of
+// causal_chunked.cu's program (see its header for the math and the grid); not compiled alone.
 #pragma once
 
-// ---- the segmented inference forward (plan step 2) ----------------------------------------
+// ---- the segmented forward ------------------------------------------------------------------
 //
-// The forward without a state per chunk in memory: segments of seg_chunks (BS) chunks (the
-// host picks BS per shape; with one segment it launches 3 alone).
+// Segments of seg_chunks (BS) chunks (the host picks BS per shape; with one segment it
+// launches 3 alone).
 //   1. cc_seg_sums: one CTA per (segment, b·h, M/64 slice) sums its segment's chunks from a
 //      zero state, ΔS_s = Σ_{c∈s} λ^{L(BS−1−c')} ΔS_c, z likewise (fp32; all segments at
 //      once, not a chain over NC as cc_forward_h's walk).
@@ -15,36 +16,12 @@
 //   3. cc_forward_seg: one CTA per (segment, b·h, 64-wide slice of M) carries S⁰ through
 //      its segment's chunks in registers, computing O and den of each chunk as cc_forward
 //      does, then S ← λ^L S + ΔS_c on the tensor cores.
+// Training: cc_seg_sums_train, the scan, cc_forward_seg_train, with k̃ split hi + lo in every
+// state step, also writing each chunk's S⁰, z⁰ and O's residue (what cc_forward_h split +
+// cc_forward_train keep for the backward, in one pass over q, k, v).
 // DRAM per token (D = M = 128, bf16, BS = 16): k, v 512 + sums 65 (1), 129 (2), q, k, v 768,
 // S⁰ 65, O 256, den 4 (3): ~1800 B where the per-chunk states cost 3602 (1024 is the minimum).
-
-// In place over the slots cc_seg_sums wrote: slot s + 1 holds segment s's
-// sum; slot s ← λ^{L·BS} slot s−1 + slot s (an inclusive scan from slot 1, slot 0 taken as
-// zero and never touched: cc_forward_seg starts segment 0 from zero), so slot s ≥ 1 is S⁰,
-// z⁰ entering segment s, fp32 in the layout of CC_STATE_STRIDE. Thread x of
-// block (bx, b·h) runs element bx·256 + x of the D·M + D words; its loads are issued 4 at a
-// time ahead of the chain (in PTX order each was a DRAM latency on it). grid (⌈(D·M + D) /
-// 256⌉, B·H), 256 threads. Limits: the file's.
-#define CC_SCAN_THREADS 256
-extern "C" __global__ void __launch_bounds__(CC_SCAN_THREADS)
-cc_seg_scan(float* __restrict__ states, int num_segments, float seg_decay) {
-    const int idx = blockIdx.x * CC_SCAN_THREADS + threadIdx.x;
-    if (idx >= CC_D * CC_M + CC_D) return;
-    float* p = states + (la_index_t)blockIdx.y * num_segments * CC_STATE_STRIDE + idx;
-    float run = 0.0f;
-    for (int s = 1; s < num_segments; s += 4) {
-        float x[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-            x[j] = s + j < num_segments ? p[(la_index_t)(s + j) * CC_STATE_STRIDE] : 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            if (s + j >= num_segments) break;
-            run = __fmaf_rn(run, seg_decay, x[j]);
-            p[(la_index_t)(s + j) * CC_STATE_STRIDE] = run;
-        }
-    }
-}
+// Training adds the kept states (1032) and O's residue (256) in 3.
 
 // cc_forward_seg holds a 64 × D fp32 state slice in registers: programs with CC_D ≤ 128 only
 // (the host takes cc_forward_h + cc_forward at D = 256).
@@ -57,23 +34,36 @@ cc_seg_scan(float* __restrict__ states, int num_segments, float seg_decay) {
     (2 * CC_L * CC_LDD * 2 + CC_D * CC_LDT * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_D * 4 + \
      2 * CC_D * 4 + CC_DT * 2 * 16 * 16)
 
-// A fetched tile (cc_walk_fetch, 8 warps) after φ as natural rows [token][feature] (stride
-// CC_LDD: q̃, k̃ for P = q̃k̃ᵀ) and, unless tr is null (q̃), transposed and weighted by
-// w[token], k̃wᵀ[feature][token] (stride CC_LDT, for ΔSᵀ = vᵀ·k̃w); φ once. f0: the tile's
-// first feature. (A template flag in place of the null test spilled 48 B at D = 128,
-// M = 64 on sm_90.) Natural stores: a lane's two feature values of a token as one 32-bit word; the
-// 32 lanes of a store hit rows 2tw (+ 8s) at stride CC_LDD/2 ≡ 4 mod 32 words, plus fp: 32
-// banks.
-__device__ __forceinline__ void cc_seg_put(cc_u16* nat, cc_u16* tr, const cc_u32 (&raw)[2 * CC_WALK_STEPS],
-                                           int f0, int tok0, int n, int cols, int phi, const float* w) {
+// The training split's residue tile of the weighted k̃ᵀ (cc_seg_sums_train, cc_forward_seg_train):
+// [D][64 tokens] 16-bit as 32-bit words of token pairs, rows unpadded (cc_forward_seg_train's
+// shared memory holds two CTAs per SM on sm_90 with 16 KB more at D = 128, not with the
+// padded 18 KB), word w of row f at w ^ 4(f & 7): the state step's fragment loads (rows g,
+// words 8ks + t (+4)) and cc_seg_put's stores (feature rows 2fp (+1, odd first for fp ≥ 4),
+// words tw + 4s) each hit 32 banks.
+__device__ __forceinline__ int cc_seg_lo_word(int f, int w) { return f * (CC_L / 2) + (w ^ ((f & 7) << 2)); }
+
+// A fetched tile (cc_walk_fetch, 8 warps) after φ as natural rows [token][feature] (NAT:
+// stride CC_LDD: q̃, k̃ for P = q̃k̃ᵀ) and, unless tr is null (q̃), transposed and weighted by
+// w[token], k̃wᵀ[feature][token] (stride CC_LDT, for ΔSᵀ = vᵀ·k̃w), with LO also its rounding
+// residue into tr_lo (cc_seg_lo_word's layout: the training forward's split k̃); φ once.
+// f0: the tile's first feature. (A template flag in place of the null test of tr spilled 48 B
+// at D = 128, M = 64 on sm_90.) Natural stores: a lane's two feature values of a token as one
+// 32-bit word; the 32 lanes of a store hit rows 2tw (+ 8s) at stride CC_LDD/2 ≡ 4 mod 32
+// words, plus fp: 32 banks.
+template <bool NAT = true, bool LO = false>
+__device__ __forceinline__ void cc_seg_put(cc_u16* nat, cc_u16* tr, cc_u32* tr_lo,
+                                           const cc_u32 (&raw)[2 * CC_WALK_STEPS], int f0, int tok0, int n,
+                                           int cols, int phi, const float* w) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, fp = lane & 7, tw = lane >> 3;
     const int f = (warp & 3) * 16 + 2 * fp, tok = (warp >> 2) * CC_WALK_STEPS * 8 + 2 * tw;
     float2 x[2 * CC_WALK_STEPS];
     cc_walk_unpack<CC_WALK_STEPS>(x, raw, tok0, n, cols, phi);
+    if (NAT) {
 #pragma unroll
-    for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
-        const int r = tok + (s >> 1) * 8 + (s & 1);
-        *(cc_u32*)(nat + r * CC_LDD + f0 + f) = cc_pack(x[s].x, x[s].y);
+        for (int s = 0; s < 2 * CC_WALK_STEPS; ++s) {
+            const int r = tok + (s >> 1) * 8 + (s & 1);
+            *(cc_u32*)(nat + r * CC_LDD + f0 + f) = cc_pack(x[s].x, x[s].y);
+        }
     }
     if (!tr) return;
 #pragma unroll
@@ -85,6 +75,17 @@ __device__ __forceinline__ void cc_seg_put(cc_u16* nat, cc_u16* tr, const cc_u32
 #pragma unroll
     for (int s = 0; s < CC_WALK_STEPS; ++s)
         cc_tile_cols_block<false>(tr + f0 * CC_LDT, nullptr, f, tok + 8 * s, x[2 * s], x[2 * s + 1], fp >= 4);
+    if (!LO) return;
+    const bool odd = fp >= 4;  // as cc_tile_cols_block: the odd feature row first
+#pragma unroll
+    for (int s = 0; s < CC_WALK_STEPS; ++s) {
+        const float2 r0 = x[2 * s], r1 = x[2 * s + 1];  // tokens tok + 8s and + 1
+        const int w = (tok + 8 * s) >> 1;
+        const float a0 = odd ? r0.y : r0.x, a1 = odd ? r1.y : r1.x;
+        const float b0 = odd ? r0.x : r0.y, b1 = odd ? r1.x : r1.y;
+        tr_lo[cc_seg_lo_word(f0 + f + odd, w)] = cc_residue(a0, a1, cc_pack(a0, a1));
+        tr_lo[cc_seg_lo_word(f0 + f + !odd, w)] = cc_residue(b0, b1, cc_pack(b0, b1));
+    }
 }
 
 // The three tiles of chunk tok0 / 64 into registers: q, k (D/64 feature tiles each) and the
@@ -140,10 +141,12 @@ __device__ __forceinline__ void cc_seg_product(float (&acc)[4][4], const cc_u16*
 // z_next ← λ^L z_cur + Σ_j k̃wᵀ[d][j] (the row sums of the same k̃wᵀ rows by an all-ones A,
 // from zero) and the max |z_next| of the features a warp ran into zmax[warp] (SPREAD: warp
 // (rg, hh) a quarter of half hh's) or zmax[hh] (the row-group-0 warps, half hh each).
-template <bool SPREAD>
+// SPLIT (training): k̃w as hi (s_kt) + lo (s_kt_lo, cc_seg_lo_word's layout), two mma's per
+// product, as cc_forward_h's split walk: the backward's S⁰, z⁰ and the O it takes G·O of.
+template <bool SPREAD, bool SPLIT = false>
 __device__ __forceinline__ void cc_seg_state_step(float (&run)[CC_SEG_NT][4], float* z_next, const float* z_cur,
                                                   float* zmax, const cc_u16* s_vt, const cc_u16* s_kt,
-                                                  float chunk_decay) {
+                                                  const cc_u32* s_kt_lo, float chunk_decay) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int rg = warp & 3, hh = warp >> 2, row0 = 16 * rg, dc0 = hh * (CC_D / 2);
     if (chunk_decay != 1.0f) {
@@ -152,22 +155,34 @@ __device__ __forceinline__ void cc_seg_state_step(float (&run)[CC_SEG_NT][4], fl
 #pragma unroll
             for (int c = 0; c < 4; ++c) run[nt][c] *= chunk_decay;
     }
+    // The lo tile's words of feature row dc0 + 8n + g at k-step ks: (8ks + t (+4)) ^ 4g.
+    const cc_u32* lo_lane = s_kt_lo + (dc0 + g) * (CC_L / 2);
 #pragma unroll
     for (int ks = 0; ks < CC_L / 16; ++ks) {
         cc_u32 a[4];
         cc_load_a(a, s_vt + row0 * CC_LDT, CC_LDT, ks);
+        const int w0 = (8 * ks + t) ^ (4 * g), w1 = (8 * ks + 4 + t) ^ (4 * g);
         // B fragments a group of 4 n-tiles at a time, loaded before their mma's.
 #pragma unroll
         for (int n0 = 0; n0 < CC_SEG_NT; n0 += 4) {
-            cc_u32 b[4][2];
+            cc_u32 b[4][2], bl[4][2];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const cc_u16* bp = s_kt + (dc0 + 8 * (n0 + j) + g) * CC_LDT + ks * 16 + 2 * t;
                 b[j][0] = *(const cc_u32*)bp;
                 b[j][1] = *(const cc_u32*)(bp + 8);
+                if (SPLIT) {
+                    const cc_u32* lp = lo_lane + 8 * (n0 + j) * (CC_L / 2);
+                    bl[j][0] = lp[w0];
+                    bl[j][1] = lp[w1];
+                }
             }
 #pragma unroll
             for (int j = 0; j < 4; ++j) cc_mma(run[n0 + j], a, b[j][0], b[j][1]);
+            if (SPLIT) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) cc_mma(run[n0 + j], a, bl[j][0], bl[j][1]);
+            }
         }
     }
     // z: SPREAD, each warp a quarter of its half's n-tiles (cc_seg_sums: in the row-group-0
@@ -188,8 +203,13 @@ __device__ __forceinline__ void cc_seg_state_step(float (&run)[CC_SEG_NT][4], fl
         for (int ks = 0; ks < CC_L / 16; ++ks)
 #pragma unroll
             for (int nt = 0; nt < 2 && part + nt < ZNT; ++nt) {
-                const cc_u16* bp = s_kt + (dc0 + 8 * (nt0 + part + nt) + g) * CC_LDT + ks * 16 + 2 * t;
+                const int row = dc0 + 8 * (nt0 + part + nt) + g;
+                const cc_u16* bp = s_kt + row * CC_LDT + ks * 16 + 2 * t;
                 cc_mma(acc[nt], ones, *(const cc_u32*)bp, *(const cc_u32*)(bp + 8));
+                if (SPLIT) {
+                    const cc_u32* lp = s_kt_lo + row * (CC_L / 2);
+                    cc_mma(acc[nt], ones, lp[(8 * ks + t) ^ (4 * g)], lp[(8 * ks + 4 + t) ^ (4 * g)]);
+                }
             }
 #pragma unroll
         for (int nt = 0; nt < 2 && part + nt < ZNT; ++nt) {
@@ -219,8 +239,17 @@ __device__ __forceinline__ void cc_seg_state_step(float (&run)[CC_SEG_NT][4], fl
 // halves), and the state's rows (values e) 16rg .. +15 × features hh·D/2 .. + D/2 − 1. Two
 // barriers per chunk. Dynamic shared CC_SEG_SMEM (97,280 B at D = 128: with the 2,560 B of
 // static memory the host allows for, inside sm_86/89's 99 KB; 54,272 B at 64).
+// TRAIN (cc_forward_seg_train, a forward the backward follows; its segments' S⁰ from
+// cc_seg_sums_train): k̃ split hi + lo in the state step (cc_seg_state_step SPLIT: the lo
+// tile, CC_SEG_TRAIN_SMEM, 113,664 B at D = 128), and what cc_forward_h (split) +
+// cc_forward_train keep for the backward: every chunk's S⁰, z⁰ in fp32 into chunk_states
+// (CC_STATE_STRIDE per chunk, cc_walk_store's layout; z by slice 0) and O's rounding residue
+// into out_lo (normalised maps). The one pass replaces the walk over every chunk (a chain of
+// NC) and a second read of each state.
 // Limits: D ≤ 128 (the state slice is D/16 × 4 fp32 registers per thread; D = 256 runs
-// cc_forward_h + cc_forward); the others the file's.
+// cc_forward_h + cc_forward); TRAIN at D = 128 needs 116 KB of shared memory (not on
+// sm_86/89) and is not compiled at D = 128, M = 64 (CC_SEG_TRAINS): the host walks there
+// instead; the others the file's.
 // 2 CTAs per SM (≤ 128 registers) where shared memory holds two: sm_90 (227 KB) at D ≤ 128,
 // sm_80 (164 KB) at D = 64; one on sm_80 at D = 128 (95 KB), where 128 registers spilled.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900 && CC_D == 128
@@ -228,11 +257,15 @@ __device__ __forceinline__ void cc_seg_state_step(float (&run)[CC_SEG_NT][4], fl
 #else
 #define CC_SEG_MIN_CTAS 2
 #endif
-extern "C" __global__ void __launch_bounds__(CC_SEG_THREADS, CC_SEG_MIN_CTAS)
-cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
-               const la_storage_t* __restrict__ v, const float* __restrict__ states,
-               la_storage_t* __restrict__ out, float* __restrict__ den_out, int seg_chunks, int n,
-               int num_chunks, float log2_decay, float chunk_decay, float eps, int map, int d, int m) {
+#define CC_SEG_TRAIN_SMEM (CC_SEG_SMEM + CC_D * CC_L * 2)
+#define CC_SEG_TRAINS (!(CC_D == 128 && CC_M == 64))  // the program has the training forms
+template <bool TRAIN>
+__device__ __forceinline__ void
+cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,
+                    const la_storage_t* __restrict__ v, const float* __restrict__ states,
+                    float* __restrict__ chunk_states, la_storage_t* __restrict__ out,
+                    la_storage_t* __restrict__ out_lo, float* __restrict__ den_out, int seg_chunks, int n,
+                    int num_chunks, float log2_decay, float chunk_decay, float eps, int map, int d, int m) {
     extern __shared__ __align__(16) unsigned char cc_smem[];
     cc_u16* s_q = (cc_u16*)cc_smem;                  // [64 i][LDD]  q̃
     cc_u16* s_k = s_q + CC_L * CC_LDD;               // [64 j][LDD]  k̃
@@ -245,6 +278,7 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
     // row 1 zeros read by the others, so den's q̃·z comes from the tensor cores with q̃'s
     // fragments already loaded.
     uint4* s_zrec = (uint4*)(s_z + 2 * CC_D);  // D/64 × [2][16 records]
+    cc_u32* s_kt_lo = (cc_u32*)(s_zrec + CC_DT * 2 * 16);  // TRAIN: [D][32 words] k̃w's residue
     __shared__ __align__(16) float s_w[CC_L], s_rowmax[2][CC_TILE], s_unscale[CC_TILE];
     __shared__ float s_zmax[2];  // max |z| over each half of D
     __shared__ float s_log2_decay;  // log2 λ (see `zero` in the loop)
@@ -297,6 +331,8 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
     for (int chunk = first; chunk < end; ++chunk) {
         const int tok0 = chunk * CC_L;
         const float* z_cur = s_z + ((chunk - first) & 1) * CC_D;
+        float* kept = TRAIN ? chunk_states + ((la_index_t)bh * num_chunks + chunk) * CC_STATE_STRIDE : nullptr;
+        if (TRAIN) cc_walk_store<CC_SEG_NT>(kept, run, e0 + row0, dc0, CC_D);  // S⁰ of this chunk
         // The state's row maxima over this warp's half of D (both halves meet in s_rowmax).
         {
             float m_lo, m_hi;
@@ -311,6 +347,16 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
         // z's power of two, read here: the row-group-0 warps write the next chunk's max
         // during this one.
         const int z_exp = cc_split_exp(fmaxf(s_zmax[0], s_zmax[1]));
+        if (TRAIN && blockIdx.z == 0 && rg == 0 && g == 0) {  // z⁰ of this chunk, slice 0's
+#pragma unroll
+            for (int nt = 0; nt < CC_SEG_NT; ++nt) {
+                const int f = dc0 + 8 * nt + 2 * t;
+                const float2 z = *(const float2*)(z_cur + f);
+                asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(kept + (la_index_t)CC_D * CC_M + f),
+                             "f"(z.x), "f"(z.y)
+                             : "memory");
+            }
+        }
         {
             const int ex_lo = cc_split_exp(fmaxf(s_rowmax[0][row0 + g], s_rowmax[1][row0 + g]));
             const int ex_hi = cc_split_exp(fmaxf(s_rowmax[0][row0 + g + 8], s_rowmax[1][row0 + g + 8]));
@@ -347,8 +393,8 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
 #pragma unroll
         for (int h = 0; h < CC_DT; ++h) {
             const int cols = cc_slice_cols<CC_D>(dw, h * CC_TILE);
-            cc_seg_put(s_q, nullptr, raw.q[h], h * CC_TILE, tok0, n, cols, map, nullptr);
-            cc_seg_put(s_k, s_kt, raw.k[h], h * CC_TILE, tok0, n, cols, map, s_w);
+            cc_seg_put(s_q, nullptr, nullptr, raw.q[h], h * CC_TILE, tok0, n, cols, map, nullptr);
+            cc_seg_put<true, TRAIN>(s_k, s_kt, s_kt_lo, raw.k[h], h * CC_TILE, tok0, n, cols, map, s_w);
         }
         cc_walk_put<false, false, false>(s_vt, nullptr, raw.v, tok0, n, m_cols, LA_MAP_IDENTITY, nullptr,
                                          nullptr, nullptr);
@@ -476,15 +522,8 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
 #pragma unroll
         for (int pp = 0; pp < 2; ++pp) {  // 4 columns (8 bytes) per lane, cc_quad_swap
             const int e = e0 + 32 * hh + pp * 16 + cc_quad_col(t);
-            cc_u32 x_lo = cc_pack(o[2 * pp][0] * inv_lo, o[2 * pp][1] * inv_lo);
-            cc_u32 y_lo = cc_pack(o[2 * pp + 1][0] * inv_lo, o[2 * pp + 1][1] * inv_lo);
-            cc_u32 x_hi = cc_pack(o[2 * pp][2] * inv_hi, o[2 * pp][3] * inv_hi);
-            cc_u32 y_hi = cc_pack(o[2 * pp + 1][2] * inv_hi, o[2 * pp + 1][3] * inv_hi);
-            cc_quad_swap(x_lo, y_lo);
-            cc_quad_swap(x_hi, y_hi);
-            if (32 * hh + pp * 16 >= m_cols) continue;  // columns past m (warp-uniform)
-            if (i_lo < n) *(uint2*)(out + (head_row0 + i_lo) * mw + e) = make_uint2(x_lo, y_lo);
-            if (i_hi < n) *(uint2*)(out + (head_row0 + i_hi) * mw + e) = make_uint2(x_hi, y_hi);
+            cc_store_o_pair<TRAIN>(out, out_lo, normalised, o[2 * pp], o[2 * pp + 1], inv_lo, inv_hi,
+                                   32 * hh + pp * 16 < m_cols, head_row0, i_lo, n, mw, e);
         }
         if (blockIdx.z == 0 && hh == 0 && t == 0) {
             if (i_lo < n) den_out[head_row0 + i_lo] = den_lo;
@@ -492,69 +531,31 @@ cc_forward_seg(const la_storage_t* __restrict__ q, const la_storage_t* __restric
         }
         if (chunk + 1 == end) break;  // the segment's last state is not needed
 
-        cc_seg_state_step<false>(run, s_z + ((chunk - first + 1) & 1) * CC_D, z_cur, s_zmax, s_vt, s_kt,
-                                 chunk_decay);
+        cc_seg_state_step<false, TRAIN>(run, s_z + ((chunk - first + 1) & 1) * CC_D, z_cur, s_zmax, s_vt,
+                                        s_kt, s_kt_lo, chunk_decay);
         cc_seg_fetch<true, false>(raw, q, k, v, head_row0, tok0 + CC_L, n, e0, dw, mw, m_cols);
     }
 }
-// Pass 1 of the segmented forward: the sum of each segment s < NC/BS − 1 (the last one's is
-// never read), ΔS_s = Σ_{c∈s} λ^{L(BS−1−c')} ΔS_c and z likewise, from zero, into slot s + 1
-// of the segment states (fp32, CC_STATE_STRIDE's layout) for cc_seg_scan. cc_forward_seg's
-// warp mapping and state step (cc_seg_state_step), without its outputs: per chunk k̃ (φ,
-// weighted, transposed) and the v slice staged between two barriers, the step. All segments at once
-// (one CTA per (segment, b·h, M/64 slice), each a chain of BS chunks), where cc_forward_h's
-// walk is a chain over every chunk. grid (NC/BS − 1, B·H, M/64), CC_SEG_THREADS; dynamic shared
-// CC_SEG_SUMS_SMEM (28.7 KB at D = 128). Limits: D ≤ 128; the file's.
-#define CC_SEG_SUMS_SMEM (CC_D * CC_LDT * 2 + CC_TILE * CC_LDT * 2 + 2 * CC_D * 4)
-extern "C" __global__ void __launch_bounds__(CC_SEG_THREADS, 2)
-cc_seg_sums(const la_storage_t* __restrict__ k, const la_storage_t* __restrict__ v, float* __restrict__ states,
-            int seg_chunks, int n, int num_chunks, float log2_decay, float chunk_decay, int map, int d, int m) {
-    extern __shared__ __align__(16) unsigned char cc_smem[];
-    cc_u16* s_kt = (cc_u16*)cc_smem;                  // [D][LDT]     λ^{L−1−j} k̃_j, transposed
-    cc_u16* s_vt = s_kt + CC_D * CC_LDT;              // [64 e][LDT]  v slice, transposed
-    float* s_z = (float*)(s_vt + CC_TILE * CC_LDT);   // [2][D] z, by chunk parity
-    __shared__ float s_w[CC_L], s_zmax[CC_SEG_THREADS / 32];
 
-    const int seg = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
-    const int num_segments = (num_chunks + seg_chunks - 1) / seg_chunks;
-    const int first = seg * seg_chunks, end = first + seg_chunks;  // whole: seg < segments − 1
-    const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m);
-    const int m_cols = cc_slice_cols<CC_M>(mw, e0);
-    const la_index_t head_row0 = (la_index_t)bh * n;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int rg = warp & 3, hh = warp >> 2, row0 = 16 * rg, dc0 = hh * (CC_D / 2);
-    for (int j = threadIdx.x; j < CC_L; j += CC_SEG_THREADS) s_w[j] = cc_pow(log2_decay, (float)(CC_L - 1 - j));
-    for (int f = threadIdx.x; f < CC_D; f += CC_SEG_THREADS) s_z[f] = 0.0f;
-    float run[CC_SEG_NT][4];
-#pragma unroll
-    for (int nt = 0; nt < CC_SEG_NT; ++nt) run[nt][0] = run[nt][1] = run[nt][2] = run[nt][3] = 0.0f;
-    for (int chunk = first; chunk < end; ++chunk) {
-        const int tok0 = chunk * CC_L;
-        cc_seg_raw raw;
-        cc_seg_fetch<false, true>(raw, nullptr, k, v, head_row0, tok0, n, e0, dw, mw, m_cols);
-        __syncthreads();  // the previous chunk's reads of the tiles and of z are done; s_w, s_z
-        // v first: its registers are then free during k's (held through them, ptxas spilled).
-        cc_walk_put<false, false, false>(s_vt, nullptr, raw.v, tok0, n, m_cols, LA_MAP_IDENTITY, nullptr,
-                                         nullptr, nullptr);
-#pragma unroll
-        for (int h = 0; h < CC_DT; ++h)
-            cc_walk_put<false, true, false>(s_kt + h * CC_TILE * CC_LDT, nullptr, raw.k[h], tok0, n,
-                                            cc_slice_cols<CC_D>(dw, h * CC_TILE), map, s_w, nullptr, nullptr);
-        __syncthreads();  // the tiles
-        cc_seg_state_step<true>(run, s_z + ((chunk - first + 1) & 1) * CC_D,
-                                s_z + ((chunk - first) & 1) * CC_D, s_zmax, s_vt, s_kt, chunk_decay);
+// The two entry points, one parameter list (cc_forward_seg does not use chunk_states, out_lo).
+#define CC_FORWARD_SEG_ENTRY(name, TRAIN)                                                          \
+    extern "C" __global__ void __launch_bounds__(CC_SEG_THREADS, CC_SEG_MIN_CTAS) name(               \
+        const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,                     \
+        const la_storage_t* __restrict__ v, const float* __restrict__ states,                       \
+        float* __restrict__ chunk_states, la_storage_t* __restrict__ out,                           \
+        la_storage_t* __restrict__ out_lo, float* __restrict__ den_out, int seg_chunks, int n,      \
+        int num_chunks, float log2_decay, float chunk_decay, float eps, int map, int d, int m) {    \
+        cc_forward_seg_body<TRAIN>(q, k, v, states, chunk_states, out, out_lo, den_out, seg_chunks, \
+                                   n, num_chunks, log2_decay, chunk_decay, eps, map, d, m);         \
     }
-    float* dst = states + ((la_index_t)bh * num_segments + seg + 1) * CC_STATE_STRIDE;
-#pragma unroll
-    for (int nt = 0; nt < CC_SEG_NT; ++nt) {
-        float* p = dst + (la_index_t)(e0 + row0 + g) * CC_D + dc0 + 8 * nt + 2 * t;
-        *(float2*)p = make_float2(run[nt][0], run[nt][1]);
-        *(float2*)(p + 8 * CC_D) = make_float2(run[nt][2], run[nt][3]);
-    }
-    __syncthreads();  // the last chunk's z
-    if (blockIdx.z == 0) {  // z is the same in every slice: slice 0 writes it
-        const float* z = s_z + ((end - first) & 1) * CC_D;
-        for (int f = threadIdx.x; f < CC_D; f += CC_SEG_THREADS) dst[(la_index_t)CC_D * CC_M + f] = z[f];
-    }
-}
+// The segmented inference forward (no state per chunk in memory).
+CC_FORWARD_SEG_ENTRY(cc_forward_seg, false)
+// The segmented training forward: also every chunk's S⁰, z⁰ (fp32) and O's residue. Not in
+// the D = 128, M = 64 programs (CC_SEG_TRAINS): at 2 CTAs per SM ptxas spilled 52 B there
+// on sm_90 (M = 64's runtime column widths; every reordering tried spilled), and the host
+// walks per chunk instead.
+#if CC_SEG_TRAINS
+CC_FORWARD_SEG_ENTRY(cc_forward_seg_train, true)
+#endif
+
 #endif  // CC_D <= 128

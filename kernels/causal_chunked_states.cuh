@@ -200,17 +200,18 @@ __device__ __forceinline__ void cc_walk_mma(float (&acc)[4][4], const cc_u16* a,
     cc_walk_mma<false>(acc, acc, false, a, b);
 }
 
-// Stores a warp's 16 rows × 32 columns of fp32 accumulators at rows row0 + g (+8), columns
+// Stores a warp's 16 rows × 8·NT columns of fp32 accumulators at rows row0 + g (+8), columns
 // col0 + 8nt + 2t of a [.][cols] fp32 matrix: one 8-byte store per fragment pair, the 4 lanes
 // t of a quad filling one 32-byte sector.
-__device__ __forceinline__ void cc_walk_store(float* __restrict__ dst, const float (&x)[4][4], int row0,
+template <int NT = 4>
+__device__ __forceinline__ void cc_walk_store(float* __restrict__ dst, const float (&x)[NT][4], int row0,
                                               int col0, int cols) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float* p = dst + (la_index_t)(row0 + g) * cols + col0 + 2 * t;
     // st.global.v2 in the PTX: NVVM split the float2 stores of this loop into scalar pairs
     // that ptxas cannot prove 8-aligned (half of each sector per request).
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
         asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p + nt * 8), "f"(x[nt][0]), "f"(x[nt][1])
                      : "memory");
         asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p + (la_index_t)8 * cols + nt * 8),

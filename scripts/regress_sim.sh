@@ -4,11 +4,11 @@
 #
 # Profiles a fixed grid on the PTX simulator (every sim/* backend, D = M in {64, 128},
 # N in {1024, 4096}, forward + backward, B = H = 1, modelled on sm_90) and compares it with
-# the committed bench-results/sim/baseline.json; and the per-chunk inference forward of the
-# chunked form (LINATTN_CC_SEGMENTS=off: a forward with no backward to follow runs other
-# kernels there, cc_forward on the packed states where forward + backward runs
-# cc_forward_train; by default it runs in segments) on the same grid against
-# bench-results/sim/baseline-forward.json; and the segmented inference forward (cc_seg_sums,
+# the committed bench-results/sim/baseline.json; and the chunked form per chunk
+# (LINATTN_CC_SEGMENTS=off; by default D <= 128 runs in segments), its inference forward (a
+# forward with no backward to follow runs other kernels, cc_forward on the packed states)
+# and its training forward (the split walk, cc_forward_train) with the backward, on the same
+# grid against bench-results/sim/baseline-forward.json; and the segmented inference forward (cc_seg_sums,
 # cc_seg_scan, cc_forward_seg, in segments of 4: a fixed length, where the default's length
 # follows the shape) at N = 4096 against bench-results/sim/baseline-segmented.json:
 # exit 1 if any per-token counter moved the
@@ -24,7 +24,7 @@ bin=./target/release/linattn
 baseline=bench-results/sim/baseline.json
 baseline_forward=bench-results/sim/baseline-forward.json
 grid=(--backend 'sim/*' --n 1024,4096 --d 64,128 --mode forward+backward --quiet)
-grid_forward=(--backend 'sim/causal_chunked/*' --n 1024,4096 --d 64,128 --mode forward --quiet)
+grid_forward=(--backend 'sim/causal_chunked/*' --n 1024,4096 --d 64,128 --mode forward,forward+backward --quiet)
 baseline_segmented=bench-results/sim/baseline-segmented.json
 grid_segmented=(--backend 'sim/causal_chunked/*' --n 4096 --d 64,128 --mode forward --quiet)
 

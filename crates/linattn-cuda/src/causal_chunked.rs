@@ -17,9 +17,12 @@
 //! [`auto_seg_chunks`]: 1.0–1.8× the minimum DRAM at fla's shapes where the per-chunk
 //! forward moves 2.5–3.5× (`SegmentPlan`; `LINATTN_CC_SEGMENTS=off` for the per-chunk one).
 //!
-//! A forward the backward follows (d_out staged: training) runs pass 1 with k̃ split hi + lo
-//! for accuracy, writing fp32 states, and `cc_forward_train`, which also writes O's rounding
-//! residue; both are kept ([`Kept`]). The backward then needs neither the walk nor the
+//! A forward the backward follows (d_out staged: training) keeps every chunk's fp32 state and
+//! O's rounding residue ([`Kept`]), with k̃ split hi + lo in the states for accuracy: in
+//! segments where the plan has them and the device's shared memory holds the split forms
+//! (`cc_seg_sums_train`, `cc_seg_scan`, `cc_forward_seg_train`, one pass over q, k, v;
+//! [`SegmentPlan::trains_on`]), else pass 1 split, writing fp32 states, and
+//! `cc_forward_train`. The backward then needs neither the walk nor the
 //! forward again: `cc_backward_go` (G·O from O + residue, for gd: normalised maps),
 //! `cc_backward_h` (the walk from the last chunk: R⁰, r⁰), then `cc_backward_dq`,
 //! `cc_backward_dk`, `cc_backward_dv`.
@@ -54,17 +57,19 @@ use crate::kernel_header;
 use crate::limits;
 use crate::memory::{DeviceBuffer, MemoryMeter, StorageElem};
 use crate::params::{launch_kernel, ptr, KernelParams, ParamSpec};
-use crate::runtime::{as_i32, map_define, storage_define, KernelHeader, KernelVariant};
+use crate::runtime::{map_define, storage_define, KernelHeader, KernelVariant};
 
 mod entries;
 mod plan;
+mod segmented;
 pub use plan::{
-    auto_seg_chunks, grad_slices_looped, tile_width, GradSlices, LaunchPlan, SegmentPlan, Segments,
-    CHUNK, DEFAULT_SM_COUNT, GO_THREADS, GO_TOKENS, GRAD_LOOP_MIN_CTAS, GRAD_SLICES_VAR, HEAD_DIMS,
-    SCAN_THREADS, SEGMENTS_VAR, SEG_CTAS_PER_SM, SEG_LENGTHS, SEG_THREADS, STATIC_SHARED_MAX, TILE,
-    TILE_WIDTHS,
+    auto_seg_chunks, grad_slices_looped, tile_width, trains_in_segments, GradSlices, LaunchPlan,
+    SegmentPlan, Segments, CHUNK, DEFAULT_SM_COUNT, GO_THREADS, GO_TOKENS, GRAD_LOOP_MIN_CTAS,
+    GRAD_SLICES_VAR, HEAD_DIMS, SCAN_THREADS, SEGMENTS_VAR, SEG_CTAS_PER_SM, SEG_LENGTHS,
+    SEG_THREADS, STATIC_SHARED_MAX, TILE, TILE_WIDTHS,
 };
-use plan::{check_head_dims, grids};
+use plan::{check_head_dims, grids, ScalarArgs};
+use segmented::{KeptOut, SegKernels, SegOutputs};
 
 pub const SOURCE_NAME: &str = "causal_chunked.cu";
 pub const SOURCE: &str = include_str!("../../../kernels/causal_chunked.cu");
@@ -74,6 +79,7 @@ pub const HEADERS: &[KernelHeader] = &[
     kernel_header!("causal_chunked_states.cuh"),
     kernel_header!("causal_chunked_outputs.cuh"),
     kernel_header!("causal_chunked_segments.cuh"),
+    kernel_header!("causal_chunked_seg_sums.cuh"),
     kernel_header!("causal_chunked_backward.cuh"),
 ];
 
@@ -106,15 +112,18 @@ pub fn variant(precision: Precision, dk: usize, dv: usize) -> Result<KernelVaria
     check_head_dims(dk, dv, precision)?;
     let (storage_name, storage_value) = storage_define(precision)?;
     let width = |dim: usize| tile_width(dim).unwrap_or(dim);
-    // cc_seg_sums and cc_forward_seg exist in the programs with D's tile width ≤ 128 (their
-    // state slice in registers).
+    // The segmented forward's sums and forwards exist in the programs with D's tile width
+    // ≤ 128 (their state slice in registers), the training ones not at every such width.
+    let segmented = [params::SegSums::SPEC.entry, params::ForwardSeg::SPEC.entry];
+    let training = [
+        params::SegSumsTrain::SPEC.entry,
+        params::ForwardSegTrain::SPEC.entry,
+    ];
     let entries: Vec<&str> = ENTRY_POINTS
         .iter()
         .copied()
-        .filter(|&e| {
-            width(dk) <= 128
-                || (e != params::ForwardSeg::SPEC.entry && e != params::SegSums::SPEC.entry)
-        })
+        .filter(|e| width(dk) <= 128 || !segmented.contains(e))
+        .filter(|e| trains_in_segments(width(dk), width(dv)) || !training.contains(e))
         .collect();
     Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .headers(HEADERS)
@@ -207,8 +216,8 @@ pub struct CausalChunked {
 /// never include NVRTC.
 struct Kernels {
     walk_fwd: Kernel,
-    /// cc_seg_sums, cc_seg_scan and cc_forward_seg, where the plan has segments.
-    segmented: Option<(Kernel, Kernel, Kernel)>,
+    /// The segmented forward's, where the plan has segments.
+    segmented: Option<SegKernels>,
     walk_bwd: Kernel,
     forward: Kernel,
     forward_train: Kernel,
@@ -234,11 +243,21 @@ impl Kernels {
             Ok(k)
         };
         let segmented = match &plan.segments {
-            Some(seg) => Some((
-                kernel(params::SegSums::SPEC, seg.smem_sums)?,
-                kernel(params::SegScan::SPEC, 0)?,
-                kernel(params::ForwardSeg::SPEC, seg.smem_forward)?,
-            )),
+            Some(seg) => Some(SegKernels {
+                sums: kernel(params::SegSums::SPEC, seg.smem_sums)?,
+                scan: kernel(params::SegScan::SPEC, 0)?,
+                forward: kernel(params::ForwardSeg::SPEC, seg.smem_forward)?,
+                train: if trains_in_segments(plan.tile_d, plan.tile_m)
+                    && seg.trains_on(exec.info().max_shared_per_block_optin)
+                {
+                    Some((
+                        kernel(params::SegSumsTrain::SPEC, seg.smem_sums_train)?,
+                        kernel(params::ForwardSegTrain::SPEC, seg.smem_forward_train)?,
+                    ))
+                } else {
+                    None
+                },
+            }),
             None => None,
         };
         Ok(Kernels {
@@ -251,41 +270,6 @@ impl Kernels {
             dq: kernel(params::BackwardDq::SPEC, plan.smem_dq)?,
             dk: kernel(params::BackwardDk::SPEC, plan.smem_dk)?,
             dv: kernel(params::BackwardDv::SPEC, plan.smem_dv)?,
-        })
-    }
-}
-
-/// Scalar kernel arguments shared by the launches.
-#[derive(Debug, Clone, Copy)]
-struct ScalarArgs {
-    n: i32,
-    num_chunks: i32,
-    /// log2 λ (0 when there is no decay, so the kernels' weights are exactly 1).
-    log2_decay: f32,
-    /// λ^L, the decay across one whole chunk (the walks' factor).
-    chunk_decay: f32,
-    eps: f32,
-    map: i32,
-    /// The real head dims D and M: the row widths of q, k (dq, dk) and of v, O, G (dv).
-    d: i32,
-    m: i32,
-}
-
-impl ScalarArgs {
-    fn new(problem: &Problem, plan: &LaunchPlan, map: i32) -> Result<Self, AttnError> {
-        Ok(ScalarArgs {
-            n: as_i32("sequence length N", problem.shape.seq)?,
-            num_chunks: as_i32("chunk count", plan.num_chunks)?,
-            log2_decay: if problem.has_decay() {
-                problem.decay.log2() as f32
-            } else {
-                0.0
-            },
-            chunk_decay: problem.decay.powi(CHUNK as i32) as f32,
-            eps: problem.eps as f32,
-            map,
-            d: as_i32("head dim D", problem.shape.dk)?,
-            m: as_i32("head dim M", problem.shape.dv)?,
         })
     }
 }
@@ -341,75 +325,6 @@ impl Plan {
             m: a.m,
         };
         self.walk(exec, &self.kernels.walk_fwd, &params)
-    }
-
-    /// The segmented inference forward ([`SegmentPlan`]): with two or more segments the
-    /// segments' sums and their scan into each segment's S⁰, z⁰ (`states`), then O and den.
-    fn forward_segmented<T>(
-        &self,
-        exec: &Arc<dyn Executor>,
-        inputs: &DeviceInputs<T>,
-        seg: &SegmentPlan,
-        states: &DeviceBuffer<f32>,
-        out: &DeviceBuffer<T>,
-        den: &DeviceBuffer<f32>,
-    ) -> Result<(), AttnError> {
-        let a = self.args;
-        let (sums, scan, forward) = self.kernels.segmented.as_ref().ok_or_else(|| {
-            AttnError::InvalidArgument("causal_chunked: the plan has no segmented kernels".into())
-        })?;
-        let seg_chunks = as_i32("chunks per segment", seg.seg_chunks)?;
-        if seg.num_segments > 1 {
-            // k, v: B·H·N·(D|M); states: B·H·segments·stride (slot s + 1 ← segment s's sum).
-            let params = params::SegSums {
-                k: ptr(&inputs.k),
-                v: ptr(&inputs.v),
-                states: ptr(states),
-                seg_chunks,
-                n: a.n,
-                num_chunks: a.num_chunks,
-                log2_decay: a.log2_decay,
-                chunk_decay: a.chunk_decay,
-                map: a.map,
-                d: a.d,
-                m: a.m,
-            };
-            let launch = Launch::new(seg.grid_sums, SEG_THREADS).with_shared(seg.smem_sums);
-            launch_kernel(exec.as_ref(), sums, &launch, &params)?;
-            // Segment 0 starts from zero (cc_forward_seg): one segment needs no scan either.
-            let seg_decay = (f64::from(a.chunk_decay)).powi(seg_chunks) as f32;
-            let params = params::SegScan {
-                states: ptr(states),
-                num_segments: as_i32("segment count", seg.num_segments)?,
-                seg_decay,
-            };
-            launch_kernel(
-                exec.as_ref(),
-                scan,
-                &Launch::new(seg.grid_scan, SCAN_THREADS),
-                &params,
-            )?;
-        }
-        // q, k: B·H·N·D; v, out: B·H·N·M; den: B·H·N.
-        let params = params::ForwardSeg {
-            q: ptr(&inputs.q),
-            k: ptr(&inputs.k),
-            v: ptr(&inputs.v),
-            states: ptr(states),
-            out: ptr(out),
-            den_out: ptr(den),
-            seg_chunks,
-            n: a.n,
-            num_chunks: a.num_chunks,
-            log2_decay: a.log2_decay,
-            chunk_decay: a.chunk_decay,
-            eps: a.eps,
-            map: a.map,
-            d: a.d,
-            m: a.m,
-        };
-        let launch = Launch::new(seg.grid_forward, SEG_THREADS).with_shared(seg.smem_forward);
-        launch_kernel(exec.as_ref(), forward, &launch, &params)
     }
 
     /// A state walk's launch: `grid_walk`, `WALK_THREADS` per CTA.
@@ -517,14 +432,47 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         };
         let out_lo = DeviceBuffer::<T>::uninit(exec, meter, out_lo_len)?;
         let den = DeviceBuffer::<f32>::uninit(exec, meter, shape.bh() * shape.seq)?;
-        if let (false, Some(seg)) = (train, plan.plan.segments) {
-            let states = DeviceBuffer::<f32>::uninit(exec, meter, seg.state_len)?;
-            let elapsed =
-                run.time(|| plan.forward_segmented(exec, inputs, &seg, &states, &out, &den))?;
+        let trains_in_segments = plan
+            .kernels
+            .segmented
+            .as_ref()
+            .is_some_and(|k| k.train.is_some());
+        if let Some(seg) = plan.plan.segments.filter(|_| !train || trains_in_segments) {
+            let seg_states = DeviceBuffer::<f32>::uninit(exec, meter, seg.state_len)?;
+            let chunk_states = DeviceBuffer::<f32>::uninit(
+                exec,
+                meter,
+                if train { plan.plan.state_len } else { 0 },
+            )?;
+            let outputs = SegOutputs {
+                out: &out,
+                den: &den,
+                kept: train.then_some(KeptOut {
+                    chunk_states: &chunk_states,
+                    out_lo: &out_lo,
+                }),
+            };
+            let kernels = plan.kernels.segmented.as_ref();
+            let elapsed = run.time(|| {
+                segmented::forward(
+                    exec,
+                    kernels,
+                    &plan.args,
+                    inputs,
+                    &seg,
+                    &seg_states,
+                    &outputs,
+                )
+            })?;
+            drop(seg_states);
+            let kept = train.then_some(Kept {
+                states: chunk_states,
+                out_lo,
+            });
             return Ok((
                 Forward {
                     out,
-                    saved: Saved { den, kept: None },
+                    saved: Saved { den, kept },
                 },
                 elapsed,
             ));

@@ -7,10 +7,11 @@
 //! store) and 256 on its own: on the simulator, memcheck, racecheck and initcheck are on, so a
 //! store past a row of width 16 or 32 or a read of unwritten padding fails the case.
 //! N stays small: D = M = 256 simulates 4 × 4 state tiles per chunk.
-//! A forward staged with d_out (training) runs other kernels than one staged without
-//! (inference), so each case also runs the per-chunk inference forward (the packed walk and
-//! `cc_forward`, `Segments::Off`; by default D ≤ 128 runs in segments, whose own cases are
-//! tests/chunked_segments.rs) alone against the oracle.
+//! Both run per chunk here (`Segments::Off`): the training forward (the split walk and
+//! `cc_forward_train`) under the backward, and, since a forward staged without d_out
+//! (inference) runs other kernels, the inference forward (the packed walk and `cc_forward`)
+//! alone against the oracle. By default D ≤ 128 runs both in segments, whose own cases are
+//! tests/chunked_segments.rs (and the check grid's); D = 256 always runs per chunk.
 
 use linattn_core::{Backend, Causality, FeatureMap, Inputs, Problem, Shape};
 use linattn_cuda::causal_chunked::{backends, backends_with, Segments, HEAD_DIMS};
@@ -34,7 +35,7 @@ fn main() {
             let name = b.name().to_string();
             CASES.iter().map(move |c| (name.clone(), *c))
         }) =>
-            format!("{b}: D={} M={} N={} {} λ={}: O and gradients match the f64 oracle",
+            format!("{b}: D={} M={} N={} {} λ={}: per chunk, O and gradients match the f64 oracle",
                 case.0, case.1, case.2, case.3, case.4),
             matches_oracle(platform, &b, case)
     );
@@ -65,7 +66,7 @@ fn covers_every_head_dim() {
     );
 }
 
-/// The backend (its inference forward split as `segments` says), the problem and its inputs
+/// The backend (its forward split as `segments` says), the problem and its inputs
 /// (with d_out) of one case.
 fn staged(
     platform: Platform,
@@ -90,7 +91,7 @@ fn matches_oracle(
     name: &str,
     case: (usize, usize, usize, FeatureMap, f64),
 ) -> Result<(), String> {
-    let (mut b, problem, inputs) = staged(platform, name, case, Segments::Auto)?;
+    let (mut b, problem, inputs) = staged(platform, name, case, Segments::Off)?;
     against_oracle(b.as_mut(), &problem, &inputs)
 }
 

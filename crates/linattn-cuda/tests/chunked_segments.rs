@@ -1,18 +1,21 @@
-//! The segmented inference forward of `causal_chunked/{f16,bf16}` (`cc_forward_h` over
-//! segments, `cc_seg_scan`, `cc_forward_seg`) against the f64 oracle of linattn-cpu
-//! (linattn-core's `Judge` at the precision's tolerance), stamped for every executor. The
-//! segment length is fixed per case (by default it is chosen for the GPU's size and is 16 at
-//! fla's shapes, beyond the simulator's reach): one chunk per segment, segments whose count
-//! does not divide the chunks (a short last segment), a length of 3, a single segment (no
-//! sums, no walk), B·H > 1, every fused map, λ < 1, D, M from 16 to 256 (D ≤ 128: D = 256
-//! keeps the per-chunk forward), and a tail chunk in each. On the simulator memcheck,
-//! racecheck and initcheck are on: a read of a segment slot the scan did not write, or of
-//! shared memory a chunk did not fill, fails the case.
+//! The segmented forward of `causal_chunked/{f16,bf16}` against the f64 oracle of linattn-cpu
+//! (linattn-core's `Judge` at the precision's tolerance), stamped for every executor: the
+//! inference forward (`cc_seg_sums`, `cc_seg_scan`, `cc_forward_seg`: O), and the training
+//! forward (`cc_seg_sums_train`, `cc_seg_scan`, `cc_forward_seg_train`, whose kept chunk
+//! states and O residue the backward runs on: O, dQ, dK, dV). The segment length is fixed per
+//! case (by default it is chosen for the GPU's size and is 16 to 64 at fla's shapes, beyond
+//! the simulator's reach): one chunk per segment, segments whose count does not divide the
+//! chunks (a short last segment), a length of 3, a single segment (no sums, no scan), B·H >
+//! 1, every fused map, λ < 1, D, M from 16 to 256 (D ≤ 128: D = 256 keeps the per-chunk
+//! forward; so does training at D = 128, M ≤ 64, `trains_in_segments`), and a tail chunk in
+//! each. On the simulator memcheck, racecheck and initcheck are
+//! on: a read of a segment slot the scan did not write, of a chunk state no segment wrote,
+//! or of shared memory a chunk did not fill, fails the case.
 
 use linattn_core::{Backend, Causality, FeatureMap, Inputs, Problem, Shape};
 use linattn_cuda::causal_chunked::{backends_with, LaunchPlan, Segments};
 use linattn_cuda::Platform;
-use linattn_testkit::{forward_against_oracle, stamp_executors};
+use linattn_testkit::{against_oracle, forward_against_oracle, stamp_executors};
 
 /// (B, H, D, M, N, map, λ, chunks per segment).
 type Case = (usize, usize, usize, usize, usize, FeatureMap, f64, usize);
@@ -34,8 +37,16 @@ fn main() {
             .flat_map(|p| CASES.iter().map(move |c| (p, *c))) =>
             format!("causal_chunked/{b}: B={} H={} D={} M={} N={} {} λ={}, segments of {}: the inference forward's O matches the f64 oracle",
                 case.0, case.1, case.2, case.3, case.4, case.5, case.6, case.7),
-            segmented_matches_oracle(platform, b, case)
+            segmented_matches_oracle(platform, b, case, false)
     );
+    trials.extend(stamp_executors!(
+        for platform in Platform::ALL, (b, case) in ["f16", "bf16"]
+            .into_iter()
+            .flat_map(|p| CASES.iter().map(move |c| (p, *c))) =>
+            format!("causal_chunked/{b}: B={} H={} D={} M={} N={} {} λ={}, segments of {}: the training forward's O and the gradients on its kept states match the f64 oracle",
+                case.0, case.1, case.2, case.3, case.4, case.5, case.6, case.7),
+            segmented_matches_oracle(platform, b, case, true)
+    ));
     trials.push(linattn_testkit::host(
         "the cases cover one and several segments, a short last one, and D = 16 … 128",
         covers_the_segment_shapes,
@@ -72,7 +83,14 @@ fn covers_the_segment_shapes() {
     );
 }
 
-fn segmented_matches_oracle(platform: Platform, precision: &str, case: Case) -> Result<(), String> {
+/// `train`: with ∂L/∂O staged, so the forward keeps what the backward needs, and the
+/// gradients are judged too; else the inference forward's O alone.
+fn segmented_matches_oracle(
+    platform: Platform,
+    precision: &str,
+    case: Case,
+    train: bool,
+) -> Result<(), String> {
     let (batch, heads, d, m, n, map, decay, seg_chunks) = case;
     let mut b: Box<dyn Backend> = backends_with(platform, Segments::Chunks(seg_chunks))
         .into_iter()
@@ -83,6 +101,10 @@ fn segmented_matches_oracle(platform: Platform, precision: &str, case: Case) -> 
     b.supports(&problem)
         .map_err(|e| format!("{} refuses {problem}: {e}", b.name()))?;
     let seed = (d * 1000 + m + n) as u64;
-    let inputs = Inputs::random(problem.shape, seed, false).map_err(|e| e.to_string())?;
-    forward_against_oracle(b.as_mut(), &problem, &inputs)
+    let inputs = Inputs::random(problem.shape, seed, train).map_err(|e| e.to_string())?;
+    if train {
+        against_oracle(b.as_mut(), &problem, &inputs)
+    } else {
+        forward_against_oracle(b.as_mut(), &problem, &inputs)
+    }
 }

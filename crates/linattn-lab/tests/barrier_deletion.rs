@@ -35,12 +35,21 @@ const LADDERS: &[(&str, &[Probe])] = &[
     // The chunked program's parts. Pass 1 (the walks) and pass 2 (cc_forward, cc_forward_train)
     // first by the inference forward (no d_out: the packed walk and cc_forward), which `check`
     // does not run (it stages d_out for every backend with a backward); D = 128 for
-    // cc_forward's loop over the packed state's tiles; then `check` (training and backward).
+    // cc_forward's loop over the packed state's tiles; then `check` per chunk (the split walk,
+    // cc_forward_train and the backward; by default training runs in segments).
     ("causal_chunked_states.cuh", CHUNKED_PASSES),
     ("causal_chunked_outputs.cuh", CHUNKED_PASSES),
-    // The segmented inference forward (cc_seg_sums, cc_seg_scan, cc_forward_seg) in segments
-    // of 2 chunks over 5, the last one short (by default N = 300 takes segments of 1).
-    ("causal_chunked_segments.cuh", &[chunked_segmented()]),
+    // The segmented forward (cc_seg_sums, cc_seg_scan, cc_forward_seg) in segments of 2 chunks
+    // over 5, the last one short (by default N = 300 takes segments of 1); then its training
+    // forms (cc_seg_sums_train, cc_forward_seg_train) under the backward.
+    (
+        "causal_chunked_segments.cuh",
+        &[chunked_segmented(false), chunked_segmented(true)],
+    ),
+    (
+        "causal_chunked_seg_sums.cuh",
+        &[chunked_segmented(false), chunked_segmented(true)],
+    ),
     (
         "causal_chunked_backward.cuh",
         &[
@@ -106,19 +115,31 @@ const LADDERS: &[(&str, &[Probe])] = &[
     ),
 ];
 
+const PER_CHUNK: &[(&str, &str)] = &[("LINATTN_CC_SEGMENTS", "off")];
+
 const CHUNKED_PASSES: &[Probe] = &[
     chunked_inference(64),
     chunked_inference(128),
-    check("sim/causal_chunked/f16", 65),
-    check("sim/causal_chunked/f16", 130),
+    check_with("sim/causal_chunked/f16", 65, PER_CHUNK),
+    check_with("sim/causal_chunked/f16", 130, PER_CHUNK),
 ];
 
 /// `linattn check` as CI's sim pass runs it: every checker, globalcheck included.
 const fn check(backends: &'static str, max_n: usize) -> Probe {
+    check_with(backends, max_n, &[])
+}
+
+/// [`check`] with environment variables (a kernel path the default would not take).
+const fn check_with(
+    backends: &'static str,
+    max_n: usize,
+    env: &'static [(&'static str, &'static str)],
+) -> Probe {
     Probe::Check {
         backends,
         max_n,
         globalcheck: true,
+        env,
     }
 }
 
@@ -137,14 +158,18 @@ const fn chunked_inference(d: usize) -> Probe {
     }
 }
 
-const fn chunked_segmented() -> Probe {
+/// `linattn attend` of the chunked form in segments of 2 chunks at N = 300 (5 chunks, the
+/// last segment short), B·H = 2, D = 128: `backward`, the training forms under the backward
+/// at M = 128 (the D = 128, M = 64 program has none: `trains_in_segments`); else the
+/// inference forward at M = 64.
+const fn chunked_segmented(backward: bool) -> Probe {
     Probe::Attend {
         backend: "sim/causal_chunked/f16",
         reference: "cpu-ref/causal_recurrent/f64",
-        dims: Dims(1, 2, 300, 128, 64),
+        dims: Dims(1, 2, 300, 128, if backward { 128 } else { 64 }),
         map: "elu+1",
         causal: true,
-        backward: false,
+        backward,
         env: &[("LINATTN_CC_SEGMENTS", "2")],
     }
 }

@@ -1,8 +1,10 @@
-//! Which kernels the chunked inference forward runs: by default the segmented forward
-//! (`cc_seg_sums`, `cc_seg_scan`, `cc_forward_seg`; at this shape segments of one chunk, the
-//! length `auto_seg_chunks` picks), the per-chunk forward (`cc_forward_h`, `cc_forward`)
-//! with `LINATTN_CC_SEGMENTS=off`, segments of a given length with a number, and a bad value
-//! refused naming the variable. Read from `linattn profile`'s launch list on the simulator.
+//! Which kernels the chunked forward runs: by default the segmented forward (inference:
+//! `cc_seg_sums`, `cc_seg_scan`, `cc_forward_seg`; training, under a backward:
+//! `cc_seg_sums_train`, `cc_seg_scan`, `cc_forward_seg_train`; at this shape segments of one
+//! chunk, the length `auto_seg_chunks` picks), the per-chunk forward (`cc_forward_h`, then
+//! `cc_forward` or `cc_forward_train`) with `LINATTN_CC_SEGMENTS=off`, segments of a given
+//! length with a number, and a bad value refused naming the variable. Read from `linattn
+//! profile`'s launch list on the simulator.
 //! And `linattn check --forward-only`, the harness's way to judge that forward (a check with
 //! ∂L/∂O runs the training forward instead), passes in segments of 2 with only O judged.
 
@@ -80,9 +82,10 @@ fn check_forward_only_judges_the_segmented_forward() -> Result<(), String> {
     Ok(())
 }
 
-/// The kernels `linattn profile --mode forward` ran at B = 1, H = 2, N = 300, D = M = 64,
-/// with `LINATTN_CC_SEGMENTS` set to `segments` (unset: None).
-fn forward_kernels(segments: Option<&str>) -> Result<Vec<String>, String> {
+/// The forward's kernels `linattn profile --mode forward` (or, `train`, `forward+backward`)
+/// ran at B = 1, H = 2, N = 300, D = M = 64, with `LINATTN_CC_SEGMENTS` set to `segments`
+/// (unset: None).
+fn forward_kernels(segments: Option<&str>, train: bool) -> Result<Vec<String>, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let json = dir.path().join("profile.json");
     let mut command = cli_common::linattn_command();
@@ -99,7 +102,7 @@ fn forward_kernels(segments: Option<&str>) -> Result<Vec<String>, String> {
         "--d",
         "64",
         "--mode",
-        "forward",
+        if train { "forward+backward" } else { "forward" },
         "--quiet",
         "--json",
     ]);
@@ -118,25 +121,38 @@ fn forward_kernels(segments: Option<&str>) -> Result<Vec<String>, String> {
         .as_array()
         .ok_or("no kernels in the profile")?
         .iter()
+        .filter(|k| k["phase"] == "forward")
         .filter_map(|k| k["kernel"].as_str().map(String::from))
         .collect())
 }
 
 fn the_segments_variable_picks_the_forward_kernels() -> Result<(), String> {
-    let per_chunk = ["cc_forward_h", "cc_forward"];
-    let segmented = ["cc_seg_sums", "cc_seg_scan", "cc_forward_seg"];
-    for (segments, want) in [
-        (None, &segmented[..]),
-        (Some("off"), &per_chunk[..]),
-        (Some("2"), &segmented[..]),
-        // One segment of all five chunks: no sums to take, no scan (it starts from zero).
-        (Some("16"), &segmented[2..]),
+    for (train, per_chunk, segmented) in [
+        (
+            false,
+            ["cc_forward_h", "cc_forward"],
+            ["cc_seg_sums", "cc_seg_scan", "cc_forward_seg"],
+        ),
+        (
+            true,
+            ["cc_forward_h", "cc_forward_train"],
+            ["cc_seg_sums_train", "cc_seg_scan", "cc_forward_seg_train"],
+        ),
     ] {
-        let got = forward_kernels(segments)?;
-        if got != want {
-            return Err(format!(
-                "LINATTN_CC_SEGMENTS={segments:?}: ran {got:?}, want {want:?}"
-            ));
+        for (segments, want) in [
+            (None, &segmented[..]),
+            (Some("off"), &per_chunk[..]),
+            (Some("2"), &segmented[..]),
+            // One segment of all five chunks: no sums to take, no scan (it starts from zero).
+            (Some("16"), &segmented[2..]),
+        ] {
+            let got = forward_kernels(segments, train)?;
+            if got != want {
+                return Err(format!(
+                    "LINATTN_CC_SEGMENTS={segments:?}, training {train}: ran {got:?}, want \
+                     {want:?}"
+                ));
+            }
         }
     }
     Ok(())
@@ -144,7 +160,7 @@ fn the_segments_variable_picks_the_forward_kernels() -> Result<(), String> {
 
 fn a_bad_segments_value_is_refused_naming_the_variable() -> Result<(), String> {
     for bad in ["0", "many", "-3"] {
-        match forward_kernels(Some(bad)) {
+        match forward_kernels(Some(bad), false) {
             Ok(k) => return Err(format!("LINATTN_CC_SEGMENTS={bad} ran {k:?}")),
             Err(e) if e.contains("LINATTN_CC_SEGMENTS") && e.contains(bad) => {}
             Err(e) => return Err(format!("LINATTN_CC_SEGMENTS={bad}: {e}")),

@@ -26,6 +26,7 @@ const fn probe(globalcheck: bool) -> Probe {
         backends: "sim/causal_cumsum/f16",
         max_n: 7,
         globalcheck,
+        env: &[],
     }
 }
 

@@ -221,12 +221,12 @@ fn profile_sample_names_the_rows_it_ran() -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    // Both modes, in the order given: the inference forward's cc_forward_seg (in segments by
-    // default), then the training forward's cc_forward_train.
+    // Both modes, in the order given: the inference forward's cc_forward_seg, then the
+    // training forward's cc_forward_seg_train (both in segments by default).
     let rows = "simulated 3 of 8 rows of grid y (y = 0, 4, 7), scaled ×2.6667";
     let lines = [
         format!("cc_forward_seg (1 of 1 launches): {rows}"),
-        format!("cc_forward_train (1 of 1 launches): {rows}"),
+        format!("cc_forward_seg_train (1 of 1 launches): {rows}"),
     ];
     let at: Vec<Option<usize>> = lines.iter().map(|l| stdout.find(l.as_str())).collect();
     match at[..] {

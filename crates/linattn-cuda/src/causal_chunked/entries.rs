@@ -18,16 +18,25 @@ crate::kernel_params! {
         k: Ptr, v: Ptr, states: Ptr, seg_chunks: i32, n: i32, num_chunks: i32, log2_decay: f32,
         chunk_decay: f32, map: i32, d: i32, m: i32,
     }
+    /// `cc_seg_sums_train`: `cc_seg_sums` with k̃ split hi + lo, for `cc_forward_seg_train`.
+    pub struct SegSumsTrain => "cc_seg_sums_train" = SegSums;
     /// `cc_seg_scan`: the segments' sums into S⁰, z⁰ of each segment, in place.
     pub struct SegScan => "cc_seg_scan" {
         states: Ptr, num_segments: i32, seg_decay: f32,
     }
     /// `cc_forward_seg`: the segmented inference forward, O and den of a segment's chunks
-    /// with the state carried in registers (tile width of D ≤ 128 only).
+    /// with the state carried in registers (tile width of D ≤ 128 only; `chunk_states` and
+    /// `out_lo` unused: the parameter list is `cc_forward_seg_train`'s).
     pub struct ForwardSeg => "cc_forward_seg" {
-        q: Ptr, k: Ptr, v: Ptr, states: Ptr, out: Ptr, den_out: Ptr, seg_chunks: i32, n: i32,
-        num_chunks: i32, log2_decay: f32, chunk_decay: f32, eps: f32, map: i32, d: i32, m: i32,
+        q: Ptr, k: Ptr, v: Ptr, states: Ptr, chunk_states: Ptr, out: Ptr, out_lo: Ptr,
+        den_out: Ptr, seg_chunks: i32, n: i32, num_chunks: i32, log2_decay: f32,
+        chunk_decay: f32, eps: f32, map: i32, d: i32, m: i32,
     }
+    /// `cc_forward_seg_train`: the segmented forward a backward follows, k̃ split hi + lo in
+    /// the state; also every chunk's S⁰, z⁰ (fp32, `chunk_states`) and O's rounding residue
+    /// `out_lo`, which the backward keeps ([`cc_forward_h`](ForwardH) split +
+    /// `cc_forward_train` in one pass).
+    pub struct ForwardSegTrain => "cc_forward_seg_train" = ForwardSeg;
     /// `cc_backward_h`: the reverse walk writing R⁰, r⁰ of each chunk.
     pub struct BackwardH => "cc_backward_h" {
         q: Ptr, grad: Ptr, go_parts: Ptr, den: Ptr, states: Ptr, n: i32, num_chunks: i32,

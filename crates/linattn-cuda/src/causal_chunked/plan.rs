@@ -2,7 +2,7 @@
 //! head dim runs on, every grid, the shared memory of every kernel and the chunk-state
 //! workspace. Host-testable without a GPU (`tests/causal_chunked_host.rs`).
 
-use linattn_core::{AttnError, Precision, Shape, Unsupported};
+use linattn_core::{AttnError, Precision, Problem, Shape, Unsupported};
 
 use super::entries::params;
 use crate::limits::{Axis, Grid};
@@ -199,6 +199,21 @@ pub struct SegmentPlan {
     /// cc_forward_seg: q̃, k̃, the weighted k̃ᵀ, the v slice, the packed Sᵀ slice, z (fp32,
     /// two parities) and z's packed records (`CC_SEG_SMEM`).
     pub smem_forward: u32,
+    /// The training forward's (`cc_seg_sums_train`, `cc_forward_seg_train`): each also the
+    /// residue tile of the split k̃ᵀ, D × 64 16-bit (`CC_SEG_SUMS_TRAIN_SMEM`,
+    /// `CC_SEG_TRAIN_SMEM`).
+    pub smem_sums_train: u32,
+    pub smem_forward_train: u32,
+}
+
+impl SegmentPlan {
+    /// Whether a device whose per-block opt-in is `max_optin` bytes (dynamic + static) runs
+    /// the training forward in segments: `cc_forward_seg_train` needs 113,664 dynamic bytes at
+    /// D = 128, beyond sm_86/89's 99 KB, where the split walk and `cc_forward_train` run.
+    pub fn trains_on(&self, max_optin: u64) -> bool {
+        u64::from(self.smem_forward_train.max(self.smem_sums_train)) + STATIC_SHARED_MAX
+            <= max_optin
+    }
 }
 
 /// The segmented forward's grids at `shape` with segments of `seg_chunks` chunks (tile
@@ -223,6 +238,14 @@ pub(crate) fn seg_grids(shape: &Shape, seg_chunks: usize) -> [Grid; 3] {
         ),
         Grid::of::<params::ForwardSeg>(Axis::each("segments", segments), bh(), value_tiles()),
     ]
+}
+
+/// Whether the program of tile widths (`tile_d`, `tile_m`) has the segmented training forward
+/// (`cc_seg_sums_train`, `cc_forward_seg_train`; `CC_SEG_TRAINS`): D's tile width ≤ 128
+/// (as every segmented kernel), but not D = 128 with M = 64, where it spilled at 2 CTAs per
+/// SM on sm_90 and the per-chunk training forward runs.
+pub fn trains_in_segments(tile_d: usize, tile_m: usize) -> bool {
+    tile_d <= 128 && (tile_d, tile_m) != (128, 64)
 }
 
 /// The tile width (`CC_D` or `CC_M`) of the program that runs head dim `dim`, or why none does.
@@ -405,6 +428,15 @@ impl LaunchPlan {
                 let num_segments = num_chunks.div_ceil(seg_chunks);
                 let [sums, scan, forward] = seg_grids(shape, seg_chunks);
                 as_i32("chunks per segment", seg_chunks)?;
+                let sums_bytes = d * ld_t * half + TILE * ld_t * half + 2 * d * 4;
+                let forward_bytes = 2 * CHUNK * ld_d * half
+                    + d * ld_t * half
+                    + TILE * ld_t * half
+                    + TILE * d * 4
+                    + 2 * d * 4
+                    + d / TILE * 2 * 16 * 16;
+                // The split k̃ᵀ's residue, unpadded (cc_seg_lo_word).
+                let lo_tile = d * CHUNK * half;
                 // One segment launches neither the sums nor the scan: no grid for them.
                 let (grid_sums, grid_scan) = if num_segments > 1 {
                     (sums.dims()?, scan.dims()?)
@@ -421,21 +453,12 @@ impl LaunchPlan {
                             AttnError::SizeOverflow(format!("segment states of {shape}"))
                         })?,
                     grid_sums,
-                    smem_sums: u(
-                        d * ld_t * half + TILE * ld_t * half + 2 * d * 4,
-                        "shared bytes",
-                    )?,
+                    smem_sums: u(sums_bytes, "shared bytes")?,
                     grid_scan,
                     grid_forward: forward.dims()?,
-                    smem_forward: u(
-                        2 * CHUNK * ld_d * half
-                            + d * ld_t * half
-                            + TILE * ld_t * half
-                            + TILE * d * 4
-                            + 2 * d * 4
-                            + d / TILE * 2 * 16 * 16,
-                        "shared bytes",
-                    )?,
+                    smem_forward: u(forward_bytes, "shared bytes")?,
+                    smem_sums_train: u(sums_bytes + lo_tile, "shared bytes")?,
+                    smem_forward_train: u(forward_bytes + lo_tile, "shared bytes")?,
                 })
             }
         };
@@ -522,3 +545,38 @@ const SCORES_PARK: usize = CHUNK * CHUNK * 2 * 2;
 /// Static shared memory of any chunked kernel, at most (ptxas: 2,560 B in cc_backward_h, its
 /// weights, scales, −G·O per chunk parity and Δr's partial sums; the kernel header's limits).
 pub const STATIC_SHARED_MAX: u64 = 2560;
+
+/// Scalar kernel arguments shared by the launches.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ScalarArgs {
+    pub(super) n: i32,
+    pub(super) num_chunks: i32,
+    /// log2 λ (0 when there is no decay, so the kernels' weights are exactly 1).
+    pub(super) log2_decay: f32,
+    /// λ^L, the decay across one whole chunk (the walks' factor).
+    pub(super) chunk_decay: f32,
+    pub(super) eps: f32,
+    pub(super) map: i32,
+    /// The real head dims D and M: the row widths of q, k (dq, dk) and of v, O, G (dv).
+    pub(super) d: i32,
+    pub(super) m: i32,
+}
+
+impl ScalarArgs {
+    pub(super) fn new(problem: &Problem, plan: &LaunchPlan, map: i32) -> Result<Self, AttnError> {
+        Ok(ScalarArgs {
+            n: as_i32("sequence length N", problem.shape.seq)?,
+            num_chunks: as_i32("chunk count", plan.num_chunks)?,
+            log2_decay: if problem.has_decay() {
+                problem.decay.log2() as f32
+            } else {
+                0.0
+            },
+            chunk_decay: problem.decay.powi(CHUNK as i32) as f32,
+            eps: problem.eps as f32,
+            map,
+            d: as_i32("head dim D", problem.shape.dk)?,
+            m: as_i32("head dim M", problem.shape.dv)?,
+        })
+    }
+}

@@ -24,6 +24,8 @@ pub enum Probe {
         backends: &'static str,
         max_n: usize,
         globalcheck: bool,
+        /// Environment variables of the run, as `Attend`'s.
+        env: &'static [(&'static str, &'static str)],
     },
     /// `linattn attend` of one f32 backend at one shape (with the backward), against
     /// cpu-ref's f64 result on the same inputs.
@@ -58,13 +60,15 @@ impl fmt::Display for Probe {
                 backends,
                 max_n,
                 globalcheck,
+                env,
             } => {
                 let off = if *globalcheck {
                     ""
                 } else {
                     " --no-globalcheck"
                 };
-                write!(f, "check {backends} N<={max_n}{off}")
+                write!(f, "check {backends} N<={max_n}{off}")?;
+                env.iter().try_for_each(|(k, v)| write!(f, " {k}={v}"))
             }
             Probe::Attend {
                 backend,
@@ -150,10 +154,12 @@ impl Workspace {
                 backends,
                 max_n,
                 globalcheck,
+                env,
             } => {
                 let json = work.join("check.json");
                 let mut command = self.command(kernel_dir);
                 command
+                    .envs(env.iter().copied())
                     .args(["check", "--backends", backends, "--sim-max-n"])
                     .arg(max_n.to_string())
                     .arg("--json")
