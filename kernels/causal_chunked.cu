@@ -33,10 +33,11 @@
 //   cc_seg_sums (each segment's sum, all at once), cc_seg_scan (the sums into each
 //   segment's S⁰; neither with one segment), cc_forward_seg (O, den of a segment's chunks,
 //   the state carried in registers).           grid (NC/BS − 1 | ⌈(D·M+D)/256⌉ | NC/BS, B·H, ·)
-//   Training (a backward follows) at D ≤ 128 where shared memory allows (sm_80, sm_90):
+//   Training (a backward follows) at D ≤ 128 on sm_90 (the host's SegmentPlan::trains_on):
 //   the segments' split forms, cc_seg_sums_train, cc_seg_scan, cc_forward_seg_train (k̃ hi +
 //   lo in the state, see precision), which also writes every chunk's S⁰, z⁰ (fp32) and O's
-//   rounding residue out_lo; else (D = 256, sm_86/89 at D = 128, LINATTN_CC_SEGMENTS=off)
+//   rounding residue out_lo; else (D = 256, D = 128 with M ≤ 64, before sm_90,
+//   LINATTN_CC_SEGMENTS=off)
 //   pass 1 split writing fp32, then cc_forward_train, O and den on those states plus
 //   out_lo. Either way the states and out_lo are kept for the backward (the states once,
 //   never per token).

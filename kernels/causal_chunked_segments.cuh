@@ -247,9 +247,9 @@ __device__ __forceinline__ void cc_seg_state_step(float (&run)[CC_SEG_NT][4], fl
 // into out_lo (normalised maps). The one pass replaces the walk over every chunk (a chain of
 // NC) and a second read of each state.
 // Limits: D ≤ 128 (the state slice is D/16 × 4 fp32 registers per thread; D = 256 runs
-// cc_forward_h + cc_forward); TRAIN at D = 128 needs 116 KB of shared memory (not on
-// sm_86/89) and is not compiled at D = 128, M = 64 (CC_SEG_TRAINS): the host walks there
-// instead; the others the file's.
+// cc_forward_h + cc_forward); TRAIN is not compiled at D = 128, M = 64 (CC_SEG_TRAINS)
+// and the host runs it on sm_90 only (sm_80: no gain in the model; sm_86/89: 116 KB of
+// shared memory at D = 128), walking per chunk elsewhere; the others the file's.
 // 2 CTAs per SM (≤ 128 registers) where shared memory holds two: sm_90 (227 KB) at D ≤ 128,
 // sm_80 (164 KB) at D = 64; one on sm_80 at D = 128 (95 KB), where 128 registers spilled.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900 && CC_D == 128

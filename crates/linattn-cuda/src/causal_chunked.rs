@@ -19,10 +19,10 @@
 //!
 //! A forward the backward follows (d_out staged: training) keeps every chunk's fp32 state and
 //! O's rounding residue ([`Kept`]), with k̃ split hi + lo in the states for accuracy: in
-//! segments where the plan has them and the device's shared memory holds the split forms
-//! (`cc_seg_sums_train`, `cc_seg_scan`, `cc_forward_seg_train`, one pass over q, k, v;
-//! [`SegmentPlan::trains_on`]), else pass 1 split, writing fp32 states, and
-//! `cc_forward_train`. The backward then needs neither the walk nor the
+//! segments where the plan has them, the program has the split forms
+//! ([`trains_in_segments`]) and the device runs them ([`SegmentPlan::trains_on`]: sm_90)
+//! (`cc_seg_sums_train`, `cc_seg_scan`, `cc_forward_seg_train`, one pass over q, k, v),
+//! else pass 1 split, writing fp32 states, and `cc_forward_train`. The backward then needs neither the walk nor the
 //! forward again: `cc_backward_go` (G·O from O + residue, for gd: normalised maps),
 //! `cc_backward_h` (the walk from the last chunk: R⁰, r⁰), then `cc_backward_dq`,
 //! `cc_backward_dk`, `cc_backward_dv`.
@@ -233,6 +233,7 @@ impl Kernels {
         variant: &KernelVariant,
         plan: &LaunchPlan,
     ) -> Result<Self, AttnError> {
+        let info = exec.info();
         let kernel = |spec: ParamSpec, shared: u32| -> Result<Kernel, AttnError> {
             let k = exec.kernel(variant, spec.entry)?;
             // The attribute covers static + dynamic bytes over 48 KiB: set it whenever the
@@ -248,7 +249,7 @@ impl Kernels {
                 scan: kernel(params::SegScan::SPEC, 0)?,
                 forward: kernel(params::ForwardSeg::SPEC, seg.smem_forward)?,
                 train: if trains_in_segments(plan.tile_d, plan.tile_m)
-                    && seg.trains_on(exec.info().max_shared_per_block_optin)
+                    && seg.trains_on(info.compute_capability, info.max_shared_per_block_optin)
                 {
                     Some((
                         kernel(params::SegSumsTrain::SPEC, seg.smem_sums_train)?,

@@ -429,7 +429,9 @@ fn gradient_ctas_loop_over_slices_from_1024_chunk_ctas() {
 
 #[test]
 fn the_inference_forward_runs_in_segments_of_the_length_with_the_fewest_chunk_waves() {
-    use linattn_cuda::causal_chunked::{auto_seg_chunks, GradSlices, Segments, DEFAULT_SM_COUNT};
+    use linattn_cuda::causal_chunked::{
+        auto_seg_chunks, trains_in_segments, GradSlices, Segments, DEFAULT_SM_COUNT,
+    };
     let plan = |b, n, h, d, m, s| {
         LaunchPlan::with(&Shape::new(b, h, n, d, m), GradSlices::Auto, s).expect("plan")
     };
@@ -480,6 +482,16 @@ fn the_inference_forward_runs_in_segments_of_the_length_with_the_fewest_chunk_wa
     );
     assert!(u64::from(seg.smem_forward) + STATIC_SHARED_MAX <= 99 * 1024);
     assert_eq!(seg.smem_sums, 128 * 72 * 2 + 64 * 72 * 2 + 2 * 128 * 4);
+    // The training forms add the split k̃ᵀ's lo tile, 128 × 64 16-bit (unpadded).
+    assert_eq!(seg.smem_sums_train, seg.smem_sums + 128 * 64 * 2);
+    assert_eq!(seg.smem_forward_train, seg.smem_forward + 128 * 64 * 2);
+    // They run on sm_90 (opt-in 227 KB), not on sm_80 (the model: no gain there) nor on
+    // sm_86/89 (99 KB); the program has them but at D = 128, M = 64 and D = 256.
+    assert!(seg.trains_on((9, 0), 227 * 1024));
+    assert!(!seg.trains_on((8, 0), 163 * 1024));
+    assert!(!seg.trains_on((9, 0), 99 * 1024));
+    assert!(trains_in_segments(128, 128) && trains_in_segments(64, 64));
+    assert!(!trains_in_segments(128, 64) && !trains_in_segments(256, 64));
     // D = 256 never (the state slice would not fit), by default or forced.
     assert_eq!(plan(2, 16384, 16, 256, 64, Segments::Auto).segments, None);
     assert_eq!(plan(1, 300, 1, 256, 64, Segments::Chunks(2)).segments, None);
@@ -488,8 +500,13 @@ fn the_inference_forward_runs_in_segments_of_the_length_with_the_fewest_chunk_wa
         .segments
         .expect("forced");
     assert_eq!(
-        (one.num_segments, one.grid_sums, one.grid_scan),
-        (1, (0, 0, 0), (0, 0, 0))
+        (
+            one.num_segments,
+            one.grid_sums,
+            one.grid_scan,
+            one.state_len
+        ),
+        (1, (0, 0, 0), (0, 0, 0), 0)
     );
     let three = plan(1, 300, 2, 32, 256, Segments::Chunks(2))
         .segments

@@ -185,7 +185,8 @@ pub struct SegmentPlan {
     /// Chunks per segment (BS) and segments (⌈NC/BS⌉).
     pub seg_chunks: usize,
     pub num_segments: usize,
-    /// fp32 elements of the segment-state buffer (B·H·segments·state stride).
+    /// fp32 elements of the segment-state buffer (B·H·segments·state stride; 0 with one
+    /// segment, which starts from zero and reads none).
     pub state_len: usize,
     /// (segments − 1, B·H, M/64), `SEG_THREADS` per block: cc_seg_sums (the last segment's sum
     /// is never read); not launched with one segment.
@@ -207,12 +208,17 @@ pub struct SegmentPlan {
 }
 
 impl SegmentPlan {
-    /// Whether a device whose per-block opt-in is `max_optin` bytes (dynamic + static) runs
-    /// the training forward in segments: `cc_forward_seg_train` needs 113,664 dynamic bytes at
-    /// D = 128, beyond sm_86/89's 99 KB, where the split walk and `cc_forward_train` run.
-    pub fn trains_on(&self, max_optin: u64) -> bool {
-        u64::from(self.smem_forward_train.max(self.smem_sums_train)) + STATIC_SHARED_MAX
-            <= max_optin
+    /// Whether a device of `compute_capability` whose per-block opt-in is `max_optin` bytes
+    /// (dynamic + static) runs the training forward in segments; else the split walk and
+    /// `cc_forward_train` run. sm_90 and newer: there the model puts the segmented training
+    /// forward at 0.57–0.81× of the per-chunk one at fla's shapes (two CTAs of
+    /// `cc_forward_seg_train` per SM), on sm_80 at 1.00× ((8, 1024, 8, 64)) and 1.21×
+    /// ((2, 16384, 16, 128), where one CTA fits per SM). And where the opt-in holds it:
+    /// 113,664 dynamic bytes at D = 128, beyond sm_86/89's 99 KB.
+    pub fn trains_on(&self, compute_capability: (u32, u32), max_optin: u64) -> bool {
+        compute_capability.0 >= 9
+            && u64::from(self.smem_forward_train.max(self.smem_sums_train)) + STATIC_SHARED_MAX
+                <= max_optin
     }
 }
 
@@ -447,7 +453,7 @@ impl LaunchPlan {
                     seg_chunks,
                     num_segments,
                     state_len: heads
-                        .checked_mul(num_segments)
+                        .checked_mul(if num_segments > 1 { num_segments } else { 0 })
                         .and_then(|x| x.checked_mul(state_stride))
                         .ok_or_else(|| {
                             AttnError::SizeOverflow(format!("segment states of {shape}"))
