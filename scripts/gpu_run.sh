@@ -34,7 +34,7 @@
 #   racecheck   racecheck over one linattn bench run per backend, N=1100
 #   decode      linattn bench --mode decode, context 2^8..2^16           (in rest.tgz)
 #   decode-b32  the same at B = H = 32, D = M = 128, context 2^8            (in rest.tgz)
-#   perchunk-*  the chunked bf16 inference forward per chunk               (side-by-side.tgz)
+#   perchunk-*  the chunked bf16 forward and forward+backward per chunk    (side-by-side.tgz)
 #               (LINATTN_CC_SEGMENTS=off), beside lin-*'s segments
 #   sweep       linattn bench B=4 H=16 D=64, N=2^10..2^16                -> sweep.json
 # $OUT gets at most 8 files, rewritten as each step ends (a kill keeps what finished):
@@ -367,13 +367,14 @@ step decode 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32,cuda/
 # The state update at scale (#21's target: >= 70% of HBM at B = H = 32, D = M = 128).
 step decode-b32 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32 --batch 32 --heads 32 \
     --dk 128 --n 2^8 --no-progress --deadline @DEADLINE@ --out "$WORK/decode-b32"
-# The chunked inference forward per chunk (cc_forward_h + cc_forward), beside the lin-* steps'
-# default, which runs it in segments at the shapes with D <= 128 and >= 528 segment-CTAs
-# (three of fla's five): which the hardware prefers, shape by shape.
+# The chunked form per chunk (inference: cc_forward_h + cc_forward; training: the split walk +
+# cc_forward_train, then the backward), beside the lin-* steps' default, which runs both
+# forwards in segments at every fla shape (D <= 128; training on sm_90): which the hardware
+# prefers, shape by shape.
 for sh in "${SHAPES[@]}"; do
     IFS=x read -r b n h d <<<"$sh"
-    step "perchunk-b$b-n$n" 5 20 3 -- env LINATTN_CC_SEGMENTS=off "$B" bench --backends cuda/causal_chunked/bf16 \
-        --n "$n" --batch "$b" --heads "$h" --dk "$d" --mode forward --cell-seconds 0.3 --warmup 3 \
+    step "perchunk-b$b-n$n" 5 30 6 -- env LINATTN_CC_SEGMENTS=off "$B" bench --backends cuda/causal_chunked/bf16 \
+        --n "$n" --batch "$b" --heads "$h" --dk "$d" --mode forward,forward+backward --cell-seconds 0.3 --warmup 3 \
         --no-progress --deadline @DEADLINE@ --out "$WORK/sbs/perchunk-b$b-n$n-h$h-d$d.json"
 done
 # Last: the sweep takes what is left (it stops at its deadline with the cells it has).
