@@ -155,7 +155,9 @@ __device__ __forceinline__ void cc_seg_state_step(float (&run)[CC_SEG_NT][4], fl
 #pragma unroll
             for (int c = 0; c < 4; ++c) run[nt][c] *= chunk_decay;
     }
-    // The lo tile's words of feature row dc0 + 8n + g at k-step ks: (8ks + t (+4)) ^ 4g.
+    // The lo tile's words of feature row dc0 + 8n + g at k-step ks: (8ks + t (+4)) ^ 4g,
+    // cc_seg_lo_word's with f & 7 = g, from one lane base (cc_seg_lo_word per load cost
+    // cc_forward_seg_train +0.4% warp instructions and cc_seg_sums_train 5 registers).
     const cc_u32* lo_lane = s_kt_lo + (dc0 + g) * (CC_L / 2);
 #pragma unroll
     for (int ks = 0; ks < CC_L / 16; ++ks) {

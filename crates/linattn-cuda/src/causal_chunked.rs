@@ -433,12 +433,13 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         };
         let out_lo = DeviceBuffer::<T>::uninit(exec, meter, out_lo_len)?;
         let den = DeviceBuffer::<f32>::uninit(exec, meter, shape.bh() * shape.seq)?;
-        let trains_in_segments = plan
+        // Segments where the plan has them and the staging loaded this form's kernels.
+        let seg_kernels = plan
             .kernels
             .segmented
             .as_ref()
-            .is_some_and(|k| k.train.is_some());
-        if let Some(seg) = plan.plan.segments.filter(|_| !train || trains_in_segments) {
+            .filter(|k| k.form(train).is_some());
+        if let (Some(seg), Some(kernels)) = (plan.plan.segments, seg_kernels) {
             let seg_states = DeviceBuffer::<f32>::uninit(exec, meter, seg.state_len)?;
             let chunk_states = DeviceBuffer::<f32>::uninit(
                 exec,
@@ -453,7 +454,6 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
                     out_lo: &out_lo,
                 }),
             };
-            let kernels = plan.kernels.segmented.as_ref();
             let elapsed = run.time(|| {
                 segmented::forward(
                     exec,

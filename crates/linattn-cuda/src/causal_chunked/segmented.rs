@@ -25,6 +25,18 @@ pub(super) struct SegKernels {
     pub train: Option<(Kernel, Kernel)>,
 }
 
+impl SegKernels {
+    /// The sums and forward kernels of the inference form or, `train`, of the training form
+    /// (None where the program or the device has none).
+    pub fn form(&self, train: bool) -> Option<(&Kernel, &Kernel)> {
+        match (train, &self.train) {
+            (false, _) => Some((&self.sums, &self.forward)),
+            (true, Some((sums, forward))) => Some((sums, forward)),
+            (true, None) => None,
+        }
+    }
+}
+
 /// What the segmented forward writes: O (B·H·N·M), den (B·H·N) and, in training, what the
 /// backward keeps.
 pub(super) struct SegOutputs<'a, T> {
@@ -40,13 +52,13 @@ pub(super) struct KeptOut<'a, T> {
     pub out_lo: &'a DeviceBuffer<T>,
 }
 
-/// The segmented forward with a staging's `kernels` (None: the plan has no segments) and
-/// scalar arguments: with two or more segments the segments' sums and their scan into each
-/// segment's S⁰, z⁰ (`seg_states`), then O and den; with `outputs.kept` (training) the split
-/// forms, which also write the chunk states and O's residue there.
+/// The segmented forward on a staging's `kernels` and scalar arguments: with two or more
+/// segments the segments' sums and their scan into each segment's S⁰, z⁰ (`seg_states`), then
+/// O and den; with `outputs.kept` (training) the split forms ([`SegKernels::form`]), which
+/// also write the chunk states and O's residue there.
 pub(super) fn forward<T>(
     exec: &Arc<dyn Executor>,
-    kernels: Option<&SegKernels>,
+    kernels: &SegKernels,
     a: &ScalarArgs,
     inputs: &DeviceInputs<T>,
     seg: &SegmentPlan,
@@ -54,20 +66,11 @@ pub(super) fn forward<T>(
     outputs: &SegOutputs<'_, T>,
 ) -> Result<(), AttnError> {
     let SegOutputs { out, den, kept } = outputs;
-    let kernels = kernels.ok_or_else(|| {
-        AttnError::InvalidArgument("causal_chunked: the plan has no segmented kernels".into())
+    let (sums, forward) = kernels.form(kept.is_some()).ok_or_else(|| {
+        AttnError::InvalidArgument(
+            "causal_chunked: this program or device has no segmented training forward".into(),
+        )
     })?;
-    let (sums, forward) = match (kept, &kernels.train) {
-        (None, _) => (&kernels.sums, &kernels.forward),
-        (Some(_), Some((sums, forward))) => (sums, forward),
-        (Some(_), None) => {
-            return Err(AttnError::InvalidArgument(
-                "causal_chunked: the device's shared memory holds no segmented training \
-                     forward at this shape"
-                    .into(),
-            ))
-        }
-    };
     let train = kept.is_some();
     let seg_chunks = as_i32("chunks per segment", seg.seg_chunks)?;
     if seg.num_segments > 1 {
