@@ -70,6 +70,24 @@ pub fn kernel_variants() -> Vec<KernelVariant> {
     registry::variants_of(&FORMS)
 }
 
+/// The text of the kernel file `name` (`prelude.cuh`, a program's `.cu` or a header, as
+/// `-lineinfo`'s `.file` names it less the directory) as a compile reads it
+/// ([`runtime::file_text`]); `None` for a name no variant compiles.
+pub fn kernel_file_text(name: &str) -> Option<String> {
+    let embedded = if name == "prelude.cuh" {
+        Some(runtime::PRELUDE)
+    } else {
+        kernel_variants().iter().find_map(|v| {
+            if v.source_name == name {
+                Some(v.source)
+            } else {
+                v.headers.iter().find(|h| h.name == name).map(|h| h.text)
+            }
+        })
+    }?;
+    Some(runtime::file_text(name, embedded))
+}
+
 /// The device a platform's backends run on (name, compute capability, SMs, L2, memory,
 /// driver and NVRTC).
 pub fn device_info(platform: Platform) -> Result<DeviceInfo, Unsupported> {

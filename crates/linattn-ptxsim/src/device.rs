@@ -15,6 +15,7 @@ use crate::exec::schedule::Schedule;
 use crate::ir::{Kernel, Program, Ty};
 use crate::parse::{parse_program_placed, Placement};
 use crate::sample::{run_rows, sampled_run, sum_rows, Sampled};
+use crate::source_lines::SourceLines;
 
 /// A kernel argument as the host passes it (by value).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,6 +62,10 @@ pub struct LaunchStats {
     pub wall: Duration,
     /// Set when only some CTAs ran and the counters were scaled (`Device::launch_sampled`).
     pub sampled: Option<Sampled>,
+    /// Warp instructions per instruction of the kernel (index in `Kernel::instrs`), scaled as
+    /// the counters are, when [`Device::count_source_lines`] is on: per source line through
+    /// [`Module::source_lines`].
+    pub instr_counts: Option<Vec<u64>>,
 }
 
 /// A loaded PTX module.
@@ -72,6 +77,14 @@ pub struct Module {
 }
 
 impl Module {
+    /// The warp instructions of `counts` (per instruction of `kernel`, as
+    /// [`LaunchStats::instr_counts`] gives them) summed per CUDA source line, by class;
+    /// instructions without a `.loc` (PTX compiled without `-lineinfo`) under no line.
+    pub fn source_lines(&self, kernel: &str, counts: &[u64]) -> Result<SourceLines, SimError> {
+        let k = self.kernel(kernel)?;
+        Ok(SourceLines::of(k, &self.program.files, counts))
+    }
+
     pub fn kernel(&self, name: &str) -> Result<&Kernel, SimError> {
         self.program.kernels.get(name).ok_or_else(|| {
             let mut known: Vec<&str> = self.program.kernels.keys().map(String::as_str).collect();
@@ -119,6 +132,8 @@ pub struct Device {
     placement: Placement,
     /// Whether launches keep the memory counters (sectors, wavefronts, unique sectors).
     count_memory: std::sync::atomic::AtomicBool,
+    /// Whether launches keep warp instructions per kernel instruction.
+    count_lines: std::sync::atomic::AtomicBool,
 }
 
 impl Device {
@@ -132,7 +147,16 @@ impl Device {
             mma_model: None,
             placement: Placement::Declared,
             count_memory: std::sync::atomic::AtomicBool::new(false),
+            count_lines: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether later launches keep their warp instructions per kernel instruction
+    /// ([`LaunchStats::instr_counts`]), for a profile by source line. Counted once per CTA
+    /// into the launch's totals; the other counters are the same either way.
+    pub fn count_source_lines(&self, on: bool) {
+        self.count_lines
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether later launches keep the memory counters of [`Counters`] (global sectors,
@@ -307,6 +331,10 @@ impl Device {
         let count_memory = self.count_memory.load(std::sync::atomic::Ordering::Relaxed);
         // globalcheck's launch level lives (and its memory goes) with the launch.
         let globals = (self.checks.globalcheck).then(|| LaunchShadow::new(view.spans()));
+        let instr_counts: Option<Vec<std::sync::atomic::AtomicU64>> = self
+            .count_lines
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| k.instrs.iter().map(|_| Default::default()).collect());
         let ctx = LaunchCtx {
             kernel: k,
             params: &params,
@@ -321,6 +349,7 @@ impl Device {
             latency: count_memory.then_some(self.arch.latency),
             numerics: self.numerics,
             mma: self.mma_model(),
+            instr_counts: instr_counts.as_deref(),
         };
         let [gx, gy, gz] = config.grid.map(u64::from);
         let total = gx * gy * gz;
@@ -338,11 +367,23 @@ impl Device {
             counters.unique_load_sectors = loaded;
             counters.unique_store_sectors = stored;
         }
+        // Scaled as the counters: the sampled rows' sum × gy / rows.
+        let (num, den) = match &sampled {
+            Some(s) if s.scaled => (gy, s.rows.len() as u64),
+            _ => (1, 1),
+        };
+        let instr_counts = instr_counts.map(|counts| {
+            counts
+                .into_iter()
+                .map(|n| n.into_inner() * num / den.max(1))
+                .collect()
+        });
         Ok(LaunchStats {
             ctas: total,
             counters,
             wall: start.elapsed(),
             sampled,
+            instr_counts,
         })
     }
 

@@ -45,6 +45,7 @@ pub mod model;
 pub mod parse;
 pub mod ptxas;
 pub mod sample;
+pub mod source_lines;
 
 pub use arch::SimArch;
 pub use counters::{Counters, PathBreakdown};
@@ -55,3 +56,4 @@ pub use exec::numerics::{MmaModel, Numerics};
 pub use instr_class::InstrClass;
 pub use parse::Placement;
 pub use sample::Sampled;
+pub use source_lines::{LineCount, SourceLines};

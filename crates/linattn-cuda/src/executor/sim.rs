@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use linattn_core::{AttnError, HostMemory, Unsupported};
 /// The simulator's counters, instruction classes, arch numbers and performance model, for
 /// profiles of simulated runs.
-pub use linattn_ptxsim::{model, Counters, InstrClass, Sampled, SimArch};
+pub use linattn_ptxsim::{model, Counters, InstrClass, LineCount, Sampled, SimArch, SourceLines};
 use linattn_ptxsim::{Arg, Device, LaunchConfig, Module};
 pub use linattn_ptxsim::{Checks, MmaModel, Numerics, Placement};
 
@@ -184,6 +184,9 @@ pub struct SimExecutor {
     profile: Mutex<HashMap<std::thread::ThreadId, Vec<LaunchRecord>>>,
     /// Rows of grid y that profiled launches simulate (0: all); see `linattn_ptxsim::sample`.
     sample: std::sync::atomic::AtomicU32,
+    /// Whether kernels load from `-lineinfo` compiles and profiled launches keep their warp
+    /// instructions per source line ([`SimExecutor::set_source_lines`]).
+    source_lines: std::sync::atomic::AtomicBool,
     sim_arch: SimArch,
     /// Everything asked of the executor since [`SimExecutor::start_trace`] (any thread:
     /// trace single-threaded runs).
@@ -227,6 +230,7 @@ impl SimExecutor {
             counters: Mutex::new(Counters::default()),
             profile: Mutex::new(HashMap::new()),
             sample: std::sync::atomic::AtomicU32::new(0),
+            source_lines: std::sync::atomic::AtomicBool::new(false),
             sim_arch,
             trace: Mutex::new(None),
         })
@@ -299,6 +303,16 @@ impl SimExecutor {
         self.sample.store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// From now on, kernels load from their `-lineinfo` compiles (the same code: NVRTC adds
+    /// `.loc` directives) and launches keep their warp instructions per CUDA source line
+    /// ([`LaunchRecord::source_lines`]); `false`: back to the plain compiles. Set it before the
+    /// backends load their kernels (a kernel loaded earlier counts under no line).
+    pub fn set_source_lines(&self, on: bool) {
+        self.source_lines
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+        self.device.count_source_lines(on);
+    }
+
     /// Instructions executed by every launch so far.
     pub fn counters(&self) -> Counters {
         self.counters.lock().map(|c| *c).unwrap_or_default()
@@ -369,6 +383,13 @@ impl Executor for SimExecutor {
     }
 
     fn kernel(&self, variant: &KernelVariant, entry: &str) -> Result<Kernel, AttnError> {
+        let lined;
+        let variant = if self.source_lines.load(std::sync::atomic::Ordering::Relaxed) {
+            lined = variant.clone().with_line_info();
+            &lined
+        } else {
+            variant
+        };
         let (compiled, module) = load_module(&self.modules, variant, entry, self.arch, |c| {
             let fail = |e| AttnError::Compile(format!("ptxsim cannot load {}: {e}", c.label));
             let mut module = self.device.load(&c.ptx).map_err(fail)?;
@@ -463,6 +484,14 @@ impl Executor for SimExecutor {
             registers: kernel.ptxas.as_ref().map_or(0, |r| r.registers),
             counters: stats.counters,
             sampled: stats.sampled.clone(),
+            source_lines: match &stats.instr_counts {
+                Some(counts) => Some(
+                    sim.module
+                        .source_lines(&kernel.entry, counts)
+                        .map_err(sim_error)?,
+                ),
+                None => None,
+            },
         };
         self.traced(|t| t.launch(&sim.ptx, &record, raw_args));
         if let Ok(mut profile) = self.profile.lock() {

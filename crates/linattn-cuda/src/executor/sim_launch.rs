@@ -2,7 +2,7 @@
 //! by the executor (`sim`) and the trace replay (`trace`).
 
 use linattn_core::AttnError;
-use linattn_ptxsim::{Counters, Sampled, SimError};
+use linattn_ptxsim::{Counters, Sampled, SimError, SourceLines};
 
 /// One launch as the profiler records it.
 #[derive(Debug, Clone)]
@@ -19,6 +19,9 @@ pub struct LaunchRecord {
     pub counters: Counters,
     /// Which CTAs ran when the launch was sampled (`SimExecutor::set_sample`).
     pub sampled: Option<Sampled>,
+    /// Warp instructions per CUDA source line, scaled as `counters`
+    /// (`SimExecutor::set_source_lines`).
+    pub source_lines: Option<SourceLines>,
 }
 
 /// Simulator errors as the harness's errors.

@@ -428,6 +428,7 @@ pub fn replay(dir: &Path) -> Result<Vec<ReplayedPhase>, AttnError> {
                     registers: *registers,
                     counters: stats.counters,
                     sampled: None,
+                    source_lines: None,
                 });
             }
         }
@@ -458,6 +459,7 @@ mod tests {
             static_shared: 0,
             registers: 8,
             counters: Counters::default(),
+            source_lines: None,
             sampled: None,
         }
     }

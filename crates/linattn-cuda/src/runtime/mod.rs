@@ -17,7 +17,9 @@ pub mod variant;
 
 use linattn_core::AttnError;
 
-pub use nvrtc::{compile, nvrtc_options, parse_ptxas_log, CompiledKernel, PtxasReport, PRELUDE};
+pub use nvrtc::{
+    compile, file_text, nvrtc_options, parse_ptxas_log, CompiledKernel, PtxasReport, PRELUDE,
+};
 pub use probe::{
     gpu_available, nvrtc_available, nvrtc_locatable, nvrtc_search_dirs, nvrtc_version,
 };

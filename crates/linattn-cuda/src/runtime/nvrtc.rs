@@ -63,6 +63,7 @@ pub(crate) struct CompileKey {
     source: &'static str,
     headers: &'static [KernelHeader],
     defines: Vec<(String, String)>,
+    line_info: bool,
     arch: Arch,
 }
 
@@ -73,6 +74,7 @@ impl CompileKey {
             source: variant.source,
             headers: variant.headers,
             defines: variant.defines.clone(),
+            line_info: variant.line_info,
             arch,
         }
     }
@@ -112,12 +114,16 @@ pub fn nvrtc_options(variant: &KernelVariant, arch: Arch) -> Vec<String> {
         "-Xptxas".to_string(),
         "-v".to_string(),
     ];
+    if variant.line_info {
+        options.push("-lineinfo".to_string());
+    }
     options.extend(variant.defines.iter().map(|(k, v)| format!("-D{k}={v}")));
     options
 }
 
-/// The NVRTC program: the prelude, then the kernel source; `#line` makes errors in the
-/// kernel point at its own file and line.
+/// The NVRTC program: the prelude, then the kernel source, each opened by a `#line 1` naming
+/// its own file, so that errors and `-lineinfo`'s `.loc` lines point into `prelude.cuh` or
+/// the kernel, never one for the other.
 ///
 /// With `LINATTN_KERNEL_DIR` set, `prelude.cuh`, the kernel's `.cu` and its headers are read
 /// from that directory instead of the copies embedded at build time: edit a kernel and rerun
@@ -125,7 +131,16 @@ pub fn nvrtc_options(variant: &KernelVariant, arch: Arch) -> Vec<String> {
 fn program_text(variant: &KernelVariant) -> String {
     let prelude = from_kernel_dir("prelude.cuh").unwrap_or_else(|| PRELUDE.to_string());
     let source = from_kernel_dir(variant.source_name).unwrap_or_else(|| variant.source.to_string());
-    format!("{prelude}\n#line 1 \"{}\"\n{source}", variant.source_name)
+    format!(
+        "#line 1 \"prelude.cuh\"\n{prelude}\n#line 1 \"{}\"\n{source}",
+        variant.source_name
+    )
+}
+
+/// The text a compile reads for the kernel file `name`: from `LINATTN_KERNEL_DIR` when there,
+/// else `embedded` (the copy built in).
+pub fn file_text(name: &str, embedded: &str) -> String {
+    from_kernel_dir(name).unwrap_or_else(|| embedded.to_string())
 }
 
 /// The variant's headers as (include name, text), each from `LINATTN_KERNEL_DIR` when there.

@@ -49,6 +49,10 @@ pub struct KernelVariant {
     /// Hot kernels (those that carry a form's main loop) must not spill: the compile-all
     /// test fails when ptxas reports spill bytes for them.
     pub hot: bool,
+    /// Compiled with `-lineinfo`: `.loc` before the PTX instructions, for a profile by source
+    /// line (`SimExecutor::set_source_lines`). The code is the same; the PTX text, its line
+    /// numbers and the cache key are not.
+    pub line_info: bool,
 }
 
 impl KernelVariant {
@@ -60,6 +64,7 @@ impl KernelVariant {
             defines: Vec::new(),
             entry_points: Vec::new(),
             hot: false,
+            line_info: false,
         }
     }
 
@@ -87,6 +92,12 @@ impl KernelVariant {
 
     pub fn hot(mut self) -> Self {
         self.hot = true;
+        self
+    }
+
+    /// This variant compiled with `-lineinfo` ([`KernelVariant::line_info`]).
+    pub fn with_line_info(mut self) -> Self {
+        self.line_info = true;
         self
     }
 

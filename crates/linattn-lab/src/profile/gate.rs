@@ -242,6 +242,7 @@ mod tests {
             },
             critical_path: Default::default(),
             sampled: Vec::new(),
+            source_lines: Vec::new(),
         }
     }
 

@@ -8,6 +8,7 @@
 
 pub mod against;
 mod gate;
+mod lines;
 pub mod ncu;
 mod record;
 mod table;
@@ -122,6 +123,12 @@ pub struct ProfileArgs {
         conflicts_with_all = ["record_trace", "sample", "json"]
     )]
     replay: Option<PathBuf>,
+    /// Also count warp instructions per CUDA source line (kernels compiled with -lineinfo:
+    /// the same code) and print each kernel's TOP lines with their classes and text;
+    /// --json keeps every line (`kernels[].source_lines`). PTX instructions, as the model
+    /// counts them; code inlined from a helper counts at the helper's line.
+    #[arg(long, value_name = "TOP", conflicts_with = "replay")]
+    lines: Option<usize>,
 }
 
 pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
@@ -169,6 +176,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         }
     }
     executor.set_sample(args.sample);
+    executor.set_source_lines(args.lines.is_some());
     let arch = executor.sim_arch();
     // One job per (backend, D, N), run concurrently: a launch of few CTAs (a recurrent scan
     // at B·H = 1) keeps one core busy, and the profiler records per thread.
@@ -242,6 +250,9 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         ));
     }
     print!("{}", render_profiles(&profiles, args.quiet));
+    if let Some(top) = args.lines {
+        print!("{}", lines::render_source_lines(&profiles, top));
+    }
     if let Some(rows) = args.sample {
         print!("{}", render_sampled(&profiles));
         println!(

@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 
 use linattn_core::{AttnError, Backend, Inputs, Precision, Problem, Shape};
 use linattn_cuda::executor::sim::model::{self, occupancy};
-use linattn_cuda::executor::sim::{self, Counters, LaunchRecord, SimArch};
+use linattn_cuda::executor::sim::{self, Counters, LaunchRecord, SimArch, SourceLines};
 
 use super::against::SimLaunch;
 use crate::registry;
 use crate::results::profiles::{
     KernelProfile, ModelParams, ModelTime, PathRecord, PerToken, PhaseProfile, ProfileRecord,
+    SourceLineRecord,
 };
 use crate::results::Mode;
 
@@ -184,6 +185,7 @@ fn build_record(
                     .iter()
                     .filter_map(|l| l.sampled.as_ref().map(|s| s.describe()))
                     .collect(),
+                source_lines: source_lines(launches, tokens),
             });
         }
         let minimal = minimal_bytes_per_token(&shape, precision, phase);
@@ -210,6 +212,15 @@ fn build_record(
         kernels,
         phases: phase_profiles,
     }
+}
+
+/// The launches' warp instructions per source line, summed (none when no launch kept them).
+fn source_lines(launches: &[&LaunchRecord], tokens: u64) -> Vec<SourceLineRecord> {
+    let mut sum = SourceLines::default();
+    for lines in launches.iter().filter_map(|l| l.source_lines.as_ref()) {
+        sum.merge(lines);
+    }
+    SourceLineRecord::of(&sum, tokens)
 }
 
 /// Inputs read once and outputs written once, per token, at the storage precision:

@@ -111,6 +111,49 @@ pub struct KernelProfile {
     /// scale (absent: every CTA ran).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sampled: Vec<String>,
+    /// Its warp instructions per CUDA source line, most first, when `linattn profile
+    /// --lines` asked (absent otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_lines: Vec<SourceLineRecord>,
+}
+
+/// Warp instructions of one CUDA source line of a kernel, summed over its launches (PTX's
+/// instructions: they rank lines, they are not ncu's SASS counts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceLineRecord {
+    /// The kernel file (`causal_chunked_segments.cuh`); empty for instructions the PTX gives
+    /// no line for.
+    pub file: String,
+    /// 1-based; 0 for code the compiler made for no line.
+    pub line: u32,
+    pub warp_instructions: u64,
+    /// `warp_instructions` per token of the profile (B·H·N).
+    pub per_token: f64,
+    /// Class name → warp instructions (classes with none omitted).
+    pub by_class: std::collections::BTreeMap<String, u64>,
+}
+
+impl SourceLineRecord {
+    /// The records of `lines` (ranked as given), per token of `tokens`; files by their name
+    /// alone (`-lineinfo` prefixes NVRTC's working directory, not the file's).
+    pub fn of(lines: &linattn_cuda::executor::sim::SourceLines, tokens: u64) -> Vec<Self> {
+        lines
+            .lines
+            .iter()
+            .map(|l| SourceLineRecord {
+                file: l.file.rsplit('/').next().unwrap_or_default().to_string(),
+                line: l.line,
+                warp_instructions: l.warp_instructions,
+                per_token: l.warp_instructions as f64 / tokens.max(1) as f64,
+                by_class: InstrClass::ALL
+                    .iter()
+                    .zip(&l.by_class)
+                    .filter(|(_, &n)| n > 0)
+                    .map(|(c, &n)| (c.name().to_string(), n))
+                    .collect(),
+            })
+            .collect()
+    }
 }
 
 /// A CTA's critical path in cycles of the model's clock and its parts, which sum to it

@@ -541,6 +541,19 @@ pub struct Kernel {
     pub counting: Vec<Counting>,
     /// Source text of each instruction (for error messages), parallel to `instrs`.
     pub text: Vec<String>,
+    /// Where each instruction came from in the CUDA source, parallel to `instrs`: the last
+    /// `.loc` before it (PTX compiled with `-lineinfo`), else `None`.
+    pub locs: Vec<Option<SourceLoc>>,
+}
+
+/// A `.loc`: the CUDA source line an instruction was compiled from. For code inlined from a
+/// device function it is the function's own line (the innermost), as Nsight Compute's
+/// source view attributes it. Line 0 is code the compiler made for no line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceLoc {
+    /// The `.file` index (names in [`Program::files`]).
+    pub file: u32,
+    pub line: u32,
 }
 
 /// A module-scope `.global` variable: name, size and initial bytes.
@@ -558,6 +571,8 @@ pub struct Program {
     pub version: String,
     pub kernels: HashMap<String, Kernel>,
     pub globals: Vec<GlobalVar>,
+    /// `.file` index → path, as the compiler named the sources (`-lineinfo` only).
+    pub files: HashMap<u32, String>,
 }
 
 /// How one instruction's memory access is counted (what ptxas makes of it: `crate::ptxas`

@@ -1,9 +1,10 @@
 //! Splitting PTX text into statements and statements into operands.
 //!
 //! A statement ends at `;`, or at a `{`/`}` that opens or closes a body (only when nothing
-//! else is pending), or at the end of the line for the three directives PTX writes without a
-//! semicolon (`.version`, `.target`, `.address_size`). Labels (`$L__BB0_3:`) are their own
-//! statements. Comments (`//`, `/* */`) are dropped.
+//! else is pending), or at the end of the line for the directives PTX writes without a
+//! semicolon (`.version`, `.target`, `.address_size`, and with `-lineinfo` `.file` and
+//! `.loc`). Labels (`$L__BB0_3:`) are their own statements. Comments (`//`, `/* */`) and
+//! `.section` blocks (the DWARF data `-lineinfo` appends) are dropped.
 
 /// One statement with the 1-based line it starts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub enum StatementKind {
     Label,
 }
 
-const LINE_DIRECTIVES: [&str; 3] = [".version", ".target", ".address_size"];
+const LINE_DIRECTIVES: [&str; 5] = [".version", ".target", ".address_size", ".file", ".loc"];
 
 /// Splits `source` into statements.
 pub fn statements(source: &str) -> Vec<Statement> {
@@ -85,6 +86,22 @@ pub fn statements(source: &str) -> Vec<Statement> {
                 line += 1;
             }
             ';' if nested == 0 => push(&mut out, &mut current, start_line, StatementKind::Plain),
+            '{' if nested == 0 && current.trim_start().starts_with(".section") => {
+                // A debug section's body: labels and `.b8` rows, nothing to run.
+                let mut depth = 1usize;
+                for c in chars.by_ref() {
+                    match c {
+                        '\n' => line += 1,
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                current.clear();
+            }
             '{' => {
                 let pending = current.trim();
                 let opens_body = pending.is_empty()
@@ -259,6 +276,35 @@ mod tests {
         assert!(kinds[7].1.ends_with("{%f1,%f2}, {%r1}"));
         assert_eq!(kinds[8], (StatementKind::Plain, "ret", 14));
         assert_eq!(kinds[9].0, StatementKind::Close);
+    }
+
+    #[test]
+    fn line_info_directives_end_at_the_line_and_debug_sections_drop() {
+        let text = ".version 9.0\n.entry k()\n{\n.loc\t1 12 5, function_name $L__info_string0, inlined_at 1 30 9\nadd.s32 %r1, %r2, 1;\n.loc\t1 0 5\nret;\n}\n.file\t1 \"/w/a.cuh\"\n.section\t.debug_str\n{\n$L__info_string0:\n.b8 95,90,0\n}\n";
+        let s = statements(text);
+        let plain: Vec<(&str, u32)> = s
+            .iter()
+            .filter(|s| s.kind == StatementKind::Plain)
+            .map(|s| (s.text.as_str(), s.line))
+            .collect();
+        assert_eq!(
+            plain,
+            vec![
+                (".version 9.0", 1),
+                (
+                    ".loc\t1 12 5, function_name $L__info_string0, inlined_at 1 30 9",
+                    4
+                ),
+                ("add.s32 %r1, %r2, 1", 5),
+                (".loc\t1 0 5", 6),
+                ("ret", 7),
+                (".file\t1 \"/w/a.cuh\"", 9),
+            ]
+        );
+        // Nothing of the section: no label, no open or close.
+        assert!(!s.iter().any(|s| s.kind == StatementKind::Label));
+        let closes = s.iter().filter(|s| s.kind == StatementKind::Close).count();
+        assert_eq!(closes, 1, "only the entry's body closes");
     }
 
     #[test]

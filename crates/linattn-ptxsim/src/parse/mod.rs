@@ -14,7 +14,7 @@ pub use layout::Placement;
 use std::collections::HashMap;
 
 use crate::error::{parse_error, SimError};
-use crate::ir::{GlobalVar, Kernel, Param, Program, Ty};
+use crate::ir::{GlobalVar, Kernel, Param, Program, SourceLoc, Ty};
 use lex::{parse_float, parse_int, Statement, StatementKind};
 use scope::{Registers, Scope};
 
@@ -40,6 +40,7 @@ pub fn parse_program_placed(
         version: String::new(),
         kernels: HashMap::new(),
         globals: Vec::new(),
+        files: HashMap::new(),
     };
     let mut module = ModuleScope::default();
     let mut i = 0;
@@ -116,7 +117,17 @@ fn module_directive(
                 ));
             }
         }
-        Some(".file") | Some(".section") => {}
+        Some(".file") => {
+            // `.file 1 "path"` (optionally `, timestamp, size`).
+            let index = words.get(1).and_then(|w| w.parse::<u32>().ok());
+            let path = s.text.split('"').nth(1);
+            match (index, path) {
+                (Some(index), Some(path)) => {
+                    program.files.insert(index, path.to_string());
+                }
+                _ => return Err(parse_error(s.line, &s.text, "malformed .file directive")),
+            }
+        }
         _ => {
             let decl = VarDecl::parse(s)?;
             match (decl.space.as_str(), decl.external) {
@@ -359,6 +370,8 @@ fn build_kernel(
         shared.insert(name.to_string(), layout.place(size, align));
     };
     let mut instructions: Vec<&Statement> = Vec::new();
+    let mut locs = Vec::new();
+    let mut loc = None;
     for s in body {
         match s.kind {
             StatementKind::Label => {
@@ -373,7 +386,8 @@ fn build_kernel(
                         let decl = VarDecl::parse(s)?;
                         place(&mut shared, &decl.name, decl.size(), decl.align);
                     }
-                    ".pragma" | ".loc" | ".maxnreg" => {}
+                    ".loc" => loc = Some(parse_loc(s)?),
+                    ".pragma" | ".maxnreg" => {}
                     ".local" | ".const" | ".param" => {
                         return Err(parse_error(
                             s.line,
@@ -388,7 +402,10 @@ fn build_kernel(
                             "unknown directive in a kernel body",
                         ))
                     }
-                    _ => instructions.push(s),
+                    _ => {
+                        instructions.push(s);
+                        locs.push(loc);
+                    }
                 }
             }
         }
@@ -448,7 +465,23 @@ fn build_kernel(
         counting: crate::ptxas::plan(&instrs),
         instrs,
         text,
+        locs,
     })
+}
+
+/// `.loc file line column[, function_name …, inlined_at …]`: the file and line.
+fn parse_loc(s: &Statement) -> Result<SourceLoc, SimError> {
+    let mut words = s.text.split_whitespace().skip(1);
+    let mut number = || {
+        words
+            .next()
+            .map(|w| w.trim_end_matches(','))
+            .and_then(|w| w.parse::<u32>().ok())
+    };
+    match (number(), number()) {
+        (Some(file), Some(line)) => Ok(SourceLoc { file, line }),
+        _ => Err(parse_error(s.line, &s.text, "malformed .loc directive")),
+    }
 }
 
 /// Whether `text` names `symbol` as a whole word.

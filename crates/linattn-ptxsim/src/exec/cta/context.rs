@@ -32,6 +32,9 @@ pub struct LaunchCtx<'a> {
     pub numerics: Numerics,
     /// How `mma` sums.
     pub mma: crate::exec::numerics::MmaModel,
+    /// Warp instructions per instruction of the kernel (its index in `kernel.instrs`), summed
+    /// over the launch's CTAs, when a profile asks for source lines.
+    pub instr_counts: Option<&'a [std::sync::atomic::AtomicU64]>,
 }
 
 /// One CTA as its warps see it: the launch (a copy, so reading it costs what reading

@@ -42,6 +42,9 @@ pub struct CtaRunner {
     switch_at_branch: bool,
     clocks: Clocks,
     pub counters: Counters,
+    /// Warp instructions per kernel instruction of the CTA being run, when the launch keeps
+    /// them (`LaunchCtx::instr_counts`; empty otherwise).
+    instr_counts: Vec<u64>,
 }
 
 impl CtaRunner {
@@ -53,11 +56,30 @@ impl CtaRunner {
             switch_at_branch: false,
             clocks: Clocks::default(),
             counters: Counters::default(),
+            instr_counts: Vec::new(),
         }
     }
 
-    /// Runs CTA `cta` of the launch to completion.
+    /// Runs CTA `cta` of the launch to completion; with `ctx.instr_counts`, adds the CTA's
+    /// warp instructions per kernel instruction there (one pass per CTA, not an atomic per
+    /// instruction).
     pub fn run(&mut self, ctx: &LaunchCtx<'_>, cta: [u32; 3]) -> Result<(), SimError> {
+        self.instr_counts.clear();
+        if ctx.instr_counts.is_some() {
+            self.instr_counts.resize(ctx.kernel.instrs.len(), 0);
+        }
+        let result = self.run_cta(ctx, cta);
+        if let Some(total) = ctx.instr_counts {
+            for (sum, &n) in total.iter().zip(&self.instr_counts) {
+                if n > 0 {
+                    sum.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+        result
+    }
+
+    fn run_cta(&mut self, ctx: &LaunchCtx<'_>, cta: [u32; 3]) -> Result<(), SimError> {
         let k = ctx.kernel;
         let threads = ctx.block.iter().product::<u32>();
         let nwarps = threads.div_ceil(LANES as u32) as usize;
@@ -212,6 +234,9 @@ impl CtaRunner {
                 }
             };
             self.counters.instruction(instr.class, active);
+            if let Some(n) = self.instr_counts.get_mut(pc as usize) {
+                *n += 1;
+            }
             warp.clock = if ctx.latency.is_some() {
                 self.clocks.issue(warp.index as usize, instr)
             } else {
