@@ -83,7 +83,7 @@
 //
 // ---- precision ----
 //   Q, K, V, O, dO, gradients: fp16/bf16 in memory. φ, φ', decay weights, every accumulation,
-//   the chunk states S, z, R, r, den, and G·O: fp32 (elu+1's exp as __expf:
+//   the chunk states S, z, R, r, den, and G·O: fp32 (elu+1's exp as ex2.approx.ftz:
 //   cc_exp_nonpositive). Tensor-core operands read from memory are 16-bit; v and G are exact
 //   in storage precision, q̃ = φ(q) and k̃ = φ(k) are not, and where they feed a term that
 //   cancels they are split x = hi + lo (both 16-bit, ~16 bits of mantissa in bf16, ~22 in

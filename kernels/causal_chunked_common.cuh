@@ -54,9 +54,34 @@ __device__ __forceinline__ uint4 cc_pack_record(float a0, float a1, float b0, fl
 // Identity is un-normalised (SPEC §7): den ≡ 1, gd ≡ 0.
 __device__ __forceinline__ bool cc_normalised(int map) { return map != LA_MAP_IDENTITY; }
 
-// λ^n for a decay given as log2 λ (exactly 1 when log2 λ = 0).
+// 2^x as one MUFU.EX2: ex2.approx.ftz.f32 (≤ 2 ulp, as ex2.approx.f32; results below
+// 2^-126 are 0, inputs below it read as 0). exp2f and __expf compile to ex2.approx.f32, which
+// ptxas wraps in a range test and two predicated scalings to return subnormal results: four
+// SASS instructions where this is one (the PTX is one either way: the model cannot see it).
+// The chunked kernels' exps are decay weights and φ values that only add to sums of O(1)
+// terms, where a result below 2^-126 is 0 to any precision they keep. Not in the programs
+// where ptxas then spilled a hot kernel at its launch bounds on sm_90 (cc_forward_train at
+// D = 256, 24 B; cc_forward_seg_train in fp16 at D = 128, 16–32 B; asm volatile spilled in
+// 10): there exp2f and __expf, as before.
+#if CC_D == 256 || (LA_STORAGE == LA_STORAGE_F16 && CC_D == 128)
+#define CC_EX2_FTZ 0
+#else
+#define CC_EX2_FTZ 1
+#endif
+__device__ __forceinline__ float cc_ex2(float x) {
+#if CC_EX2_FTZ
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return exp2f(x);
+#endif
+}
+
+// λ^n for a decay given as log2 λ (exactly 1 when log2 λ = 0: without decay the exps are
+// skipped, a uniform branch with cc_ex2's asm, a select with exp2f).
 __device__ __forceinline__ float cc_pow(float log2_decay, float n) {
-    return log2_decay == 0.0f ? 1.0f : exp2f(log2_decay * n);
+    return log2_decay == 0.0f ? 1.0f : cc_ex2(log2_decay * n);
 }
 
 // D = A·B + D on one m16n8k16 tile; a[4], b[2] in the fragment layout of the header.

@@ -482,7 +482,7 @@ cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __re
 #pragma unroll
                     for (int c = 0; c < 4; ++c) {
                         const int i = row0 + g + (c >> 1) * 8 + zero, j = 8 * J + 2 * t + (c & 1);
-                        p[nt][c] *= exp2f(l2d * (float)(i - j));
+                        p[nt][c] *= cc_ex2(l2d * (float)(i - j));
                     }
                 }
 #pragma unroll

@@ -15,14 +15,21 @@
 #define CC_WALK_STEPS (CC_L / 8 / (CC_WALK_WARPS / 4))
 static_assert(CC_TILE == 64 && CC_WALK_WARPS == 8, "4 feature groups × 2 token halves");
 
-// e^x for x ≤ 0 (larger x read as 0) as __expf: ex2.approx.ftz(x·log2 e), 2 instructions
-// where expf takes ~8. In the model φ was a third of the walks' time and a fifth of
-// cc_forward's at fla's shapes (elu+1 against identity). Error: ≤ 2 ulp of ex2 plus the
-// rounding of x·log2 e (|x|·2^-24 relative): ~6e-7 at x = −4, where e^x < 0.02, so ≤ 1e-8
-// absolute on a φ(k) that is stored in 16 bits (or hi + lo: ~2^-16 bf16, ~2^-22 fp16);
-// results below 2^-126 flush to 0. The check's 136 error figures: 127 unchanged, 9 moved by
-// ≤ 2.2e-5 relative (against expf). The other forms keep the prelude's expf.
-__device__ __forceinline__ float cc_exp_nonpositive(float x) { return __expf(x > 0.0f ? 0.0f : x); }
+// e^x for x ≤ 0 (larger x read as 0) as ex2(x·log2 e): cc_ex2's one MUFU.EX2 and an FMUL
+// (__expf, 5 SASS instructions, where CC_EX2_FTZ is off; expf takes ~8). In the model φ was
+// a third of the walks' time and a fifth of cc_forward's at fla's shapes (elu+1 against
+// identity). Error: ≤ 2 ulp of ex2 plus the rounding of x·log2 e (|x|·2^-24 relative): ~6e-7
+// at x = −4, where e^x < 0.02, so ≤ 1e-8 absolute on a φ(k) that is stored in 16 bits (or
+// hi + lo: ~2^-16 bf16, ~2^-22 fp16); e^x below 2^-126 (x < −87.3) is 0. Against expf the
+// check's 136 error figures were 127 unchanged, 9 moved by ≤ 2.2e-5 relative. The other
+// forms keep the prelude's expf.
+__device__ __forceinline__ float cc_exp_nonpositive(float x) {
+#if CC_EX2_FTZ
+    return cc_ex2((x > 0.0f ? 0.0f : x) * 1.44269504088896341f);
+#else
+    return __expf(x > 0.0f ? 0.0f : x);
+#endif
+}
 
 // φ and φ' without a branch: both sides computed, one selected, so the exp chains of a
 // tile's elements can overlap (a branch per element serialised them). la_phi_of_map's and
