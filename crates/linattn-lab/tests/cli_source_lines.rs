@@ -5,7 +5,12 @@
 //! each names a kernel file whose text the lookup finds and a line inside it, and the text
 //! output lists each kernel's top lines.
 //!
-//! Stamped for the simulator: without NVRTC the trial shows as ignored with the reason.
+//! With nvdisasm (`LINATTN_NVDISASM`, which .ci/run installs; required under
+//! `LINATTN_REQUIRE_CUDA_TOOLS=1`), each line also carries the SASS ptxas made of it and each
+//! kernel the SASS it executed, estimated from them: present for every line and kernel, and
+//! the estimate the per-line sum it claims to be.
+//!
+//! Stamped for the simulator: without NVRTC the trials show as ignored with the reason.
 
 use std::path::Path;
 use std::process::Command;
@@ -28,6 +33,21 @@ fn main() {
         trials.extend(linattn_testkit::stamp_executors!(
             for platform in [Platform::Sim] => name, body()
         ));
+    }
+    const SASS: &str = "sass_beside_every_line_and_its_estimate";
+    let required = std::env::var("LINATTN_REQUIRE_CUDA_TOOLS").as_deref() == Ok("1");
+    match std::env::var_os("LINATTN_NVDISASM").map(std::path::PathBuf::from) {
+        Some(tool) if tool.is_file() => trials.extend(linattn_testkit::stamp_executors!(
+            for platform in [Platform::Sim] => SASS, sass_beside_every_line()
+        )),
+        _ if required => trials.push(linattn_testkit::Trial::test(SASS, || {
+            Err("LINATTN_NVDISASM is not a file (.ci/run installs nvdisasm)".into())
+        })),
+        _ => trials.push(
+            linattn_testkit::Trial::test(SASS, || Ok(()))
+                .with_ignored_flag(true)
+                .with_kind("skipped: LINATTN_NVDISASM is not set (.ci/run installs nvdisasm)"),
+        ),
     }
     linattn_testkit::run(trials)
 }
@@ -136,6 +156,45 @@ fn lines_against_plain(sample: Option<u32>) -> Result<(), String> {
         let heading = format!("source lines of sim/causal_chunked/bf16 {what}:");
         if !stdout.contains(&heading) {
             return Err(format!("no {heading:?} in:\n{stdout}"));
+        }
+    }
+    Ok(())
+}
+
+fn sass_beside_every_line() -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let json = dir.path().join("lines.json");
+    profile(&json, true, None)?;
+    let kernels = read(&json)?;
+    if kernels.is_empty() {
+        return Err("no kernel profiled".into());
+    }
+    for (phase, kernel, k) in &kernels {
+        let what = format!("{phase} {kernel}");
+        let estimate = k["sass_per_token_estimate"]
+            .as_f64()
+            .ok_or_else(|| format!("{what}: no SASS estimate"))?;
+        let mut sum = 0.0;
+        for l in k["source_lines"].as_array().cloned().unwrap_or_default() {
+            let sass = l["sass_static"]
+                .as_u64()
+                .ok_or_else(|| format!("{what}: a line without its SASS: {l}"))?;
+            let ptx = l["ptx_static"].as_u64().unwrap_or(0);
+            if ptx == 0 {
+                return Err(format!("{what}: an executed line of no PTX: {l}"));
+            }
+            sum += l["per_token"].as_f64().unwrap_or(0.0) * sass as f64 / ptx as f64;
+        }
+        if (sum - estimate).abs() > 1e-9 * estimate.max(1.0) {
+            return Err(format!(
+                "{what}: the lines sum to {sum}, the estimate is {estimate}"
+            ));
+        }
+        let ptx = k["per_token"]["warp_instructions"].as_f64().unwrap_or(0.0);
+        if !(0.3 * ptx..3.0 * ptx).contains(&estimate) {
+            return Err(format!(
+                "{what}: {estimate} SASS against {ptx} PTX per token"
+            ));
         }
     }
     Ok(())

@@ -22,6 +22,9 @@ pub struct LineCount {
     pub warp_instructions: u64,
     /// Warp instructions per class, indexed as [`InstrClass::ALL`].
     pub by_class: [u64; InstrClass::ALL.len()],
+    /// PTX instructions of the kernel at this line (executed or not): with the SASS
+    /// instructions ptxas made of the line, what one executed PTX instruction costs there.
+    pub static_instructions: u64,
 }
 
 impl LineCount {
@@ -38,7 +41,8 @@ impl LineCount {
         out
     }
 
-    /// Adds `other`'s counts (the same line in another launch).
+    /// Adds `other`'s counts (the same line in another launch of the same kernel: its
+    /// static count is the same).
     pub fn add(&mut self, other: &LineCount) {
         self.warp_instructions += other.warp_instructions;
         for (a, b) in self.by_class.iter_mut().zip(&other.by_class) {
@@ -60,9 +64,6 @@ impl SourceLines {
     pub fn of(kernel: &Kernel, files: &HashMap<u32, String>, counts: &[u64]) -> SourceLines {
         let mut per_line: BTreeMap<(String, u32), LineCount> = BTreeMap::new();
         for ((instr, loc), &n) in kernel.instrs.iter().zip(&kernel.locs).zip(counts) {
-            if n == 0 {
-                continue;
-            }
             let (file, line) = match loc {
                 Some(loc) => (files.get(&loc.file).cloned().unwrap_or_default(), loc.line),
                 None => (String::new(), 0),
@@ -74,11 +75,16 @@ impl SourceLines {
                     line,
                     warp_instructions: 0,
                     by_class: [0; InstrClass::ALL.len()],
+                    static_instructions: 0,
                 });
+            entry.static_instructions += 1;
             entry.warp_instructions += n;
             entry.by_class[instr.class as usize] += n;
         }
-        let mut lines: Vec<LineCount> = per_line.into_values().collect();
+        let mut lines: Vec<LineCount> = per_line
+            .into_values()
+            .filter(|l| l.warp_instructions > 0)
+            .collect();
         Self::rank(&mut lines);
         SourceLines { lines }
     }

@@ -81,6 +81,7 @@ fn warp_instructions_land_on_their_lines_and_sum_to_the_launch() {
     assert_eq!(line(&lines, "/src/a.cu", 10).warp_instructions, 4 * warps);
     let body = line(&lines, "/src/b.cuh", 20);
     assert_eq!(body.warp_instructions, 3 * u64::from(trips) * warps);
+    assert_eq!(body.static_instructions, 3);
     assert_eq!(
         body.by_class[InstrClass::Integer as usize],
         body.warp_instructions
@@ -91,6 +92,7 @@ fn warp_instructions_land_on_their_lines_and_sum_to_the_launch() {
     assert_eq!(line(&lines, "/src/a.cu", 0).warp_instructions, warps);
     let store = line(&lines, "/src/a.cu", 12);
     assert_eq!(store.warp_instructions, 4 * warps);
+    assert_eq!(store.static_instructions, 4);
     assert_eq!(store.by_class[InstrClass::GlobalStore as usize], warps);
     // Ranked: the loop body first.
     assert_eq!(

@@ -243,6 +243,7 @@ mod tests {
             critical_path: Default::default(),
             sampled: Vec::new(),
             source_lines: Vec::new(),
+            sass_per_token_estimate: None,
         }
     }
 

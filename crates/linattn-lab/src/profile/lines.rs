@@ -1,7 +1,8 @@
 //! `linattn profile --lines N`: per kernel, the N CUDA source lines that issue the most warp
-//! instructions, with their classes and the line's text: where an issue-bound kernel's
-//! slots go. PTX instructions (the model's unit), counted per `.loc` of a `-lineinfo`
-//! compile; code inlined from a helper counts at the helper's own line.
+//! instructions, with their classes, the SASS ptxas made of each PTX instruction there
+//! (`sass`, when nvdisasm runs) and the line's text: where an issue-bound kernel's slots go.
+//! PTX instructions (the model's unit), counted per `.loc` of a `-lineinfo` compile; code
+//! inlined from a helper counts at the helper's own line.
 
 use tabled::builder::Builder;
 use tabled::settings::Style;
@@ -30,20 +31,41 @@ fn kernel_lines(p: &ProfileRecord, k: &KernelProfile, top: usize, texts: &mut Fi
     let shown = &k.source_lines[..top.min(k.source_lines.len())];
     let covered: u64 = shown.iter().map(|l| l.warp_instructions).sum();
     let mut b = Builder::new();
-    b.push_record(["share", "instr/token", "line", "classes", "source"]);
+    b.push_record([
+        "share",
+        "instr/token",
+        "line",
+        "classes",
+        "SASS/PTX",
+        "source",
+    ]);
     for l in shown {
         b.push_record([
             format!("{:.1}%", 100.0 * l.warp_instructions as f64 / total),
             format!("{:.2}", l.per_token),
             location(l),
             classes(l),
+            l.sass_static.map_or("–".into(), |sass| {
+                format!(
+                    "{sass}/{} = {:.2}",
+                    l.ptx_static,
+                    sass as f64 / l.ptx_static.max(1) as f64
+                )
+            }),
             texts.line(&l.file, l.line),
         ]);
     }
     let mut table = b.build();
     table.with(Style::sharp());
+    let sass = k.sass_per_token_estimate.map_or(String::new(), |est| {
+        format!(
+            " (SASS, estimated: {est:.2}, {:.2}× the PTX)",
+            est / k.per_token.warp_instructions.max(f64::MIN_POSITIVE)
+        )
+    });
     format!(
-        "source lines of {} {} {}: {:.2} warp instr/token over {} lines; the top {} ({:.1}%):\n{table}\n",
+        "source lines of {} {} {}: {:.2} PTX warp instr/token{sass} over {} lines; the top {} \
+         ({:.1}%):\n{table}\n",
         p.backend,
         k.phase,
         k.kernel,

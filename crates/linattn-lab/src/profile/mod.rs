@@ -11,6 +11,7 @@ mod gate;
 mod lines;
 pub mod ncu;
 mod record;
+mod sass;
 mod table;
 pub mod times;
 
@@ -248,6 +249,11 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
         return Err(AttnError::InvalidArgument(
             "nothing was profiled (every backend refused every shape)".into(),
         ));
+    }
+    if args.lines.is_some() {
+        if let Err(why) = sass::annotate(&mut profiles, linattn_cuda::Executor::arch(&*executor)) {
+            eprintln!("--lines: no SASS beside the PTX: {why}");
+        }
     }
     print!("{}", render_profiles(&profiles, args.quiet));
     if let Some(top) = args.lines {

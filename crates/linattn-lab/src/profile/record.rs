@@ -186,6 +186,7 @@ fn build_record(
                     .filter_map(|l| l.sampled.as_ref().map(|s| s.describe()))
                     .collect(),
                 source_lines: source_lines(launches, tokens),
+                sass_per_token_estimate: None,
             });
         }
         let minimal = minimal_bytes_per_token(&shape, precision, phase);

@@ -115,6 +115,10 @@ pub struct KernelProfile {
     /// --lines` asked (absent otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub source_lines: Vec<SourceLineRecord>,
+    /// With `--lines` and nvdisasm: its executed SASS instructions per token, estimated line by
+    /// line from the SASS ptxas made of each (`profile::sass`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sass_per_token_estimate: Option<f64>,
 }
 
 /// Warp instructions of one CUDA source line of a kernel, summed over its launches (PTX's
@@ -131,6 +135,12 @@ pub struct SourceLineRecord {
     pub per_token: f64,
     /// Class name → warp instructions (classes with none omitted).
     pub by_class: std::collections::BTreeMap<String, u64>,
+    /// The kernel's PTX instructions at this line, executed or not.
+    pub ptx_static: u64,
+    /// The SASS instructions ptxas made of the line (`nvdisasm -g` of the `-lineinfo`
+    /// cubin), when nvdisasm ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sass_static: Option<u64>,
 }
 
 impl SourceLineRecord {
@@ -151,6 +161,8 @@ impl SourceLineRecord {
                     .filter(|(_, &n)| n > 0)
                     .map(|(c, &n)| (c.name().to_string(), n))
                     .collect(),
+                ptx_static: l.static_instructions,
+                sass_static: None,
             })
             .collect()
     }
