@@ -71,13 +71,14 @@ pub fn kernel_variants() -> Vec<KernelVariant> {
 }
 
 /// The text of the kernel file `name` (`prelude.cuh`, a program's `.cu` or a header, as
-/// `-lineinfo`'s `.file` names it less the directory) as a compile reads it
-/// ([`runtime::file_text`]); `None` for a name no variant compiles.
-pub fn kernel_file_text(name: &str) -> Option<String> {
+/// `-lineinfo`'s `.file` names it less the directory) as a compile of one of `variants` reads
+/// it ([`runtime::file_text`]); `None` for a name none of them compiles. `variants`: this
+/// crate's [`kernel_variants`], and those of crates built on it (linattn-softmax's).
+pub fn kernel_file_text(name: &str, variants: &[KernelVariant]) -> Option<String> {
     let embedded = if name == "prelude.cuh" {
         Some(runtime::PRELUDE)
     } else {
-        kernel_variants().iter().find_map(|v| {
+        variants.iter().find_map(|v| {
             if v.source_name == name {
                 Some(v.source)
             } else {

@@ -147,8 +147,8 @@ fn lines_against_plain(sample: Option<u32>) -> Result<(), String> {
                 l["file"].as_str().unwrap_or_default(),
                 l["line"].as_u64().unwrap_or(0),
             );
-            let text =
-                kernel_file_text(file).ok_or_else(|| format!("{what}: no kernel file {file:?}"))?;
+            let text = kernel_file_text(file, &linattn_cuda::kernel_variants())
+                .ok_or_else(|| format!("{what}: no kernel file {file:?}"))?;
             if line as usize > text.lines().count() {
                 return Err(format!("{what}: {file}:{line} is past the file's end"));
             }

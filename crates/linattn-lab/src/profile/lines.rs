@@ -8,6 +8,7 @@ use tabled::builder::Builder;
 use tabled::settings::Style;
 
 use linattn_cuda::kernel_file_text;
+use linattn_cuda::runtime::KernelVariant;
 
 use crate::results::profiles::{KernelProfile, ProfileRecord, SourceLineRecord};
 
@@ -101,13 +102,17 @@ fn classes(l: &SourceLineRecord) -> String {
 #[derive(Default)]
 struct FileTexts {
     files: std::collections::HashMap<String, Option<Vec<String>>>,
+    variants: Option<Vec<KernelVariant>>,
 }
 
 impl FileTexts {
     /// Line `line` of `file`, trimmed and elided to [`TEXT_WIDTH`]; empty when unknown.
     fn line(&mut self, file: &str, line: u32) -> String {
+        let variants = self
+            .variants
+            .get_or_insert_with(super::sass::kernel_variants);
         let lines = self.files.entry(file.to_string()).or_insert_with(|| {
-            kernel_file_text(file).map(|t| t.lines().map(str::to_string).collect())
+            kernel_file_text(file, variants).map(|t| t.lines().map(str::to_string).collect())
         });
         let text = lines
             .as_ref()

@@ -19,6 +19,13 @@ type LineSass = HashMap<(String, u32), u64>;
 /// [`LineSass`] per kernel (entry point) of a compiled variant.
 type VariantSass = HashMap<String, LineSass>;
 
+/// Every kernel variant a `sim/*` backend may launch: linattn-cuda's and linattn-softmax's.
+pub(super) fn kernel_variants() -> Vec<linattn_cuda::runtime::KernelVariant> {
+    let mut all = linattn_cuda::kernel_variants();
+    all.extend(linattn_softmax::kernel_variants());
+    all
+}
+
 /// The `nvdisasm` to use: `LINATTN_NVDISASM`, else one on `PATH`.
 fn nvdisasm() -> PathBuf {
     std::env::var_os("LINATTN_NVDISASM").map_or_else(|| PathBuf::from("nvdisasm"), PathBuf::from)
@@ -53,7 +60,7 @@ pub(super) fn annotate(profiles: &mut [ProfileRecord], arch: Arch) -> Result<(),
 /// Per kernel of `label`'s `-lineinfo` compile for `arch`: SASS instructions per (file name,
 /// line).
 fn variant_sass(label: &str, arch: Arch) -> Result<VariantSass, String> {
-    let variant = linattn_cuda::kernel_variants()
+    let variant = kernel_variants()
         .into_iter()
         .find(|v| v.label() == label)
         .ok_or_else(|| format!("no kernel variant {label}"))?
@@ -125,7 +132,25 @@ fn per_line(sass: &str) -> VariantSass {
 
 #[cfg(test)]
 mod tests {
-    use super::per_line;
+    use super::{kernel_variants, per_line};
+
+    #[test]
+    fn the_files_of_every_sim_backend_are_found() {
+        let variants = kernel_variants();
+        for name in [
+            "prelude.cuh",
+            "softmax.cu",
+            "causal_chunked.cu",
+            "causal_chunked_states.cuh",
+            "noncausal.cu",
+        ] {
+            assert!(
+                linattn_cuda::kernel_file_text(name, &variants).is_some(),
+                "{name}"
+            );
+        }
+        assert!(linattn_cuda::kernel_file_text("nope.cu", &variants).is_none());
+    }
 
     #[test]
     fn counts_instructions_per_marker_and_kernel() {
