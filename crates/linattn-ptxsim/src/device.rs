@@ -367,7 +367,8 @@ impl Device {
             counters.unique_load_sectors = loaded;
             counters.unique_store_sectors = stored;
         }
-        // Scaled as the counters: the sampled rows' sum × gy / rows.
+        // Scaled as the counters: the sampled rows' sum × gy / rows (exact where the rows did
+        // the same work, each count then a multiple of the rows).
         let (num, den) = match &sampled {
             Some(s) if s.scaled => (gy, s.rows.len() as u64),
             _ => (1, 1),
