@@ -45,7 +45,7 @@ fn parse_arch(s: &str) -> Result<Arch, AttnError> {
 }
 
 /// All variants of every crate that ships kernels.
-fn all_variants() -> Vec<KernelVariant> {
+pub(crate) fn all_variants() -> Vec<KernelVariant> {
     linattn_cuda::registry::variants_of(&crate::registry::device_forms())
 }
 

@@ -110,7 +110,7 @@ impl FileTexts {
     fn line(&mut self, file: &str, line: u32) -> String {
         let variants = self
             .variants
-            .get_or_insert_with(super::sass::kernel_variants);
+            .get_or_insert_with(crate::kernels::all_variants);
         let lines = self.files.entry(file.to_string()).or_insert_with(|| {
             kernel_file_text(file, variants).map(|t| t.lines().map(str::to_string).collect())
         });

@@ -12,19 +12,13 @@ use std::process::Command;
 
 use linattn_cuda::runtime::{compile, Arch};
 
+use crate::kernels::all_variants;
 use crate::results::profiles::ProfileRecord;
 
 /// SASS instructions per (kernel file name, line).
 type LineSass = HashMap<(String, u32), u64>;
 /// [`LineSass`] per kernel (entry point) of a compiled variant.
 type VariantSass = HashMap<String, LineSass>;
-
-/// Every kernel variant a `sim/*` backend may launch: linattn-cuda's and linattn-softmax's.
-pub(super) fn kernel_variants() -> Vec<linattn_cuda::runtime::KernelVariant> {
-    let mut all = linattn_cuda::kernel_variants();
-    all.extend(linattn_softmax::kernel_variants());
-    all
-}
 
 /// The `nvdisasm` to use: `LINATTN_NVDISASM`, else one on `PATH`.
 fn nvdisasm() -> PathBuf {
@@ -60,7 +54,7 @@ pub(super) fn annotate(profiles: &mut [ProfileRecord], arch: Arch) -> Result<(),
 /// Per kernel of `label`'s `-lineinfo` compile for `arch`: SASS instructions per (file name,
 /// line).
 fn variant_sass(label: &str, arch: Arch) -> Result<VariantSass, String> {
-    let variant = kernel_variants()
+    let variant = all_variants()
         .into_iter()
         .find(|v| v.label() == label)
         .ok_or_else(|| format!("no kernel variant {label}"))?
@@ -132,11 +126,11 @@ fn per_line(sass: &str) -> VariantSass {
 
 #[cfg(test)]
 mod tests {
-    use super::{kernel_variants, per_line};
+    use super::{all_variants, per_line};
 
     #[test]
     fn the_files_of_every_sim_backend_are_found() {
-        let variants = kernel_variants();
+        let variants = all_variants();
         for name in [
             "prelude.cuh",
             "softmax.cu",
