@@ -85,6 +85,12 @@ impl Module {
         Ok(SourceLines::of(k, &self.program.files, counts))
     }
 
+    /// The warp instructions of `counts` summed per line of the PTX text
+    /// ([`SourceLines::of_ptx`]), by class.
+    pub fn ptx_lines(&self, kernel: &str, counts: &[u64]) -> Result<SourceLines, SimError> {
+        Ok(SourceLines::of_ptx(self.kernel(kernel)?, counts))
+    }
+
     pub fn kernel(&self, name: &str) -> Result<&Kernel, SimError> {
         self.program.kernels.get(name).ok_or_else(|| {
             let mut known: Vec<&str> = self.program.kernels.keys().map(String::as_str).collect();

@@ -56,4 +56,4 @@ pub use exec::numerics::{MmaModel, Numerics};
 pub use instr_class::InstrClass;
 pub use parse::Placement;
 pub use sample::Sampled;
-pub use source_lines::{LineCount, SourceLines};
+pub use source_lines::{LineCount, SourceLines, PTX_TEXT};

@@ -10,6 +10,11 @@ use std::collections::{BTreeMap, HashMap};
 use crate::instr_class::InstrClass;
 use crate::ir::Kernel;
 
+/// The file name under which [`SourceLines::of_ptx`] counts PTX lines: the one `nvdisasm -gp`
+/// gives them in a cubin that ptxas assembled with `-lineinfo`, so that the SASS of each
+/// PTX line is found under the same (file, line).
+pub const PTX_TEXT: &str = ".nv_debug_ptx_txt";
+
 /// Warp instructions of one source line, by class.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LineCount {
@@ -62,12 +67,32 @@ impl SourceLines {
     /// Sums `counts` (warp instructions per instruction of `kernel`) per `.loc` line;
     /// `files` names the `.file` indices.
     pub fn of(kernel: &Kernel, files: &HashMap<u32, String>, counts: &[u64]) -> SourceLines {
-        let mut per_line: BTreeMap<(String, u32), LineCount> = BTreeMap::new();
-        for ((instr, loc), &n) in kernel.instrs.iter().zip(&kernel.locs).zip(counts) {
-            let (file, line) = match loc {
+        Self::summed(kernel, counts, |i| {
+            match kernel.locs.get(i).and_then(Option::as_ref) {
                 Some(loc) => (files.get(&loc.file).cloned().unwrap_or_default(), loc.line),
                 None => (String::new(), 0),
-            };
+            }
+        })
+    }
+
+    /// Sums `counts` per line of the PTX text itself (file [`PTX_TEXT`]), whatever `.loc`
+    /// the PTX has: per PTX instruction, which ptxas's own line table (`-lineinfo`) maps to
+    /// the SASS it made of each.
+    pub fn of_ptx(kernel: &Kernel, counts: &[u64]) -> SourceLines {
+        Self::summed(kernel, counts, |i| {
+            (PTX_TEXT.to_string(), kernel.instrs[i].line)
+        })
+    }
+
+    /// `counts` summed per (file, line) that `line_of` gives each instruction index.
+    fn summed(
+        kernel: &Kernel,
+        counts: &[u64],
+        line_of: impl Fn(usize) -> (String, u32),
+    ) -> SourceLines {
+        let mut per_line: BTreeMap<(String, u32), LineCount> = BTreeMap::new();
+        for (i, (instr, &n)) in kernel.instrs.iter().zip(counts).enumerate() {
+            let (file, line) = line_of(i);
             let entry = per_line
                 .entry((file.clone(), line))
                 .or_insert_with(|| LineCount {

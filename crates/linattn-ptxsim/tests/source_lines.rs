@@ -159,3 +159,37 @@ fn ptx_without_line_information_counts_under_no_line() {
     assert_eq!((lines.lines[0].file.as_str(), lines.lines[0].line), ("", 0));
     assert_eq!(lines.total(), stats.counters.warp_instructions);
 }
+
+#[test]
+fn ptx_lines_count_each_instruction_at_its_own_line_of_the_text() {
+    let text = looped();
+    let (trips, warps) = (4u32, 2u64);
+    let k = Loaded::new(text.clone());
+    k.dev.count_source_lines(true);
+    let out = k.output(64);
+    let stats = expect_ok(k.launch(1, 64, &[Arg::U64(out), Arg::U32(trips)]));
+    let lines = k
+        .module
+        .ptx_lines("looped", stats.instr_counts.as_deref().unwrap_or_default())
+        .expect("the kernel exists");
+    assert_eq!(lines.total(), stats.counters.warp_instructions);
+    // Every PTX line holds one instruction; the loop body's three each ran `trips` times per
+    // warp, found at the text's own line numbers (not at the .loc's b.cuh:20).
+    let at = |needle: &str| {
+        1 + text
+            .lines()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle}")) as u32
+    };
+    for needle in ["add.s32 \t%r4", "add.s32 \t%r3", "setp.lt.u32"] {
+        let l = line(&lines, linattn_ptxsim::PTX_TEXT, at(needle));
+        assert_eq!(l.static_instructions, 1, "{needle}");
+        assert_eq!(l.warp_instructions, u64::from(trips) * warps, "{needle}");
+    }
+    let store = line(&lines, linattn_ptxsim::PTX_TEXT, at("st.global.u32"));
+    assert_eq!(
+        (store.warp_instructions, store.classes()),
+        (warps, vec![(InstrClass::GlobalStore, 1.0)])
+    );
+    assert!(lines.lines.iter().all(|l| l.static_instructions == 1));
+}

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use linattn_core::{AttnError, HostMemory, Unsupported};
 /// The simulator's counters, instruction classes, arch numbers and performance model, for
 /// profiles of simulated runs.
-pub use linattn_ptxsim::{model, Counters, InstrClass, LineCount, Sampled, SimArch, SourceLines};
+pub use linattn_ptxsim::{
+    model, Counters, InstrClass, LineCount, Sampled, SimArch, SourceLines, PTX_TEXT,
+};
 use linattn_ptxsim::{Arg, Device, LaunchConfig, Module};
 pub use linattn_ptxsim::{Checks, MmaModel, Numerics, Placement};
 
@@ -25,7 +27,7 @@ use super::seam::{
     check_launch, check_shared_opt_in, load_module, report_for, DeviceInfo, Executor, Kernel,
     KernelArg, Launch, Platform,
 };
-pub use super::sim_launch::{sim_error, LaunchRecord};
+pub use super::sim_launch::{sim_error, LaunchRecord, PtxLines};
 use super::trace::Recorder;
 use crate::runtime::nvrtc::CompileKey;
 use crate::runtime::{lock, nvrtc_available, nvrtc_version, Arch, KernelVariant};
@@ -187,6 +189,9 @@ pub struct SimExecutor {
     /// Whether kernels load from `-lineinfo` compiles and profiled launches keep their warp
     /// instructions per source line ([`SimExecutor::set_source_lines`]).
     source_lines: std::sync::atomic::AtomicBool,
+    /// Whether profiled launches keep their warp instructions per PTX line
+    /// ([`SimExecutor::set_ptx_lines`]).
+    ptx_lines: std::sync::atomic::AtomicBool,
     sim_arch: SimArch,
     /// Everything asked of the executor since [`SimExecutor::start_trace`] (any thread:
     /// trace single-threaded runs).
@@ -231,6 +236,7 @@ impl SimExecutor {
             profile: Mutex::new(HashMap::new()),
             sample: std::sync::atomic::AtomicU32::new(0),
             source_lines: std::sync::atomic::AtomicBool::new(false),
+            ptx_lines: std::sync::atomic::AtomicBool::new(false),
             sim_arch,
             trace: Mutex::new(None),
         })
@@ -310,7 +316,23 @@ impl SimExecutor {
     pub fn set_source_lines(&self, on: bool) {
         self.source_lines
             .store(on, std::sync::atomic::Ordering::Relaxed);
-        self.device.count_source_lines(on);
+        self.count_lines();
+    }
+
+    /// From now on, profiled launches keep their warp instructions per line of their PTX text
+    /// ([`LaunchRecord::ptx_lines`], with the text), from the plain compiles (or the
+    /// `-lineinfo` ones under [`SimExecutor::set_source_lines`], which keeps them too).
+    pub fn set_ptx_lines(&self, on: bool) {
+        self.ptx_lines
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+        self.count_lines();
+    }
+
+    fn count_lines(&self) {
+        let on =
+            |flag: &std::sync::atomic::AtomicBool| flag.load(std::sync::atomic::Ordering::Relaxed);
+        self.device
+            .count_source_lines(on(&self.source_lines) || on(&self.ptx_lines));
     }
 
     /// Instructions executed by every launch so far.
@@ -485,11 +507,23 @@ impl Executor for SimExecutor {
             counters: stats.counters,
             sampled: stats.sampled.clone(),
             source_lines: match &stats.instr_counts {
-                Some(counts) => Some(
-                    sim.module
-                        .source_lines(&kernel.entry, counts)
+                Some(counts) if self.source_lines.load(std::sync::atomic::Ordering::Relaxed) => {
+                    Some(
+                        sim.module
+                            .source_lines(&kernel.entry, counts)
+                            .map_err(sim_error)?,
+                    )
+                }
+                _ => None,
+            },
+            ptx_lines: match &stats.instr_counts {
+                Some(counts) => Some(PtxLines {
+                    lines: sim
+                        .module
+                        .ptx_lines(&kernel.entry, counts)
                         .map_err(sim_error)?,
-                ),
+                    ptx: sim.ptx.clone(),
+                }),
                 None => None,
             },
         };

@@ -22,6 +22,19 @@ pub struct LaunchRecord {
     /// Warp instructions per CUDA source line, scaled as `counters`
     /// (`SimExecutor::set_source_lines`).
     pub source_lines: Option<SourceLines>,
+    /// Warp instructions per line of the PTX it ran, with that text
+    /// (`SimExecutor::set_ptx_lines`, or `set_source_lines`; a trace's replay with
+    /// `ptx_lines`).
+    pub ptx_lines: Option<PtxLines>,
+}
+
+/// A launch's warp instructions per line of its module's PTX text
+/// (`linattn_ptxsim::SourceLines::of_ptx`), and the text: what ptxas's own line table
+/// (`ptxas -lineinfo`) maps to SASS.
+#[derive(Debug, Clone)]
+pub struct PtxLines {
+    pub lines: SourceLines,
+    pub ptx: std::sync::Arc<str>,
 }
 
 /// Simulator errors as the harness's errors.

@@ -20,7 +20,7 @@ use linattn_ptxsim::{Arg, Device, LaunchConfig, Module, SimArch};
 use serde::{Deserialize, Serialize};
 
 use super::seam::KernelArg;
-use super::sim_launch::{sim_error, LaunchRecord};
+use super::sim_launch::{sim_error, LaunchRecord, PtxLines};
 
 /// Bumped when the folder's layout changes.
 pub const TRACE_SCHEMA: u32 = 1;
@@ -302,8 +302,10 @@ pub fn arch(dir: &Path) -> Result<SimArch, AttnError> {
 }
 
 /// Replays the trace in `dir` on a fresh simulated device with counters (and the latency
-/// clocks) on and no checkers: the launches of each phase, as a profile records them.
-pub fn replay(dir: &Path) -> Result<Vec<ReplayedPhase>, AttnError> {
+/// clocks) on and no checkers: the launches of each phase, as a profile records them, with
+/// `ptx_lines` each with its warp instructions per line of its PTX text
+/// ([`LaunchRecord::ptx_lines`]).
+pub fn replay(dir: &Path, ptx_lines: bool) -> Result<Vec<ReplayedPhase>, AttnError> {
     let file = read_file(dir)?;
     let arch = arch(dir)?;
     let needed: u64 = file
@@ -321,8 +323,9 @@ pub fn replay(dir: &Path) -> Result<Vec<ReplayedPhase>, AttnError> {
         ..linattn_ptxsim::Checks::default()
     });
     device.count_memory(true);
+    device.count_source_lines(ptx_lines);
     let mut buffers: HashMap<u32, u64> = HashMap::new();
-    let mut modules: HashMap<String, Module> = HashMap::new();
+    let mut modules: HashMap<String, (Module, std::sync::Arc<str>)> = HashMap::new();
     let mut phases: Vec<ReplayedPhase> = Vec::new();
     let at = |buffers: &HashMap<u32, u64>, p: &BufferPtr| -> Result<u64, AttnError> {
         buffers.get(&p.buffer).map(|a| a + p.offset).ok_or_else(|| {
@@ -391,8 +394,9 @@ pub fn replay(dir: &Path) -> Result<Vec<ReplayedPhase>, AttnError> {
                         AttnError::InvalidArgument(format!("trace: module {module} is not text"))
                     })?;
                     let loaded = device.load(&ptx).map_err(sim_error)?;
-                    modules.insert(module.clone(), loaded);
+                    modules.insert(module.clone(), (loaded, ptx.into()));
                 }
+                let (loaded, ptx) = &modules[module];
                 let args = args
                     .iter()
                     .map(|a| {
@@ -412,7 +416,7 @@ pub fn replay(dir: &Path) -> Result<Vec<ReplayedPhase>, AttnError> {
                     dynamic_shared_bytes: *dynamic_shared,
                 };
                 let stats = device
-                    .launch(&modules[module], entry, &config, &args)
+                    .launch(loaded, entry, &config, &args)
                     .map_err(sim_error)?;
                 // Launches before the first phase (staging) run but are not reported.
                 let Some(phase) = phases.last_mut() else {
@@ -429,6 +433,13 @@ pub fn replay(dir: &Path) -> Result<Vec<ReplayedPhase>, AttnError> {
                     counters: stats.counters,
                     sampled: None,
                     source_lines: None,
+                    ptx_lines: match &stats.instr_counts {
+                        Some(counts) => Some(PtxLines {
+                            lines: loaded.ptx_lines(entry, counts).map_err(sim_error)?,
+                            ptx: ptx.clone(),
+                        }),
+                        None => None,
+                    },
                 });
             }
         }
@@ -460,6 +471,7 @@ mod tests {
             registers: 8,
             counters: Counters::default(),
             source_lines: None,
+            ptx_lines: None,
             sampled: None,
         }
     }
@@ -493,7 +505,7 @@ mod tests {
     fn a_written_trace_replays_the_launch_with_its_counters() {
         let dir = tempfile::tempdir().unwrap();
         recorded().write(dir.path(), "sm_90", "test").unwrap();
-        let phases = replay(dir.path()).unwrap();
+        let phases = replay(dir.path(), false).unwrap();
         assert_eq!(phases.len(), 1);
         assert_eq!(
             (phases[0].backend.as_str(), phases[0].phase.as_str()),
@@ -505,6 +517,29 @@ mod tests {
         // 32 lanes × 4 bytes: one request, four sectors.
         assert_eq!(launch.counters.global_store_requests, 1);
         assert_eq!(launch.counters.global_store_sectors, 4);
+        assert!(launch.ptx_lines.is_none());
+    }
+
+    #[test]
+    fn a_replay_counts_ptx_lines_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        recorded().write(dir.path(), "sm_90", "test").unwrap();
+        let phases = replay(dir.path(), true).unwrap();
+        let launch = &phases[0].launches[0];
+        let counted = launch.ptx_lines.as_ref().expect("counted");
+        assert_eq!(&*counted.ptx, PTX);
+        let lines = &counted.lines;
+        // One warp: 7 instructions (ld.param .. ret), each at its own line of PTX.
+        assert_eq!(lines.total(), launch.counters.warp_instructions);
+        assert_eq!(lines.lines.len(), 7);
+        let store = PTX
+            .lines()
+            .position(|l| l.starts_with("st.global"))
+            .unwrap() as u32
+            + 1;
+        assert!(lines.lines.iter().any(|l| l.line == store
+            && l.file == linattn_ptxsim::PTX_TEXT
+            && l.warp_instructions == 1));
     }
 
     #[test]
@@ -516,7 +551,7 @@ mod tests {
             .join("blobs")
             .join(format!("{}.bin", content_hash(&[7u8; 16])));
         std::fs::write(&blob, [8u8; 16]).unwrap();
-        let e = replay(dir.path()).unwrap_err().to_string();
+        let e = replay(dir.path(), false).unwrap_err().to_string();
         assert!(e.contains("does not hash to its name"), "{e}");
 
         let mut r = recorded();

@@ -39,6 +39,10 @@ pub struct SimLaunch {
     pub roofline_ns: f64,
     /// Which CTAs ran when the launch was sampled (`profile --sample`).
     pub sampled: Option<Sampled>,
+    /// The SASS warp instructions it executed, estimated from its PTX warp instructions per
+    /// PTX line and the SASS ptxas made of each line (`profile --replay … --sass`); not a
+    /// count.
+    pub sass_estimate: Option<f64>,
 }
 
 impl SimLaunch {
@@ -62,16 +66,18 @@ impl SimLaunch {
             bound: model.bound,
             roofline_ns: 1e9 * model.roofline.total_s,
             sampled: launch.sampled.clone(),
+            sass_estimate: None,
         }
     }
 }
 
 /// One compared quantity: its label, the ncu metrics whose sum is the hardware's value, the
-/// simulator's value, and whether the test holds it.
+/// simulator's value (None: not computed for this launch, the row is left out), and whether
+/// the test holds it.
 pub struct Quantity {
     pub label: &'static str,
     pub metrics: &'static [&'static str],
-    pub sim: fn(&SimLaunch) -> f64,
+    pub sim: fn(&SimLaunch) -> Option<f64>,
     pub held: bool,
 }
 
@@ -79,85 +85,91 @@ pub const QUANTITIES: &[Quantity] = &[
     Quantity {
         label: "global ld sectors",
         metrics: &["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"],
-        sim: |s| s.counters.global_load_sectors as f64,
+        sim: |s| Some(s.counters.global_load_sectors as f64),
         held: true,
     },
     Quantity {
         label: "global ld requests",
         metrics: &["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"],
-        sim: |s| s.counters.global_load_requests as f64,
+        sim: |s| Some(s.counters.global_load_requests as f64),
         held: true,
     },
     Quantity {
         label: "global st sectors",
         metrics: &["l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"],
-        sim: |s| s.counters.global_store_sectors as f64,
+        sim: |s| Some(s.counters.global_store_sectors as f64),
         held: true,
     },
     Quantity {
         label: "global st requests",
         metrics: &["l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"],
-        sim: |s| s.counters.global_store_requests as f64,
+        sim: |s| Some(s.counters.global_store_requests as f64),
         held: true,
     },
     Quantity {
         label: "shared ld wavefronts",
         metrics: &["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"],
-        sim: |s| s.counters.shared_load_wavefronts as f64,
+        sim: |s| Some(s.counters.shared_load_wavefronts as f64),
         held: true,
     },
     Quantity {
         label: "shared st wavefronts",
         metrics: &["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"],
-        sim: |s| s.counters.shared_store_wavefronts as f64,
+        sim: |s| Some(s.counters.shared_store_wavefronts as f64),
         held: true,
     },
     Quantity {
         label: "registers/thread",
         metrics: &["launch__registers_per_thread"],
-        sim: |s| f64::from(s.registers),
+        sim: |s| Some(f64::from(s.registers)),
         held: true,
     },
     Quantity {
         label: "theoretical occupancy %",
         metrics: &["sm__maximum_warps_per_active_cycle_pct"],
-        sim: |s| s.occupancy_pct,
+        sim: |s| Some(s.occupancy_pct),
         held: true,
     },
     Quantity {
         label: "shared ld instructions",
         metrics: &["smsp__inst_executed_op_shared_ld.sum"],
-        sim: |s| s.counters.shared_load_requests as f64,
+        sim: |s| Some(s.counters.shared_load_requests as f64),
         held: false,
     },
     Quantity {
         label: "shared st instructions",
         metrics: &["smsp__inst_executed_op_shared_st.sum"],
-        sim: |s| s.counters.shared_store_requests as f64,
+        sim: |s| Some(s.counters.shared_store_requests as f64),
         held: false,
     },
     Quantity {
         label: "warp instructions",
         metrics: &["smsp__inst_executed.sum"],
-        sim: |s| s.counters.warp_instructions as f64,
+        sim: |s| Some(s.counters.warp_instructions as f64),
+        held: false,
+    },
+    Quantity {
+        label: "warp instructions (sim: SASS, estimated)",
+        metrics: &["smsp__inst_executed.sum"],
+        sim: |s| s.sass_estimate,
         held: false,
     },
     Quantity {
         label: "DRAM bytes (sim: infinite L2)",
         metrics: &["dram__bytes_read.sum", "dram__bytes_write.sum"],
-        sim: |s| s.counters.unique_dram_bytes() as f64,
+        sim: |s| Some(s.counters.unique_dram_bytes() as f64),
         held: false,
     },
     Quantity {
         label: "time ns (sim: model)",
         metrics: &["gpu__time_duration.sum"],
-        sim: |s| s.model_ns,
+        sim: |s| Some(s.model_ns),
         held: false,
     },
     Quantity {
         label: "time ns (sim: roofline alone)",
         metrics: &["gpu__time_duration.sum"],
-        sim: |s| s.roofline_ns,
+        sim: |s| Some(s.roofline_ns),
         held: false,
     },
 ];
@@ -231,7 +243,7 @@ pub fn outside(pairs: &[Pair<'_>], tolerance: f64) -> Vec<String> {
             continue;
         };
         for q in QUANTITIES.iter().filter(|q| q.held) {
-            let sim = (q.sim)(s);
+            let Some(sim) = (q.sim)(s) else { continue };
             let line = |what: String| format!("#{} {} {}: {what}", h.id, h.kernel, q.label);
             match hardware(q, h) {
                 None => out.push(line(format!("absent from the file (simulator {sim})"))),
@@ -302,8 +314,10 @@ pub fn render(pairs: &[Pair<'_>]) -> String {
         let (Some(h), Some(s)) = (p.hw, p.sim) else {
             continue;
         };
-        for (k, q) in QUANTITIES.iter().enumerate() {
-            let sim = (q.sim)(s);
+        let shown = QUANTITIES
+            .iter()
+            .filter_map(|q| (q.sim)(s).map(|sim| (q, sim)));
+        for (k, (q, sim)) in shown.enumerate() {
             let (hw, ratio) = match hardware(q, h) {
                 Some(hw) if hw != 0.0 => (number(hw), format!("{:.3}", sim / hw)),
                 Some(hw) => (number(hw), if sim == 0.0 { "=".into() } else { "—".into() }),

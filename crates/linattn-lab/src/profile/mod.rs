@@ -12,6 +12,8 @@ mod lines;
 pub mod ncu;
 mod record;
 mod sass;
+mod sass_cost;
+mod sass_text;
 mod table;
 pub mod times;
 
@@ -130,6 +132,14 @@ pub struct ProfileArgs {
     /// counts them; code inlined from a helper counts at the helper's line.
     #[arg(long, value_name = "TOP", conflicts_with = "replay")]
     lines: Option<usize>,
+    /// Also estimate each kernel's executed SASS warp instructions per token (its PTX warp
+    /// instructions per PTX line, times the SASS ptxas makes of that line, corrected for the
+    /// loops ptxas unrolls and the branches it predicates: `ptxas -lineinfo`, `nvdisasm -gp`,
+    /// found through LINATTN_PTXAS and LINATTN_NVDISASM); with --against (and --replay), each
+    /// launch's beside ncu's smsp__inst_executed. An estimate, not a count; --lines makes it
+    /// too.
+    #[arg(long)]
+    sass: bool,
 }
 
 pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
@@ -178,6 +188,8 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
     }
     executor.set_sample(args.sample);
     executor.set_source_lines(args.lines.is_some());
+    let sass_estimates = args.sass || args.lines.is_some();
+    executor.set_ptx_lines(sass_estimates);
     let arch = executor.sim_arch();
     // One job per (backend, D, N), run concurrently: a launch of few CTAs (a recurrent scan
     // at B·H = 1) keeps one core busy, and the profiler records per thread.
@@ -210,7 +222,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
             .map_err(|e| e.to_string())?
             .pop()
             .ok_or_else(|| format!("no backend {name}"))?;
-        match profile_with_launches(backend.as_mut(), problem, *mode, &arch) {
+        match profile_with_launches(backend.as_mut(), problem, *mode, &arch, sass_estimates) {
             Ok(done) => Ok(Some(done)),
             // A shape the backend does not take (head dim, map) is skipped, not a failure.
             Err(AttnError::Unsupported(why)) => {
@@ -255,9 +267,14 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
             eprintln!("--lines: no SASS beside the PTX: {why}");
         }
     }
+    if let Some(why) = sass::unavailable() {
+        eprintln!("no SASS estimate for some launches: {why}");
+    }
     print!("{}", render_profiles(&profiles, args.quiet));
     if let Some(top) = args.lines {
         print!("{}", lines::render_source_lines(&profiles, top));
+    } else if args.sass {
+        print!("{}", sass::render_estimates(&profiles));
     }
     if let Some(rows) = args.sample {
         print!("{}", render_sampled(&profiles));
@@ -306,7 +323,11 @@ fn run_replay(dir: &std::path::Path, args: &ProfileArgs) -> Result<ExitCode, Att
         .backends
         .as_deref()
         .map_or(vec!["*"], |b| b.split(',').map(str::trim).collect());
-    let launches: Vec<SimLaunch> = replay(dir)?
+    let replayed = replay(dir, args.sass)?;
+    if let Some(why) = sass::unavailable() {
+        eprintln!("--sass: no SASS estimate for some launches: {why}");
+    }
+    let launches: Vec<SimLaunch> = replayed
         .into_iter()
         .filter(|l| {
             patterns

@@ -16,15 +16,28 @@ use crate::results::profiles::{
 };
 use crate::results::Mode;
 
-/// The record and every launch on its own (for `--against`).
+/// The record and every launch on its own (for `--against`); with `sass`, each launch's
+/// and kernel's executed SASS estimated (`profile --sass`, [`super::sass`]).
 pub(super) fn profile_with_launches(
     backend: &mut dyn Backend,
     problem: &Problem,
     mode: Mode,
     arch: &SimArch,
+    sass: bool,
 ) -> Result<(ProfileRecord, Vec<SimLaunch>), AttnError> {
     let phases = record_launches(backend, problem, mode == Mode::ForwardBackward)?;
     let name = backend.name().to_string();
+    let estimates: Vec<Vec<Option<f64>>> = phases
+        .iter()
+        .map(|(_, log)| {
+            log.iter()
+                .map(|l| {
+                    sass.then(|| super::sass::launch_estimate(l, arch.name))
+                        .flatten()
+                })
+                .collect()
+        })
+        .collect();
     let record = build_record(
         &name,
         backend.info().precision,
@@ -32,10 +45,18 @@ pub(super) fn profile_with_launches(
         mode,
         arch,
         &phases,
+        &estimates,
     );
     let launches = phases
         .iter()
-        .flat_map(|(phase, log)| log.iter().map(|l| SimLaunch::new(&name, phase, l, arch)))
+        .zip(&estimates)
+        .flat_map(|((phase, log), est)| {
+            log.iter().zip(est).map(|(l, e)| {
+                let mut launch = SimLaunch::new(&name, phase, l, arch);
+                launch.sass_estimate = *e;
+                launch
+            })
+        })
         .collect();
     Ok((record, launches))
 }
@@ -64,16 +85,21 @@ pub fn simulate(
 }
 
 /// Every launch of the trace in `dir` (`--record-trace`), replayed on a fresh simulated
-/// device of the trace's architecture, as [`simulate`] reports launches.
-pub fn replay(dir: &std::path::Path) -> Result<Vec<SimLaunch>, AttnError> {
-    let phases = linattn_cuda::executor::trace::replay(dir)?;
+/// device of the trace's architecture, as [`simulate`] reports launches; with `sass`, each
+/// with its estimated SASS warp instructions (ptxas and nvdisasm on the trace's PTX).
+pub fn replay(dir: &std::path::Path, sass: bool) -> Result<Vec<SimLaunch>, AttnError> {
+    let phases = linattn_cuda::executor::trace::replay(dir, sass)?;
     let arch = linattn_cuda::executor::trace::arch(dir)?;
     Ok(phases
         .iter()
         .flat_map(|p| {
             p.launches
                 .iter()
-                .map(|l| SimLaunch::new(&p.backend, &p.phase, l, &arch))
+                .map(|l| {
+                    let mut launch = SimLaunch::new(&p.backend, &p.phase, l, &arch);
+                    launch.sass_estimate = super::sass::launch_estimate(l, arch.name);
+                    launch
+                })
                 .collect::<Vec<_>>()
         })
         .collect())
@@ -115,22 +141,27 @@ fn build_record(
     mode: Mode,
     arch: &SimArch,
     phases: &[(&str, Vec<LaunchRecord>)],
+    estimates: &[Vec<Option<f64>>],
 ) -> ProfileRecord {
     let shape = problem.shape;
     let tokens = (shape.bh() * shape.seq) as u64;
     let mut kernels = Vec::new();
     let mut phase_profiles = Vec::new();
-    for (phase, log) in phases {
-        // Launches of one entry point summed, in order of first appearance.
+    for ((phase, log), estimates) in phases.iter().zip(estimates) {
+        // Launches of one entry point summed, in order of first appearance; their SASS
+        // estimates summed (None unless every launch has one).
         let mut order: Vec<String> = Vec::new();
         let mut grouped: BTreeMap<String, (Vec<&LaunchRecord>, Counters)> = BTreeMap::new();
-        for launch in log {
+        let mut sass: BTreeMap<String, Option<f64>> = BTreeMap::new();
+        for (launch, estimate) in log.iter().zip(estimates) {
             let entry = grouped.entry(launch.entry.clone()).or_insert_with(|| {
                 order.push(launch.entry.clone());
                 (Vec::new(), Counters::default())
             });
             entry.0.push(launch);
             entry.1.add(&launch.counters);
+            let sum = sass.entry(launch.entry.clone()).or_insert(Some(0.0));
+            *sum = sum.zip(*estimate).map(|(a, b)| a + b);
         }
         let mut phase_counters = Counters::default();
         let mut model_s = 0.0;
@@ -186,7 +217,7 @@ fn build_record(
                     .filter_map(|l| l.sampled.as_ref().map(|s| s.describe()))
                     .collect(),
                 source_lines: source_lines(launches, tokens),
-                sass_per_token_estimate: None,
+                sass_per_token_estimate: sass[name].map(|s| s / tokens as f64),
             });
         }
         let minimal = minimal_bytes_per_token(&shape, precision, phase);

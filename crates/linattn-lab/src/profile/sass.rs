@@ -1,33 +1,126 @@
-//! What ptxas makes of each source line (`linattn profile --lines`): the SASS instructions of
-//! the kernel's `-lineinfo` cubin per source line (`nvdisasm -g`), beside the PTX
-//! instructions the simulator counted there. One executed PTX instruction of a line is
-//! estimated at (SASS of the line) / (PTX of the line) SASS instructions, so a kernel's
-//! executed SASS at Σ lines (executed PTX × that ratio): an estimate (ptxas may unroll,
-//! hoist or if-convert across lines), but it shows where the model's PTX count and the
-//! hardware's instruction stream part (`ex2.approx.f32`: one PTX instruction, four SASS).
+//! What ptxas makes of the kernels: per CUDA source line (`linattn profile --lines`), the
+//! SASS instructions of the kernel's `-lineinfo` cubin (`nvdisasm -g`) beside the PTX the
+//! simulator counted there, which shows where the model's PTX count and the hardware's
+//! instruction stream part (`ex2.approx.f32`: one PTX instruction, four SASS); per launch
+//! (`--sass`, and with `--lines`), its executed SASS estimated per PTX line
+//! ([`super::sass_cost`]), from ptxas's own line table of the module's PTX (`ptxas
+//! -lineinfo`, `nvdisasm -gp`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use linattn_cuda::executor::sim::LaunchRecord;
 
 use linattn_cuda::runtime::{compile, Arch};
 
 use crate::kernels::all_variants;
 use crate::results::profiles::ProfileRecord;
 
-/// SASS instructions per (kernel file name, line).
-type LineSass = HashMap<(String, u32), u64>;
-/// [`LineSass`] per kernel (entry point) of a compiled variant.
-type VariantSass = HashMap<String, LineSass>;
+use super::sass_text::{per_line, VariantSass};
 
 /// The `nvdisasm` to use: `LINATTN_NVDISASM`, else one on `PATH`.
 fn nvdisasm() -> PathBuf {
     std::env::var_os("LINATTN_NVDISASM").map_or_else(|| PathBuf::from("nvdisasm"), PathBuf::from)
 }
 
-/// Fills each kernel's lines' `sass_static` and the kernel's `sass_per_token_estimate` from
-/// the `-lineinfo` cubins of `arch`; the reason when it cannot (no nvdisasm, a variant that
-/// does not compile): the profile is complete without it.
+/// The `ptxas` to use: `LINATTN_PTXAS`, else one on `PATH`.
+fn ptxas() -> PathBuf {
+    std::env::var_os("LINATTN_PTXAS").map_or_else(|| PathBuf::from("ptxas"), PathBuf::from)
+}
+
+/// SASS per PTX line of each module assembled so far, by a hash of its text.
+static TABLES: Mutex<BTreeMap<u64, Arc<VariantSass>>> = Mutex::new(BTreeMap::new());
+/// Why an estimate could not be made, the first time it failed (the profile goes on).
+static UNAVAILABLE: Mutex<Option<String>> = Mutex::new(None);
+
+/// The launch's executed SASS warp instructions, estimated from its warp instructions per
+/// PTX line ([`LaunchRecord::ptx_lines`]; None without them) and the SASS ptxas makes of its
+/// module for `arch` (`sm_90`) ([`super::sass_cost::estimate`]). None, with the reason kept
+/// for [`unavailable`], when the tools cannot run.
+pub(super) fn launch_estimate(launch: &LaunchRecord, arch: &str) -> Option<f64> {
+    let counted = launch.ptx_lines.as_ref()?;
+    let key = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (arch, &*counted.ptx).hash(&mut h);
+        h.finish()
+    };
+    let table = {
+        let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        match tables.get(&key) {
+            Some(t) => t.clone(),
+            None => match ptx_line_sass(&counted.ptx, arch) {
+                Ok(t) => tables.entry(key).or_insert(Arc::new(t)).clone(),
+                Err(why) => {
+                    UNAVAILABLE
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert(why);
+                    return None;
+                }
+            },
+        }
+    };
+    let Some(kernel) = table.get(&launch.entry) else {
+        UNAVAILABLE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(format!("nvdisasm shows no {}", launch.entry));
+        return None;
+    };
+    Some(super::sass_cost::estimate(
+        &counted.lines,
+        &counted.ptx,
+        &launch.entry,
+        kernel,
+    ))
+}
+
+/// Why some launch had no estimate (the first reason), if one had none.
+pub(super) fn unavailable() -> Option<String> {
+    UNAVAILABLE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+/// Per kernel of `ptx`, assembled by ptxas for `arch` (`sm_90`) with `-lineinfo`: SASS
+/// instructions per PTX line (file `linattn_cuda::executor::sim::PTX_TEXT`, as `nvdisasm -gp` names it).
+fn ptx_line_sass(ptx: &str, arch: &str) -> Result<VariantSass, String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
+    let (source, cubin) = (dir.path().join("k.ptx"), dir.path().join("k.cubin"));
+    std::fs::write(&source, ptx.trim_end_matches('\0'))
+        .map_err(|e| format!("{}: {e}", source.display()))?;
+    run(Command::new(ptxas())
+        .arg(format!("-arch={arch}"))
+        .arg("-lineinfo")
+        .arg("-o")
+        .arg(&cubin)
+        .arg(&source))?;
+    let sass = run(Command::new(nvdisasm()).arg("-gp").arg(&cubin))?;
+    Ok(per_line(&sass))
+}
+
+/// Runs a CUDA tool: its stdout, or why not (naming the variable that points at it).
+fn run(cmd: &mut Command) -> Result<String, String> {
+    let tool = cmd.get_program().to_string_lossy().into_owned();
+    let out = cmd.output().map_err(|e| {
+        format!("{tool}: {e} (set LINATTN_PTXAS / LINATTN_NVDISASM; .ci/run installs the pinned wheels)")
+    })?;
+    if !out.status.success() {
+        return Err(format!(
+            "{tool}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Fills each kernel's lines' `sass_static` from the `-lineinfo` cubins of `arch`; the reason
+/// when it cannot (no nvdisasm, a variant that does not compile): the profile is complete
+/// without it.
 pub(super) fn annotate(profiles: &mut [ProfileRecord], arch: Arch) -> Result<(), String> {
     let mut by_variant: HashMap<String, VariantSass> = HashMap::new();
     for p in profiles.iter_mut() {
@@ -39,16 +132,54 @@ pub(super) fn annotate(profiles: &mut [ProfileRecord], arch: Arch) -> Result<(),
             let Some(lines) = by_variant[&k.variant].get(&k.kernel) else {
                 return Err(format!("nvdisasm shows no {} in {}", k.kernel, k.variant));
             };
-            let mut estimate = 0.0;
             for l in &mut k.source_lines {
-                let sass = lines.get(&(l.file.clone(), l.line)).copied().unwrap_or(0);
-                l.sass_static = Some(sass);
-                estimate += l.per_token * sass as f64 / l.ptx_static.max(1) as f64;
+                let sass = lines.get(&(l.file.clone(), l.line));
+                l.sass_static = Some(sass.map_or(0, |c| c.total()));
             }
-            k.sass_per_token_estimate = Some(estimate);
         }
     }
     Ok(())
+}
+
+/// Per kernel that has one: the PTX warp instructions per token beside the estimated
+/// executed SASS (`--sass`).
+pub(super) fn render_estimates(profiles: &[ProfileRecord]) -> String {
+    let mut b = tabled::builder::Builder::new();
+    b.push_record([
+        "backend",
+        "phase",
+        "kernel",
+        "PTX warp instr/token",
+        "SASS, estimated",
+        "SASS / PTX",
+    ]);
+    let mut any = false;
+    for p in profiles {
+        for k in &p.kernels {
+            let Some(est) = k.sass_per_token_estimate else {
+                continue;
+            };
+            any = true;
+            let ptx = k.per_token.warp_instructions;
+            b.push_record([
+                p.backend.clone(),
+                k.phase.clone(),
+                k.kernel.clone(),
+                format!("{ptx:.2}"),
+                format!("{est:.2}"),
+                format!("{:.3}", est / ptx.max(f64::MIN_POSITIVE)),
+            ]);
+        }
+    }
+    if !any {
+        return String::new();
+    }
+    let mut t = b.build();
+    t.with(tabled::settings::Style::sharp());
+    format!(
+        "executed SASS per token, estimated from the PTX executed per PTX line and the SASS \
+         ptxas makes of each (an estimate, not a count):\n{t}\n"
+    )
 }
 
 /// Per kernel of `label`'s `-lineinfo` compile for `arch`: SASS instructions per (file name,
@@ -63,70 +194,14 @@ fn variant_sass(label: &str, arch: Arch) -> Result<VariantSass, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
     let cubin = dir.path().join("kernels.cubin");
     std::fs::write(&cubin, &compiled.cubin).map_err(|e| format!("{}: {e}", cubin.display()))?;
-    let tool = nvdisasm();
-    let out = Command::new(&tool)
-        .arg("-g")
-        .arg(&cubin)
-        .output()
-        .map_err(|e| {
-            format!(
-                "{}: {e} (set LINATTN_NVDISASM; .ci/run installs the pinned wheel)",
-                tool.display()
-            )
-        })?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} -g {label}: {}",
-            tool.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(per_line(&String::from_utf8_lossy(&out.stdout)))
-}
-
-/// `nvdisasm -g` text → per kernel (its `.text.` section), SASS instructions per (file name,
-/// line) of the `//## File "…", line N` marker before them (instructions before any marker:
-/// ("", 0)).
-fn per_line(sass: &str) -> VariantSass {
-    let mut out = VariantSass::new();
-    let mut kernel: Option<String> = None;
-    let mut at = (String::new(), 0u32);
-    for line in sass.lines() {
-        let t = line.trim();
-        if let Some(rest) = t.strip_prefix(".section") {
-            kernel = rest
-                .trim()
-                .strip_prefix(".text.")
-                .map(|r| r.split(',').next().unwrap_or_default().to_string());
-            at = (String::new(), 0);
-        } else if let Some(rest) = t.strip_prefix("//## File \"") {
-            let (path, tail) = rest.split_once('"').unwrap_or((rest, ""));
-            let number = tail
-                .trim_start_matches(',')
-                .trim()
-                .strip_prefix("line ")
-                .and_then(|n| n.split(|c: char| !c.is_ascii_digit()).next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0);
-            let name = path.rsplit('/').next().unwrap_or_default().to_string();
-            at = (name, number);
-        } else if t.starts_with("/*") && t.contains("*/") {
-            // An instruction: `/*0200*/  OPCODE …;` (not a bare address or a comment).
-            let after = t.split_once("*/").map_or("", |(_, a)| a.trim());
-            if let (Some(k), false) = (&kernel, after.is_empty()) {
-                *out.entry(k.clone())
-                    .or_default()
-                    .entry(at.clone())
-                    .or_default() += 1;
-            }
-        }
-    }
-    out
+    let sass =
+        run(Command::new(nvdisasm()).arg("-g").arg(&cubin)).map_err(|e| format!("{label}: {e}"))?;
+    Ok(per_line(&sass))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{all_variants, per_line};
+    use super::all_variants;
 
     #[test]
     fn the_files_of_every_sim_backend_are_found() {
@@ -144,30 +219,5 @@ mod tests {
             );
         }
         assert!(linattn_cuda::kernel_file_text("nope.cu", &variants).is_none());
-    }
-
-    #[test]
-    fn counts_instructions_per_marker_and_kernel() {
-        let text = r#"
-	.section	.text.k_one,"ax",@progbits
-.text.k_one:
-        /*0000*/                   LDC R1, c[0x0][0x28] ;
-	//## File "/w/a.cu", line 12
-        /*0010*/                   FMUL R7, R7, R13 ;
-        /*0020*/              @!P1 FMUL R7, R7, 0.5 ;
-.L_x_1:
-	//## File "/w/b.cuh", line 59 inlined at "/w/a.cu", line 3
-        /*0030*/                   MUFU.EX2 R8, R7 ;
-	.section	.text.k_two,"ax",@progbits
-	//## File "/w/a.cu", line 12
-        /*0000*/                   EXIT ;
-"#;
-        let got = per_line(text);
-        let one = &got["k_one"];
-        assert_eq!(one[&(String::new(), 0)], 1);
-        assert_eq!(one[&("a.cu".to_string(), 12)], 2);
-        assert_eq!(one[&("b.cuh".to_string(), 59)], 1);
-        assert_eq!(got["k_two"][&("a.cu".to_string(), 12)], 1);
-        assert_eq!(got.len(), 2);
     }
 }

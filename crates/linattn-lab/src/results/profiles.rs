@@ -115,8 +115,9 @@ pub struct KernelProfile {
     /// --lines` asked (absent otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub source_lines: Vec<SourceLineRecord>,
-    /// With `--lines` and nvdisasm: its executed SASS instructions per token, estimated line by
-    /// line from the SASS ptxas made of each (`profile::sass`).
+    /// With `--sass` or `--lines`, and ptxas and nvdisasm: its executed SASS warp
+    /// instructions per token, estimated per PTX line from the SASS ptxas makes of each
+    /// (`profile::sass_cost`); None when some launch had no estimate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sass_per_token_estimate: Option<f64>,
 }

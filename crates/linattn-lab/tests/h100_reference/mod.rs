@@ -53,8 +53,14 @@ impl Run {
 
     /// The export's launches and the simulator's (the trace's arch, sm_90) of the same runs.
     pub fn hardware_and_simulated(self) -> Result<(Vec<NcuLaunch>, Vec<SimLaunch>), String> {
+        self.replayed(false)
+    }
+
+    /// As [`Run::hardware_and_simulated`], with `sass` each simulated launch's executed SASS
+    /// estimated (`profile --replay … --sass`: ptxas and nvdisasm).
+    pub fn replayed(self, sass: bool) -> Result<(Vec<NcuLaunch>, Vec<SimLaunch>), String> {
         let hw = ncu::read(&self.csv()).map_err(|e| e.to_string())?;
-        let sim = replay(&self.trace()).map_err(|e| e.to_string())?;
+        let sim = replay(&self.trace(), sass).map_err(|e| e.to_string())?;
         Ok((hw, sim))
     }
 }
