@@ -7,8 +7,10 @@
 //!
 //! With ptxas and nvdisasm (`LINATTN_PTXAS`, `LINATTN_NVDISASM`, which .ci/run installs;
 //! required under `LINATTN_REQUIRE_CUDA_TOOLS=1`), each line also carries the SASS ptxas
-//! made of it and each kernel the SASS it executed, estimated per PTX line: present for
-//! every line and kernel, within 0.3–3× the PTX, and the same as `--sass` alone estimates
+//! made of it and the SASS it executed, and each kernel the SASS it executed, estimated per
+//! PTX line: present for every line and kernel, the lines summing to the kernel (but for the
+//! predicated-off SASS of lines no warp executed, under 2%), the kernel
+//! within 0.3–3× its PTX, and the same as `--sass` alone estimates
 //! from the plain compiles (within 1%: the same instructions, the same ptxas), which also
 //! prints them. (sass_vs_h100 holds the estimate to the hardware's counts.)
 //!
@@ -189,13 +191,24 @@ fn sass_beside_every_line() -> Result<(), String> {
         let estimate = k["sass_per_token_estimate"]
             .as_f64()
             .ok_or_else(|| format!("{what}: no SASS estimate"))?;
+        let mut sum = 0.0;
         for l in k["source_lines"].as_array().cloned().unwrap_or_default() {
             l["sass_static"]
                 .as_u64()
                 .ok_or_else(|| format!("{what}: a line without its SASS: {l}"))?;
+            sum += l["sass_per_token"]
+                .as_f64()
+                .ok_or_else(|| format!("{what}: a line without its executed SASS: {l}"))?;
             if l["ptx_static"].as_u64().unwrap_or(0) == 0 {
                 return Err(format!("{what}: an executed line of no PTX: {l}"));
             }
+        }
+        // The kernel's estimate also counts the predicated-off SASS of lines no simulated
+        // warp executed (if-converted blocks), which have no line record.
+        if !(0.98 * estimate..=estimate * (1.0 + 1e-9)).contains(&sum) {
+            return Err(format!(
+                "{what}: the lines' SASS sum to {sum}, the kernel's to {estimate}"
+            ));
         }
         let ptx = k["per_token"]["warp_instructions"].as_f64().unwrap_or(0.0);
         if !(0.3 * ptx..3.0 * ptx).contains(&estimate) {

@@ -1,6 +1,7 @@
 //! `linattn profile --lines N`: per kernel, the N CUDA source lines that issue the most warp
-//! instructions, with their classes, the SASS ptxas made of each PTX instruction there
-//! (`sass`, when nvdisasm runs) and the line's text: where an issue-bound kernel's slots go.
+//! instructions, with their classes, the SASS the line executed (estimated per PTX line,
+//! `sass_cost`) and ptxas made of it (when ptxas and nvdisasm run), and the line's text:
+//! where an issue-bound kernel's slots go.
 //! PTX instructions (the model's unit), counted per `.loc` of a `-lineinfo` compile; code
 //! inlined from a helper counts at the helper's own line.
 
@@ -37,7 +38,7 @@ fn kernel_lines(p: &ProfileRecord, k: &KernelProfile, top: usize, texts: &mut Fi
         "instr/token",
         "line",
         "classes",
-        "SASS/PTX",
+        "SASS/token, est. (static SASS/PTX)",
         "source",
     ]);
     for l in shown {
@@ -46,13 +47,7 @@ fn kernel_lines(p: &ProfileRecord, k: &KernelProfile, top: usize, texts: &mut Fi
             format!("{:.2}", l.per_token),
             location(l),
             classes(l),
-            l.sass_static.map_or("–".into(), |sass| {
-                format!(
-                    "{sass}/{} = {:.2}",
-                    l.ptx_static,
-                    sass as f64 / l.ptx_static.max(1) as f64
-                )
-            }),
+            sass_column(l),
             texts.line(&l.file, l.line),
         ]);
     }
@@ -75,6 +70,16 @@ fn kernel_lines(p: &ProfileRecord, k: &KernelProfile, top: usize, texts: &mut Fi
         shown.len(),
         100.0 * covered as f64 / total,
     )
+}
+
+/// The line's executed SASS per token (estimated), then its static SASS over PTX; "–" for
+/// what is not known.
+fn sass_column(l: &SourceLineRecord) -> String {
+    let executed = l.sass_per_token.map_or("–".into(), |s| format!("{s:.2}"));
+    match l.sass_static {
+        Some(sass) => format!("{executed} ({sass}/{})", l.ptx_static),
+        None => executed,
+    }
 }
 
 fn location(l: &SourceLineRecord) -> String {

@@ -2,13 +2,14 @@
 //! (or replayed from a trace), and the per-kernel profile record built from their counters
 //! and the model.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use linattn_core::{AttnError, Backend, Inputs, Precision, Problem, Shape};
 use linattn_cuda::executor::sim::model::{self, occupancy};
 use linattn_cuda::executor::sim::{self, Counters, LaunchRecord, SimArch, SourceLines};
 
 use super::against::SimLaunch;
+use super::sass::LaunchSass;
 use crate::registry;
 use crate::results::profiles::{
     KernelProfile, ModelParams, ModelTime, PathRecord, PerToken, PhaseProfile, ProfileRecord,
@@ -27,7 +28,7 @@ pub(super) fn profile_with_launches(
 ) -> Result<(ProfileRecord, Vec<SimLaunch>), AttnError> {
     let phases = record_launches(backend, problem, mode == Mode::ForwardBackward)?;
     let name = backend.name().to_string();
-    let estimates: Vec<Vec<Option<f64>>> = phases
+    let estimates: Vec<Vec<Option<LaunchSass>>> = phases
         .iter()
         .map(|(_, log)| {
             log.iter()
@@ -53,7 +54,7 @@ pub(super) fn profile_with_launches(
         .flat_map(|((phase, log), est)| {
             log.iter().zip(est).map(|(l, e)| {
                 let mut launch = SimLaunch::new(&name, phase, l, arch);
-                launch.sass_estimate = *e;
+                launch.sass_estimate = e.as_ref().map(|e| e.total);
                 launch
             })
         })
@@ -97,7 +98,8 @@ pub fn replay(dir: &std::path::Path, sass: bool) -> Result<Vec<SimLaunch>, AttnE
                 .iter()
                 .map(|l| {
                     let mut launch = SimLaunch::new(&p.backend, &p.phase, l, &arch);
-                    launch.sass_estimate = super::sass::launch_estimate(l, arch.name);
+                    launch.sass_estimate =
+                        super::sass::launch_estimate(l, arch.name).map(|e| e.total);
                     launch
                 })
                 .collect::<Vec<_>>()
@@ -141,7 +143,7 @@ fn build_record(
     mode: Mode,
     arch: &SimArch,
     phases: &[(&str, Vec<LaunchRecord>)],
-    estimates: &[Vec<Option<f64>>],
+    estimates: &[Vec<Option<LaunchSass>>],
 ) -> ProfileRecord {
     let shape = problem.shape;
     let tokens = (shape.bh() * shape.seq) as u64;
@@ -153,6 +155,7 @@ fn build_record(
         let mut order: Vec<String> = Vec::new();
         let mut grouped: BTreeMap<String, (Vec<&LaunchRecord>, Counters)> = BTreeMap::new();
         let mut sass: BTreeMap<String, Option<f64>> = BTreeMap::new();
+        let mut sass_lines: BTreeMap<String, HashMap<(String, u32), f64>> = BTreeMap::new();
         for (launch, estimate) in log.iter().zip(estimates) {
             let entry = grouped.entry(launch.entry.clone()).or_insert_with(|| {
                 order.push(launch.entry.clone());
@@ -161,7 +164,11 @@ fn build_record(
             entry.0.push(launch);
             entry.1.add(&launch.counters);
             let sum = sass.entry(launch.entry.clone()).or_insert(Some(0.0));
-            *sum = sum.zip(*estimate).map(|(a, b)| a + b);
+            *sum = sum.zip(estimate.as_ref()).map(|(a, b)| a + b.total);
+            let lines = sass_lines.entry(launch.entry.clone()).or_default();
+            for (at, n) in estimate.iter().flat_map(|e| &e.by_source_line) {
+                *lines.entry(at.clone()).or_default() += n;
+            }
         }
         let mut phase_counters = Counters::default();
         let mut model_s = 0.0;
@@ -216,7 +223,11 @@ fn build_record(
                     .iter()
                     .filter_map(|l| l.sampled.as_ref().map(|s| s.describe()))
                     .collect(),
-                source_lines: source_lines(launches, tokens),
+                source_lines: source_lines(
+                    launches,
+                    tokens,
+                    sass[name].is_some().then(|| &sass_lines[name]),
+                ),
                 sass_per_token_estimate: sass[name].map(|s| s / tokens as f64),
             });
         }
@@ -246,13 +257,25 @@ fn build_record(
     }
 }
 
-/// The launches' warp instructions per source line, summed (none when no launch kept them).
-fn source_lines(launches: &[&LaunchRecord], tokens: u64) -> Vec<SourceLineRecord> {
+/// The launches' warp instructions per source line, summed (none when no launch kept them),
+/// with each line's executed SASS per token when every launch had an estimate (`sass`).
+fn source_lines(
+    launches: &[&LaunchRecord],
+    tokens: u64,
+    sass: Option<&HashMap<(String, u32), f64>>,
+) -> Vec<SourceLineRecord> {
     let mut sum = SourceLines::default();
     for lines in launches.iter().filter_map(|l| l.source_lines.as_ref()) {
         sum.merge(lines);
     }
-    SourceLineRecord::of(&sum, tokens)
+    let mut records = SourceLineRecord::of(&sum, tokens);
+    if let Some(sass) = sass {
+        for r in &mut records {
+            let n = sass.get(&(r.file.clone(), r.line)).copied().unwrap_or(0.0);
+            r.sass_per_token = Some(n / tokens.max(1) as f64);
+        }
+    }
+    records
 }
 
 /// Inputs read once and outputs written once, per token, at the storage precision:

@@ -30,16 +30,29 @@ fn ptxas() -> PathBuf {
     std::env::var_os("LINATTN_PTXAS").map_or_else(|| PathBuf::from("ptxas"), PathBuf::from)
 }
 
-/// SASS per PTX line of each module assembled so far, by a hash of its text.
-static TABLES: Mutex<BTreeMap<u64, Arc<VariantSass>>> = Mutex::new(BTreeMap::new());
+/// What ptxas made of a module: SASS per PTX line, and the CUDA line of each PTX line.
+struct ModuleSass {
+    sass: VariantSass,
+    source_lines: HashMap<u32, (String, u32)>,
+}
+
+/// Each module assembled so far, by a hash of its text and the arch.
+static TABLES: Mutex<BTreeMap<u64, Arc<ModuleSass>>> = Mutex::new(BTreeMap::new());
 /// Why an estimate could not be made, the first time it failed (the profile goes on).
 static UNAVAILABLE: Mutex<Option<String>> = Mutex::new(None);
 
-/// The launch's executed SASS warp instructions, estimated from its warp instructions per
-/// PTX line ([`LaunchRecord::ptx_lines`]; None without them) and the SASS ptxas makes of its
-/// module for `arch` (`sm_90`) ([`super::sass_cost::estimate`]). None, with the reason kept
-/// for [`unavailable`], when the tools cannot run.
-pub(super) fn launch_estimate(launch: &LaunchRecord, arch: &str) -> Option<f64> {
+/// A launch's executed SASS warp instructions, estimated: in all, and per CUDA source line
+/// (its `-lineinfo` compile's `.loc`; empty for a plain compile).
+pub(super) struct LaunchSass {
+    pub total: f64,
+    pub by_source_line: HashMap<(String, u32), f64>,
+}
+
+/// The launch's executed SASS, estimated from its warp instructions per PTX line
+/// ([`LaunchRecord::ptx_lines`]; None without them) and the SASS ptxas makes of its module
+/// for `arch` (`sm_90`) ([`super::sass_cost`]). None, with the reason kept for
+/// [`unavailable`], when the tools cannot run.
+pub(super) fn launch_estimate(launch: &LaunchRecord, arch: &str) -> Option<LaunchSass> {
     let counted = launch.ptx_lines.as_ref()?;
     let key = {
         use std::hash::{Hash, Hasher};
@@ -47,35 +60,48 @@ pub(super) fn launch_estimate(launch: &LaunchRecord, arch: &str) -> Option<f64> 
         (arch, &*counted.ptx).hash(&mut h);
         h.finish()
     };
-    let table = {
+    let unavailable = |why: String| {
+        UNAVAILABLE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(why);
+    };
+    let module = {
         let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
         match tables.get(&key) {
             Some(t) => t.clone(),
             None => match ptx_line_sass(&counted.ptx, arch) {
-                Ok(t) => tables.entry(key).or_insert(Arc::new(t)).clone(),
+                Ok(sass) => {
+                    let source_lines = super::sass_cost::source_line_of_ptx_lines(&counted.ptx);
+                    let module = Arc::new(ModuleSass { sass, source_lines });
+                    tables.entry(key).or_insert(module).clone()
+                }
                 Err(why) => {
-                    UNAVAILABLE
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert(why);
+                    unavailable(why);
                     return None;
                 }
             },
         }
     };
-    let Some(kernel) = table.get(&launch.entry) else {
-        UNAVAILABLE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert(format!("nvdisasm shows no {}", launch.entry));
+    let Some(kernel) = module.sass.get(&launch.entry) else {
+        unavailable(format!("nvdisasm shows no {}", launch.entry));
         return None;
     };
-    Some(super::sass_cost::estimate(
-        &counted.lines,
-        &counted.ptx,
-        &launch.entry,
-        kernel,
-    ))
+    let per_line =
+        super::sass_cost::per_ptx_line(&counted.lines, &counted.ptx, &launch.entry, kernel);
+    // Per CUDA line where the PTX has them (a line before any `.loc`: under no line, as
+    // `SourceLines::of` counts it).
+    let mut by_source_line: HashMap<(String, u32), f64> = HashMap::new();
+    if !module.source_lines.is_empty() {
+        for (line, sass) in &per_line {
+            let at = module.source_lines.get(line).cloned().unwrap_or_default();
+            *by_source_line.entry(at).or_default() += sass;
+        }
+    }
+    Some(LaunchSass {
+        total: per_line.values().sum(),
+        by_source_line,
+    })
 }
 
 /// Why some launch had no estimate (the first reason), if one had none.

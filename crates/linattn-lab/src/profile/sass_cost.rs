@@ -24,9 +24,14 @@ use linattn_cuda::executor::sim::{SourceLines, PTX_TEXT};
 use super::sass_text::LineSass;
 
 /// The SASS warp instructions the PTX warp instructions `lines` (per PTX line,
-/// `SourceLines::of_ptx`) of `kernel` in `ptx` come to, with `sass` the SASS per PTX line of
-/// the same kernel.
-pub(super) fn estimate(lines: &SourceLines, ptx: &str, kernel: &str, sass: &LineSass) -> f64 {
+/// `SourceLines::of_ptx`) of `kernel` in `ptx` come to, per PTX line (1-based; lines of no
+/// SASS left out), with `sass` the SASS per PTX line of the same kernel.
+pub(super) fn per_ptx_line(
+    lines: &SourceLines,
+    ptx: &str,
+    kernel: &str,
+    sass: &LineSass,
+) -> HashMap<u32, f64> {
     let per_execution = sass_per_execution(ptx, kernel, sass);
     let mut executed: HashMap<u32, f64> = lines
         .lines
@@ -69,8 +74,50 @@ pub(super) fn estimate(lines: &SourceLines, ptx: &str, kernel: &str, sass: &Line
     }
     executed
         .iter()
-        .map(|(line, n)| n * per_execution.get(line).copied().unwrap_or(0.0))
-        .sum()
+        .filter_map(|(line, n)| Some((*line, n * per_execution.get(line)?)))
+        .filter(|(_, s)| *s > 0.0)
+        .collect()
+}
+
+/// The CUDA source line (file name without its directory, line) of each PTX line of `ptx`
+/// that follows a `.loc` (a `-lineinfo` compile); empty without them.
+pub(super) fn source_line_of_ptx_lines(ptx: &str) -> HashMap<u32, (String, u32)> {
+    let mut files: HashMap<&str, String> = HashMap::new();
+    for line in ptx.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() == Some(".file") {
+            if let (Some(index), Some(path)) = (words.next(), line.split('"').nth(1)) {
+                files.insert(
+                    index,
+                    path.rsplit('/').next().unwrap_or_default().to_string(),
+                );
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    let mut at: Option<(&str, u32)> = None;
+    for (i, line) in ptx.lines().enumerate() {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some(".loc") => {
+                at = words.next().zip(
+                    words
+                        .next()
+                        .and_then(|l| l.trim_end_matches(',').parse().ok()),
+                );
+            }
+            Some(w) if w.starts_with(".visible") || w.starts_with(".entry") => at = None,
+            _ => {
+                if let Some((file, l)) = at {
+                    out.insert(
+                        i as u32 + 1,
+                        (files.get(file).cloned().unwrap_or_default(), l),
+                    );
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Per PTX line of `kernel` in `ptx` that has SASS: the SASS instructions one execution of
@@ -283,6 +330,10 @@ $L__BB1_1:
         assert!(sass_per_execution(PTX, "nope", &table).is_empty());
     }
 
+    fn estimate(lines: &SourceLines, ptx: &str, kernel: &str, sass: &LineSass) -> f64 {
+        per_ptx_line(lines, ptx, kernel, sass).values().sum()
+    }
+
     #[test]
     fn a_predicated_block_issues_as_often_as_its_branch() {
         let ptx = "\
@@ -334,6 +385,20 @@ $L__BB2_2:
         assert_eq!(estimate(&lines, ptx, "g", &table(1, 1)), 34.0);
         // No BRA but nothing predicated (the branch's SASS attributed elsewhere): as it ran.
         assert_eq!(estimate(&lines, ptx, "g", &table(0, 0)), 24.0);
+    }
+
+    #[test]
+    fn ptx_lines_map_to_the_loc_before_them() {
+        let ptx = ".visible .entry k()\n{\n\t.loc\t1 12 5\n\tadd.s32 %r1, %r2, 1;\n\
+                   \t.loc\t2 30 9, function_name $L__info_string0, inlined_at 1 12 5\n\
+                   \tmul.lo.s32 %r3, %r1, 2;\n\tret;\n}\n\t.file\t1 \"/w/a.cu\"\n\
+                   \t.file\t2 \"/w/b.cuh\", 1700000000, 512\n";
+        let got = source_line_of_ptx_lines(ptx);
+        assert_eq!(got.get(&4), Some(&("a.cu".to_string(), 12)));
+        assert_eq!(got.get(&6), Some(&("b.cuh".to_string(), 30)));
+        assert_eq!(got.get(&7), Some(&("b.cuh".to_string(), 30)));
+        assert_eq!(got.get(&2), None);
+        assert!(source_line_of_ptx_lines("ld.param.u64 %rd1, [p];\n").is_empty());
     }
 
     #[test]

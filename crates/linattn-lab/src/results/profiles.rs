@@ -142,6 +142,12 @@ pub struct SourceLineRecord {
     /// cubin), when nvdisasm ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sass_static: Option<u64>,
+    /// The SASS warp instructions per token the line executed, estimated per PTX line
+    /// (`profile::sass_cost`; code ptxas moved to another line counts there), when every
+    /// launch of the kernel had an estimate. (A line no simulated warp executed has no
+    /// record, though its if-converted SASS issues: the kernel's estimate counts that.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sass_per_token: Option<f64>,
 }
 
 impl SourceLineRecord {
@@ -164,6 +170,7 @@ impl SourceLineRecord {
                     .collect(),
                 ptx_static: l.static_instructions,
                 sass_static: None,
+                sass_per_token: None,
             })
             .collect()
     }
