@@ -62,7 +62,8 @@ fn main() {
     linattn_testkit::run(trials)
 }
 
-/// Runs the profile with the `extra` arguments, writing its JSON to `json`; stdout.
+/// Runs the profile (`--quiet` unless `--sass` alone, whose table it checks) with the `extra`
+/// arguments, writing its JSON to `json`; stdout.
 fn profile(json: &Path, extra: &[&str], sample: Option<u32>) -> Result<String, String> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_linattn"));
     cmd.args([
@@ -77,10 +78,12 @@ fn profile(json: &Path, extra: &[&str], sample: Option<u32>) -> Result<String, S
         "2",
         "--mode",
         "forward+backward",
-        "--quiet",
         "--json",
     ])
     .arg(json);
+    if extra != ["--sass"] {
+        cmd.arg("--quiet");
+    }
     cmd.args(extra);
     if let Some(rows) = sample {
         cmd.args(["--sample", &rows.to_string()]);

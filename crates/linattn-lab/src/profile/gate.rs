@@ -2,7 +2,8 @@
 //! causality, map, mode, ε and decay; kernels by phase and entry point. Counters are exact,
 //! so there is no noise rule: a per-token counter that moves by more than the threshold
 //! (default 0.5%) is reported, direction-aware: more instructions, sectors, wavefronts or
-//! DRAM bytes, or lower occupancy, is a regression; the reverse an improvement. A kernel that
+//! DRAM bytes, or lower occupancy, is a regression; the reverse an improvement. Where both
+//! sides estimated the SASS a kernel executes (`profile --sass`), that is gated alike. A kernel that
 //! appears or disappears within a matched profile is a regression too (the baseline must be
 //! updated in the same commit as the change that causes it). A profile of BASE that NEW did
 //! not run is a regression only with `complete` (the CI grid); otherwise it is listed as not
@@ -41,34 +42,54 @@ impl GateOutcome {
     pub fn regressions(&self) -> usize {
         self.changes.iter().filter(|c| c.regression).count() + self.structural.len()
     }
+
+    /// Something of BASE that NEW lacks: a regression of the `complete` grid, else listed.
+    fn missing(&mut self, line: String, complete: bool) {
+        if complete {
+            self.structural.push(line);
+        } else {
+            self.unmatched.push(line);
+        }
+    }
 }
 
-/// (name, value, whether higher is worse) of the gated figures of a kernel.
-fn gated(k: &KernelProfile) -> [(&'static str, f64, bool); 7] {
-    [
+/// (name, value, whether higher is worse) of the gated figures of a kernel: its counters,
+/// and the estimate of the SASS it executes where the profile made one (`--sass`: it moves
+/// where ptxas's code does and PTX does not, as when an exp became one MUFU.EX2).
+fn gated(k: &KernelProfile) -> Vec<(&'static str, Option<f64>, bool)> {
+    vec![
         (
             "warp instructions/token",
-            k.per_token.warp_instructions,
+            Some(k.per_token.warp_instructions),
             true,
         ),
         (
             "thread instructions/token",
-            k.per_token.thread_instructions,
+            Some(k.per_token.thread_instructions),
             true,
         ),
-        ("global sectors/token", k.per_token.global_sectors, true),
+        (
+            "global sectors/token",
+            Some(k.per_token.global_sectors),
+            true,
+        ),
         (
             "shared wavefronts/token",
-            k.per_token.shared_wavefronts,
+            Some(k.per_token.shared_wavefronts),
             true,
         ),
         (
             "unique DRAM bytes/token",
-            k.per_token.unique_dram_bytes,
+            Some(k.per_token.unique_dram_bytes),
             true,
         ),
-        ("mma/token", k.per_token.mma, true),
-        ("occupancy", k.occupancy.fraction, false),
+        ("mma/token", Some(k.per_token.mma), true),
+        ("occupancy", Some(k.occupancy.fraction), false),
+        (
+            "SASS warp instructions/token (estimated)",
+            k.sass_per_token_estimate,
+            true,
+        ),
     ]
 }
 
@@ -85,12 +106,7 @@ pub fn compare_profiles(
     let mut out = GateOutcome::default();
     for (key, b) in &base {
         let Some(n) = new.get(key) else {
-            let line = format!("profile only in BASE: {key}");
-            if complete {
-                out.structural.push(line);
-            } else {
-                out.unmatched.push(line);
-            }
+            out.missing(format!("profile only in BASE: {key}"), complete);
             continue;
         };
         out.matched_profiles += 1;
@@ -109,6 +125,16 @@ pub fn compare_profiles(
             };
             out.matched_kernels += 1;
             for ((counter, vb, higher_worse), (_, vn, _)) in gated(kb).into_iter().zip(gated(kn)) {
+                // A figure BASE has and NEW lacks (an estimate made without ptxas): a gap
+                // in the gate, a regression of the complete grid.
+                let (vb, vn) = match (vb, vn) {
+                    (Some(b), Some(n)) => (b, n),
+                    (Some(_), None) => {
+                        out.missing(format!("{key}: {name}: {counter} only in BASE"), complete);
+                        continue;
+                    }
+                    _ => continue,
+                };
                 let moved = if vb == 0.0 {
                     vn != 0.0
                 } else {
@@ -290,6 +316,55 @@ mod tests {
         ])];
         let out = compare_profiles(&base, &better, 0.005, false);
         assert_eq!((out.regressions(), out.changes.len()), (0, 2));
+    }
+
+    #[test]
+    fn the_sass_estimate_is_gated_where_both_sides_have_one() {
+        let with = |warp: f64, sass: Option<f64>| {
+            let mut k = kernel("a", warp, 0.5);
+            k.sass_per_token_estimate = sass;
+            [profile(vec![k])]
+        };
+        // The PTX the same, the SASS 2% more (an exp ptxas expands): a regression.
+        let out = compare_profiles(
+            &with(100.0, Some(80.0)),
+            &with(100.0, Some(81.6)),
+            0.005,
+            false,
+        );
+        assert_eq!(out.regressions(), 1, "{out:?}");
+        assert_eq!(
+            out.changes[0].counter,
+            "SASS warp instructions/token (estimated)"
+        );
+        // Less SASS: an improvement.
+        let out = compare_profiles(
+            &with(100.0, Some(80.0)),
+            &with(100.0, Some(70.0)),
+            0.005,
+            false,
+        );
+        assert_eq!((out.regressions(), out.changes.len()), (0, 1));
+        // No estimate on either side, or only in NEW: nothing to gate.
+        assert!(
+            compare_profiles(&with(100.0, None), &with(100.0, None), 0.005, true)
+                .changes
+                .is_empty()
+        );
+        assert_eq!(
+            compare_profiles(&with(100.0, None), &with(100.0, Some(1.0)), 0.005, true)
+                .regressions(),
+            0
+        );
+        // Only in BASE (the run could not estimate): a regression of the complete grid,
+        // listed otherwise.
+        assert_eq!(
+            compare_profiles(&with(100.0, Some(80.0)), &with(100.0, None), 0.005, true)
+                .regressions(),
+            1
+        );
+        let partial = compare_profiles(&with(100.0, Some(80.0)), &with(100.0, None), 0.005, false);
+        assert_eq!((partial.regressions(), partial.unmatched.len()), (0, 1));
     }
 
     #[test]

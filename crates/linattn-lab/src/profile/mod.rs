@@ -273,7 +273,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, AttnError> {
     print!("{}", render_profiles(&profiles, args.quiet));
     if let Some(top) = args.lines {
         print!("{}", lines::render_source_lines(&profiles, top));
-    } else if args.sass {
+    } else if args.sass && !args.quiet {
         print!("{}", sass::render_estimates(&profiles));
     }
     if let Some(rows) = args.sample {

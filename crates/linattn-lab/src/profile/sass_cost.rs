@@ -17,7 +17,7 @@
 //!   forward branch so, if/else diamonds included, made 3 of the 36 launches of the
 //!   2026-11-26 calibration worse and none better.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use linattn_cuda::executor::sim::{SourceLines, PTX_TEXT};
 
@@ -31,7 +31,7 @@ pub(super) fn per_ptx_line(
     ptx: &str,
     kernel: &str,
     sass: &LineSass,
-) -> HashMap<u32, f64> {
+) -> BTreeMap<u32, f64> {
     let per_execution = sass_per_execution(ptx, kernel, sass);
     let mut executed: HashMap<u32, f64> = lines
         .lines
