@@ -98,7 +98,7 @@ fuzz-smoke:
 ci:
     bash .ci/run
 
-# The simulator's check beside the H100's, case by case: as-compiled numerics with the H100's MUFU tables (bench-results/h100/2026-11-26), then the share of bit-identical error figures (~8 min on 2 cores).
+# The simulator's check beside the H100's, case by case: as-compiled numerics with the H100's MUFU tables (bench-results/h100/2026-11-27), then the share of bit-identical error figures (~8 min on 2 cores).
 sim-vs-h100 *ARGS: build
-    {{bin}} check --backends 'sim/*' --numerics as-compiled --no-globalcheck --mufu-tables bench-results/h100/2026-11-26/mufu --json target/sim-vs-h100.json {{ARGS}}
-    python3 scripts/check_vs_hardware.py target/sim-vs-h100.json bench-results/h100/2026-11-26/check.json
+    {{bin}} check --backends 'sim/*' --numerics as-compiled --no-globalcheck --mufu-tables bench-results/h100/2026-11-27/mufu --json target/sim-vs-h100.json {{ARGS}}
+    python3 scripts/check_vs_hardware.py target/sim-vs-h100.json bench-results/h100/2026-11-27/check.json

@@ -38,6 +38,10 @@ fn main() {
             the_second_run_is_within_5_percent_but_for_one_known_miss,
         ),
         (
+            "the_third_run_is_within_5_percent_but_for_one_known_miss",
+            the_third_run_is_within_5_percent_but_for_one_known_miss,
+        ),
+        (
             "profile_against_the_committed_csv_passes",
             profile_against_the_committed_csv_passes,
         ),
@@ -98,11 +102,26 @@ fn every_held_counter_is_within_5_percent_of_the_h100() -> Result<(), String> {
 const SECOND_RUN_MISSES: [&str; 1] =
     ["#6 cs_outer shared ld wavefronts: simulator 1048576, hardware 1112211"];
 
+/// The third run's one miss: the same launch and counter (the hardware one wavefront fewer
+/// than on 2026-11-26, for identical launches).
+const THIRD_RUN_MISSES: [&str; 1] =
+    ["#6 cs_outer shared ld wavefronts: simulator 1048576, hardware 1112210"];
+
 fn the_second_run_is_within_5_percent_but_for_one_known_miss() -> Result<(), String> {
-    let off = outside_5_percent(Run::Second)?;
-    if off != SECOND_RUN_MISSES {
+    only_known_misses(Run::Second, &SECOND_RUN_MISSES)
+}
+
+fn the_third_run_is_within_5_percent_but_for_one_known_miss() -> Result<(), String> {
+    only_known_misses(Run::Third, &THIRD_RUN_MISSES)
+}
+
+/// Exactly `known` outside 5% in `run`: any other fails, and so does a known one coming
+/// within 5%.
+fn only_known_misses(run: Run, known: &[&str]) -> Result<(), String> {
+    let off = outside_5_percent(run)?;
+    if off != known {
         return Err(format!(
-            "outside 5%, expected exactly {SECOND_RUN_MISSES:#?}:\n{}",
+            "{run:?}: outside 5%, expected exactly {known:#?}:\n{}",
             off.join("\n")
         ));
     }

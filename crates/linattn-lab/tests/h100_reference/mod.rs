@@ -19,6 +19,9 @@ pub enum Run {
     /// 2026-11-26, kernels of ae9b497: causal_recurrent, causal_chunked (the training
     /// forward that keeps its states), noncausal, causal_cumsum; 36 launches.
     Second,
+    /// 2026-11-27, kernels of b95b7bc: the same backends, the chunked training forward in
+    /// segments (cc_seg_sums_train, cc_seg_scan, cc_forward_seg_train); 37 launches.
+    Third,
 }
 
 impl Run {
@@ -26,6 +29,7 @@ impl Run {
         let date = match self {
             Run::First => "2026-11-25",
             Run::Second => "2026-11-26",
+            Run::Third => "2026-11-27",
         };
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../bench-results/h100")
@@ -37,6 +41,7 @@ impl Run {
         match self {
             Run::First => 27,
             Run::Second => 36,
+            Run::Third => 37,
         }
     }
 
