@@ -356,9 +356,11 @@ step ncu-fla 20 60 30 needs=ncu -- bash -c 'ncu --clock-control none --kernel-na
 # Why the hardware is slower than the model at that shape (the model is 0.70-0.97x of the
 # measured times there): Nsight Compute's WarpStateStats and SchedulerStats sections (the
 # stall reasons per issued instruction, issue slots used, eligible warps), under the names
-# the installed ncu gives them; into rest.tgz (ncu/stalls.csv).
+# the installed ncu gives them; into rest.tgz (ncu/stalls.csv). The stall reasons are the
+# sections' body (a chart), which the CSV holds only with --print-details all: the
+# 2026-11-27 run's export, without it, has the section headers alone.
 # shellcheck disable=SC2016 # $1.. are bash -c's own arguments
-step ncu-stalls 20 60 30 needs=ncu -- bash -c 'ncu --clock-control none --kernel-name "regex:^cc_" --launch-count 40 --section WarpStateStats --section SchedulerStats --export "$1" --force-overwrite "${@:3}" && ncu --import "$1.ncu-rep" --csv --print-metric-name name >"$2"' _ \
+step ncu-stalls 20 60 30 needs=ncu -- bash -c 'ncu --clock-control none --kernel-name "regex:^cc_" --launch-count 40 --section WarpStateStats --section SchedulerStats --export "$1" --force-overwrite "${@:3}" && { ncu --import "$1.ncu-rep" --csv --print-metric-name name --print-details all >"$2" || ncu --import "$1.ncu-rep" --csv --print-metric-name name >"$2"; }' _ \
     "$WORK/ncu/stalls" "$WORK/ncu/stalls.csv" "$B" bench --backends cuda/causal_chunked/bf16 --n 16384 --batch 2 --heads 16 --dk 128 \
     --mode forward,forward+backward --warmup 0 --repeats 1 --no-progress --out "$WORK/ncu/stalls-bench.json"
 

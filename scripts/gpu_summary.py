@@ -41,11 +41,20 @@ def shape_label(key):
     return f"{b},{n},{h},{d}" + ("" if m == d else f",M={m}")
 
 
+# A cell whose samples spread wider than this (relative standard deviation) is marked in
+# the table with its spread: its median is not to be quoted without it.
+NOISY = 0.10
+
+
 def cell_text(cell):
     if cell is None:
         return "-"
     if cell.get("status") == "ok" and cell.get("median_s") is not None:
-        return f"{cell['median_s'] * 1e3:.3f}"
+        text = f"{cell['median_s'] * 1e3:.3f}"
+        rel = cell.get("rel_stdev")
+        if rel is not None and rel > NOISY:
+            text += f" (±{rel * 100:.0f}%, n={len(cell.get('samples_s') or [])})"
+        return text
     return cell.get("status", "?")
 
 
@@ -92,6 +101,9 @@ def ratios(args):
                     + [cell_text(cells.get(row + (b,))) for b in others])
     lines = [f"median times (ms); ratio = {args.num} / {args.den}, lower is better for linattn"]
     lines += table(head, rows) if rows else ["(no cells in the files given)"]
+    if any("(±" in c for r in rows for c in r):
+        notes.append(f"(±x%, n=k): samples spread wider than {NOISY:.0%} (relative standard "
+                     "deviation of k samples); that median is not a settled time")
     lines += [f"note: {n}" for n in notes]
     text = "\n".join(lines) + "\n"
     if args.out:

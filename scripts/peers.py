@@ -194,7 +194,9 @@ def parse_args(argv=None):
     ap.add_argument("--causality", default="causal")
     ap.add_argument("--mode", default="forward,forward+backward")
     ap.add_argument("--peers", default="", help="comma-separated peer names (default: all)")
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed calls before the samples, at least (the first compiles and "
+                         "autotunes; more follow while each is still >10%% faster than the last)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--min-repeats", type=int, default=5)
     ap.add_argument("--cell-seconds", type=float, default=1.0)
