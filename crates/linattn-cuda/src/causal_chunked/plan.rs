@@ -214,7 +214,10 @@ impl SegmentPlan {
     /// forward at 0.57–0.81× of the per-chunk one at fla's shapes (two CTAs of
     /// `cc_forward_seg_train` per SM), on sm_80 at 1.00× ((8, 1024, 8, 64)) and 1.21×
     /// ((2, 16384, 16, 128), where one CTA fits per SM). And where the opt-in holds it:
-    /// 113,664 dynamic bytes at D = 128, beyond sm_86/89's 99 KB.
+    /// 113,664 dynamic bytes at D = 128, beyond sm_86/89's 99 KB. The H100 (2026-11-27) did
+    /// not bear the model out: forward+backward 1.01–1.035× the per-chunk one's at three of
+    /// fla's shapes, equal at (8, 1024, 8, 64), 0.96× at (4, 4096, 64, 128); the recalibrated
+    /// model says 0.93×. Kept until a second run settles the 1–3.5% (CHUNKED-DESIGN.md).
     pub fn trains_on(&self, compute_capability: (u32, u32), max_optin: u64) -> bool {
         compute_capability.0 >= 9
             && u64::from(self.smem_forward_train.max(self.smem_sums_train)) + STATIC_SHARED_MAX

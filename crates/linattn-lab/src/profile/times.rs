@@ -52,6 +52,23 @@ pub fn rows(pairs: &[Pair<'_>]) -> Vec<TimeRow> {
         .collect()
 }
 
+/// The rows whose model/measured lies outside [1/`factor`, `factor`], one line each.
+pub fn outside(rows: &[TimeRow], factor: f64) -> Vec<String> {
+    rows.iter()
+        .filter(|r| !(1.0 / factor..=factor).contains(&r.ratio()))
+        .map(|r| {
+            format!(
+                "#{} {}: model {:.1} µs, measured {:.1} µs ({:.3}x)",
+                r.id,
+                r.kernel,
+                r.model_ns / 1e3,
+                r.measured_ns / 1e3,
+                r.ratio()
+            )
+        })
+        .collect()
+}
+
 /// Sums per backend, in order of first appearance.
 pub fn totals(rows: &[TimeRow]) -> Vec<Total> {
     let mut out: Vec<Total> = Vec::new();

@@ -327,7 +327,8 @@ pub struct ModelTime {
     /// The roofline lower bound alone (the model before its latency term).
     #[serde(default)]
     pub roofline_s: f64,
-    /// Waves of CTAs on the SMs: the longer of critical path and per-SM issue.
+    /// Waves of CTAs on the SMs: critical path and per-SM issue, combined as
+    /// `linattn_ptxsim::model::overlap` (max + min²/max).
     #[serde(default)]
     pub sm_s: f64,
     pub dram_s: f64,
