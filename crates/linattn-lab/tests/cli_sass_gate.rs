@@ -12,32 +12,12 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use linattn_testkit::Trial;
-
 const NAME: &str = "an_exp_ptxas_expands_is_a_sass_regression_the_ptx_count_misses";
 
 fn main() {
-    let required = std::env::var("LINATTN_REQUIRE_CUDA_TOOLS").as_deref() == Ok("1");
-    let trial = match tools() {
-        Ok(()) => Trial::test(NAME, || planted_exp().map_err(Into::into)),
-        Err(why) if required => Trial::test(NAME, move || Err(why.into())),
-        Err(why) => Trial::test(NAME, || Ok(()))
-            .with_ignored_flag(true)
-            .with_kind(format!("skipped: {why}")),
-    };
-    linattn_testkit::run(vec![trial])
-}
-
-fn tools() -> Result<(), String> {
-    linattn_cuda::runtime::nvrtc_available().map_err(|e| format!("no NVRTC: {e}"))?;
-    for var in ["LINATTN_PTXAS", "LINATTN_NVDISASM"] {
-        let path = std::env::var_os(var)
-            .ok_or_else(|| format!("{var} is not set (.ci/run installs the tool)"))?;
-        if !Path::new(&path).is_file() {
-            return Err(format!("{var}={} is not a file", path.to_string_lossy()));
-        }
-    }
-    Ok(())
+    linattn_testkit::run(vec![linattn_testkit::with_cuda_tools(NAME, true, |_| {
+        planted_exp()
+    })])
 }
 
 /// `linattn` with the kernels of `kernels` (compiled into `cache`).

@@ -39,25 +39,12 @@ fn main() {
         ));
     }
     const SASS: &str = "sass_beside_every_line_and_its_estimate";
-    let required = std::env::var("LINATTN_REQUIRE_CUDA_TOOLS").as_deref() == Ok("1");
-    let is_file = |var: &str| std::env::var_os(var).is_some_and(|p| Path::new(&p).is_file());
-    match ["LINATTN_PTXAS", "LINATTN_NVDISASM"]
-        .into_iter()
-        .find(|v| !is_file(v))
-    {
-        None => trials.extend(linattn_testkit::stamp_executors!(
+    // NVRTC's absence is the stamp's to report; the tools' is the testkit's.
+    match linattn_testkit::cuda_tools(false) {
+        Ok(_) => trials.extend(linattn_testkit::stamp_executors!(
             for platform in [Platform::Sim] => SASS, sass_beside_every_line()
         )),
-        Some(var) if required => trials.push(linattn_testkit::Trial::test(SASS, move || {
-            Err(format!("{var} is not a file (.ci/run installs the tool)").into())
-        })),
-        Some(var) => trials.push(
-            linattn_testkit::Trial::test(SASS, || Ok(()))
-                .with_ignored_flag(true)
-                .with_kind(format!(
-                    "skipped: {var} is not set (.ci/run installs the tool)"
-                )),
-        ),
+        Err(why) => trials.push(linattn_testkit::without_cuda_tools(SASS, why)),
     }
     linattn_testkit::run(trials)
 }

@@ -10,48 +10,22 @@
 //! `LINATTN_CONTRACTION_ONLY=softmax.cu` keeps the variants whose label contains the text.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use linattn_cuda::runtime::{compile, nvrtc_available, Arch};
+use linattn_cuda::runtime::{compile, Arch};
 use linattn_ptxsim::ir::{BinOp, Op, Ty};
 use linattn_ptxsim::{Device, SimArch};
-use linattn_testkit::Trial;
+use linattn_testkit::CudaTools as Tools;
 
 const NAME: &str = "the_rule_contracts_exactly_the_adds_ptxas_makes_ffma";
 
 fn main() {
-    // Required when CI says so (LINATTN_REQUIRE_CUDA_TOOLS=1): then a missing tool fails.
-    let required = std::env::var("LINATTN_REQUIRE_CUDA_TOOLS").as_deref() == Ok("1");
-    let trial = match tools() {
-        Ok(tools) => Trial::test(NAME, move || compare_all(&tools).map_err(Into::into)),
-        Err(why) if required => Trial::test(NAME, move || Err(why.into())),
-        Err(why) => Trial::test(NAME, || Ok(()))
-            .with_ignored_flag(true)
-            .with_kind(format!("skipped: {why}")),
-    };
-    linattn_testkit::run(vec![trial])
-}
-
-struct Tools {
-    ptxas: PathBuf,
-    nvdisasm: PathBuf,
-}
-
-fn tools() -> Result<Tools, String> {
-    nvrtc_available().map_err(|e| format!("no NVRTC: {e}"))?;
-    let find = |var: &str| -> Result<PathBuf, String> {
-        let path = std::env::var_os(var)
-            .map(PathBuf::from)
-            .ok_or_else(|| format!("{var} is not set (.ci/run installs the tool)"))?;
-        path.is_file()
-            .then_some(path.clone())
-            .ok_or_else(|| format!("{var}={} is not a file", path.display()))
-    };
-    Ok(Tools {
-        ptxas: find("LINATTN_PTXAS")?,
-        nvdisasm: find("LINATTN_NVDISASM")?,
-    })
+    linattn_testkit::run(vec![linattn_testkit::with_cuda_tools(
+        NAME,
+        true,
+        compare_all,
+    )])
 }
 
 /// Per kernel, the PTX lines of its SASS FFMAs (from `nvdisasm -gp` of a `-lineinfo` cubin).

@@ -16,7 +16,6 @@
 //! skipped, with why, and fail when `LINATTN_REQUIRE_CUDA_TOOLS=1` (as CI sets it).
 
 use linattn_lab::profile::against::{self, Pair};
-use linattn_testkit::Trial;
 
 mod h100_reference;
 use h100_reference::Run;
@@ -33,35 +32,17 @@ fn within_10_percent(run: Run) -> usize {
 const EVERY_LAUNCH: (f64, f64) = (0.75, 1.25);
 
 fn main() {
-    let required = std::env::var("LINATTN_REQUIRE_CUDA_TOOLS").as_deref() == Ok("1");
     let mut trials = Vec::new();
     for (name, run) in [
         ("the_sass_estimate_of_the_first_run", Run::First),
         ("the_sass_estimate_of_the_second_run", Run::Second),
         ("the_sass_estimate_of_the_third_run", Run::Third),
     ] {
-        trials.push(match tools() {
-            Ok(()) => Trial::test(name, move || {
-                estimate_within_bounds(run).map_err(Into::into)
-            }),
-            Err(why) if required => Trial::test(name, move || Err(why.into())),
-            Err(why) => Trial::test(name, || Ok(()))
-                .with_ignored_flag(true)
-                .with_kind(format!("skipped: {why}")),
-        });
+        trials.push(linattn_testkit::with_cuda_tools(name, false, move |_| {
+            estimate_within_bounds(run)
+        }));
     }
     linattn_testkit::run(trials)
-}
-
-fn tools() -> Result<(), String> {
-    for var in ["LINATTN_PTXAS", "LINATTN_NVDISASM"] {
-        let path = std::env::var_os(var)
-            .ok_or_else(|| format!("{var} is not set (.ci/run installs the tool)"))?;
-        if !std::path::Path::new(&path).is_file() {
-            return Err(format!("{var}={} is not a file", path.to_string_lossy()));
-        }
-    }
-    Ok(())
 }
 
 /// (launch, kernel, PTX / hardware, estimate / hardware) of every compared launch.

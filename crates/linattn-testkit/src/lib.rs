@@ -10,12 +10,16 @@
 //!   precision's tolerance, cancelled gradients judged against the case's largest (as
 //!   `linattn check` does).
 //! * The simulator's counters per kernel, and how they grow with N.
+//! * The CUDA tools the SASS tests need ([`with_cuda_tools`]): skipped with why where they
+//!   are missing, failing under `LINATTN_REQUIRE_CUDA_TOOLS=1`.
 
 mod counters;
+mod cuda_tools;
 mod oracle;
 mod outcome;
 
 pub use counters::{counters_scale, kernel_counters};
+pub use cuda_tools::{cuda_tools, with_cuda_tools, without_cuda_tools, CudaTools};
 pub use linattn_cuda::Platform;
 pub use oracle::{against_oracle, close, forward_against_oracle, oracle, rounder, run_judged};
 pub use outcome::{all, TrialOutcome};
