@@ -10,13 +10,13 @@
 //! Stamped for the simulator: without NVRTC the trials show as ignored with the reason.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use linattn_lab::profile::against;
 use linattn_testkit::Platform;
 
 mod h100_reference;
-use h100_reference::Run;
+use h100_reference::{linattn, text, Run};
 
 fn csv() -> PathBuf {
     Run::First.csv()
@@ -126,20 +126,6 @@ fn only_known_misses(run: Run, known: &[&str]) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-fn linattn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_linattn"))
-        .args(args)
-        .output()
-        .expect("the linattn binary runs")
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `profile --replay TRACE --against FILE` for the chunked backend's launches alone, `extra`

@@ -21,14 +21,11 @@
 //! Tighten these bounds as the model improves. Stamped for the simulator: without NVRTC the
 //! trials show as ignored with the reason.
 
-use std::path::Path;
-use std::process::Command;
-
 use linattn_lab::profile::{against, times};
 use linattn_testkit::Platform;
 
 mod h100_reference;
-use h100_reference::Run;
+use h100_reference::{linattn, text, Run};
 
 /// What one run's model must keep to.
 struct Bounds {
@@ -88,32 +85,11 @@ fn main() {
     linattn_testkit::run(trials)
 }
 
-fn committed(path: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../bench-results/h100")
-        .join(path)
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// `linattn ARGS`: (exit code, stdout, stderr).
-fn linattn(args: &[&str]) -> Result<(Option<i32>, String, String), String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_linattn"))
-        .args(args)
-        .output()
-        .map_err(|e| format!("the linattn binary: {e}"))?;
-    Ok((
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
-}
-
 /// The chunked kernels at (2, 16384, 16, 128), sampled, beside the 2026-11-27 export: every
 /// launch's model within 1.25× of its measured time, and the run like for like (exit 0).
 fn the_model_time_at_flas_shape_is_within_1_25x() -> Result<(), String> {
-    let csv = committed("2026-11-27/ncu-fla.csv");
-    let (code, stdout, stderr) = linattn(&[
+    let csv = Run::Third.fla_csv().to_string_lossy().into_owned();
+    let out = linattn(&[
         "profile",
         "--backend",
         "sim/causal_chunked/bf16",
@@ -134,7 +110,8 @@ fn the_model_time_at_flas_shape_is_within_1_25x() -> Result<(), String> {
         &csv,
         "--model-within",
         "1.25",
-    ])?;
+    ]);
+    let ((stdout, stderr), code) = (text(&out), out.status.code());
     println!("{stdout}");
     if code != Some(0) {
         return Err(format!(
@@ -151,10 +128,8 @@ fn the_model_time_at_flas_shape_is_within_1_25x() -> Result<(), String> {
 /// The flag fails where a launch is off: the third run at N = 4096 replayed, whose
 /// `nc_reduce` the model puts at 1.37× (the worst there), under `--model-within 1.3`.
 fn model_within_names_each_launch_outside_it() -> Result<(), String> {
-    let (trace, csv) = (
-        committed("2026-11-27/trace-n4096"),
-        committed("2026-11-27/ncu-n4096.csv"),
-    );
+    let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+    let (trace, csv) = (path(Run::Third.trace()), path(Run::Third.csv()));
     let args = |f: &'static str| {
         [
             "profile",
@@ -167,7 +142,11 @@ fn model_within_names_each_launch_outside_it() -> Result<(), String> {
             f,
         ]
     };
-    let (code, _, stderr) = linattn(&args("1.3"))?;
+    let run = |f| {
+        let out = linattn(&args(f));
+        (out.status.code(), text(&out).1)
+    };
+    let (code, stderr) = run("1.3");
     let named: Vec<&str> = stderr
         .lines()
         .filter(|l| l.starts_with("model off by more than 1.3x"))
@@ -178,14 +157,14 @@ fn model_within_names_each_launch_outside_it() -> Result<(), String> {
 {stderr}"
         ));
     }
-    let (code, _, stderr) = linattn(&args("1.5"))?;
+    let (code, stderr) = run("1.5");
     if code != Some(0) {
         return Err(format!(
             "within 1.5x expected: exit {code:?}
 {stderr}"
         ));
     }
-    let (code, _, stderr) = linattn(&args("0.9"))?;
+    let (code, stderr) = run("0.9");
     if code != Some(2) || !stderr.contains("--model-within 0.9: a factor ≥ 1") {
         return Err(format!(
             "a factor under 1 must be refused: exit {code:?}

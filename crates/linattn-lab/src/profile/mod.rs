@@ -391,7 +391,6 @@ fn check_bounds(args: &ProfileArgs) -> Result<(), AttnError> {
 /// Prints the launches beside the export's; exit 1 when some cannot be compared, or (with
 /// `--tolerance`) a held counter is off by more, or (with `--model-within`) a launch's model.
 fn print_against(hw: &[ncu::NcuLaunch], sim: &[SimLaunch], args: &ProfileArgs) -> ExitCode {
-    let tolerance = args.tolerance;
     let pairs = against::pair(hw, sim);
     println!(
         "\nSimulator beside the hardware ({} launches in the file, {} simulated; time: the \
@@ -416,7 +415,7 @@ fn print_against(hw: &[ncu::NcuLaunch], sim: &[SimLaunch], args: &ProfileArgs) -
         );
         code = ExitCode::from(1);
     }
-    if let Some(t) = tolerance {
+    if let Some(t) = args.tolerance {
         let off = against::outside(&pairs, t);
         for line in &off {
             eprintln!("outside {:.1}%: {line}", 100.0 * t);

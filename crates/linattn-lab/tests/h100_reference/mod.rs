@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use linattn_lab::profile::against::SimLaunch;
 use linattn_lab::profile::ncu::{self, NcuLaunch};
@@ -50,6 +51,12 @@ impl Run {
         self.dir().join("ncu-n4096.csv")
     }
 
+    /// The run's Nsight Compute export of the chunked bf16 kernels at fla's shape
+    /// (2, 16384, 16, 128) (the second and third runs).
+    pub fn fla_csv(self) -> PathBuf {
+        self.dir().join("ncu-fla.csv")
+    }
+
     /// The launches of the export as the simulator ran them with the kernels the H100 ran:
     /// their PTX, shapes, arguments and input bytes.
     pub fn trace(self) -> PathBuf {
@@ -68,4 +75,20 @@ impl Run {
         let sim = replay(&self.trace(), sass).map_err(|e| e.to_string())?;
         Ok((hw, sim))
     }
+}
+
+/// `linattn ARGS`, the binary of this build.
+pub fn linattn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_linattn"))
+        .args(args)
+        .output()
+        .expect("the linattn binary runs")
+}
+
+/// (stdout, stderr) of a run, as text.
+pub fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
