@@ -30,7 +30,8 @@
 #   ncu-fla     time, DRAM bytes, occupancy of the chunked bf16 kernels   -> ncu-fla.csv
 #               at (B, T, H, D) = (2, 16384, 16, 128)
 #   ncu-stalls  their warp stall reasons and scheduler statistics there   (in rest.tgz:
-#               (ncu's WarpStateStats and SchedulerStats sections)          ncu/stalls.csv)
+#               (the metrics of ncu's WarpStateStats, SchedulerStats)       ncu/stalls.csv)
+#   ncu-stalls-cr  the same for the recurrent kernels at (4,2048,16,128)     (ncu/stalls-cr.csv)
 #   memcheck    compute-sanitizer memcheck over linattn check, 5 backends -> sanitize.txt
 #   memcheck-seg  the same over seg-check's forward, f16 (N <= 1100)      -> sanitize.txt
 #   racecheck   racecheck over one linattn bench run per backend, N=1100
@@ -187,7 +188,7 @@ collect() { # everything finished so far into $OUT
         [ -f "$f" ] && { echo "==== ${f##*/} (last 300 lines)"; tail -n 300 "$f"; }
     done >"$WORK/sanitize.txt"
     [ -s "$WORK/sanitize.txt" ] && cp "$WORK/sanitize.txt" "$OUT/sanitize.txt"
-    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json mma-probe.json mufu ncu/bench.json ncu/fla-bench.json ncu/stalls.csv ncu/stalls-bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
+    tar -czf "$OUT/.rest.tmp" -C "$WORK" logs latency.json mma-probe.json mufu ncu/bench.json ncu/fla-bench.json ncu/stalls.csv ncu/stalls-bench.json ncu/stalls-cr.csv ncu/stalls-cr-bench.json racecheck-bench.json decode decode-b32 --ignore-failed-read 2>/dev/null
     mv "$OUT/.rest.tmp" "$OUT/rest.tgz"
 }
 add_row() { # NAME STATUS RC SECS DEADLINE LEFT COMMAND...: one line of the step log
@@ -353,16 +354,27 @@ MF=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_
 step ncu-fla 20 60 30 needs=ncu -- bash -c 'ncu --clock-control none --kernel-name "regex:^cc_" --launch-count 40 --metrics "$1" --export "$2" --force-overwrite "${@:4}" && ncu --import "$2.ncu-rep" --csv >"$3"' _ \
     "$MF" "$WORK/ncu/fla" "$OUT/ncu-fla.csv" "$B" bench --backends cuda/causal_chunked/bf16 --n 16384 --batch 2 --heads 16 --dk 128 \
     --mode forward,forward+backward --warmup 0 --repeats 1 --no-progress --out "$WORK/ncu/fla-bench.json"
-# Why the hardware is slower than the model at that shape (the model is 0.70-0.97x of the
-# measured times there): Nsight Compute's WarpStateStats and SchedulerStats sections (the
-# stall reasons per issued instruction, issue slots used, eligible warps), under the names
-# the installed ncu gives them; into rest.tgz (ncu/stalls.csv). The stall reasons are the
-# sections' body (a chart), which the CSV holds only with --print-details all: the
-# 2026-11-27 run's export, without it, has the section headers alone.
+# Why the hardware is slower than the model at that shape: the warp stall reasons (cycles a
+# warp spent in each state per issued instruction, the numbers of ncu's WarpStateStats chart)
+# and the scheduler statistics (issue slots used, active and eligible warps per scheduler),
+# asked for by name with --metrics, so the CSV has them as rows `linattn profile --against`
+# reads beside the model's critical path (on 2026-11-27 the sections alone exported only
+# their headers: the chart is not a metric row). Names unknown to the installed ncu would
+# fail the collection: the step then exports the sections with --print-details all. Into
+# rest.tgz (ncu/stalls.csv; ncu/stalls-cr.csv: the recurrent form at (4, 2048, 16, 128),
+# where the recalibrated model reads 1.05-1.30x of the measured time).
+ST=smsp__inst_executed.sum,gpu__time_duration.sum,smsp__issue_active.avg.per_cycle_active,smsp__warps_active.avg.per_cycle_active,smsp__warps_eligible.avg.per_cycle_active,smsp__average_warp_latency_per_inst_issued.ratio
+for r in barrier branch_resolving dispatch_stall drain imc_miss lg_throttle long_scoreboard math_pipe_throttle membar mio_throttle misc no_instruction not_selected selected short_scoreboard sleeping tex_throttle wait; do
+    ST+=,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
+done
 # shellcheck disable=SC2016 # $1.. are bash -c's own arguments
-step ncu-stalls 20 60 30 needs=ncu -- bash -c 'ncu --clock-control none --kernel-name "regex:^cc_" --launch-count 40 --section WarpStateStats --section SchedulerStats --export "$1" --force-overwrite "${@:3}" && { ncu --import "$1.ncu-rep" --csv --print-metric-name name --print-details all >"$2" || ncu --import "$1.ncu-rep" --csv --print-metric-name name >"$2"; }' _ \
-    "$WORK/ncu/stalls" "$WORK/ncu/stalls.csv" "$B" bench --backends cuda/causal_chunked/bf16 --n 16384 --batch 2 --heads 16 --dk 128 \
+STALLS='ncu --clock-control none --kernel-name "regex:^$1" --launch-count 40 --metrics "$2" --export "$3" --force-overwrite "${@:5}" && ncu --import "$3.ncu-rep" --csv >"$4" || { ncu --clock-control none --kernel-name "regex:^$1" --launch-count 40 --section WarpStateStats --section SchedulerStats --export "$3" --force-overwrite "${@:5}" && ncu --import "$3.ncu-rep" --csv --print-metric-name name --print-details all >"$4"; }'
+step ncu-stalls 20 60 30 needs=ncu -- bash -c "$STALLS" _ cc_ "$ST" "$WORK/ncu/stalls" "$WORK/ncu/stalls.csv" \
+    "$B" bench --backends cuda/causal_chunked/bf16 --n 16384 --batch 2 --heads 16 --dk 128 \
     --mode forward,forward+backward --warmup 0 --repeats 1 --no-progress --out "$WORK/ncu/stalls-bench.json"
+step ncu-stalls-cr 15 45 20 needs=ncu -- bash -c "$STALLS" _ cr_ "$ST" "$WORK/ncu/stalls-cr" "$WORK/ncu/stalls-cr.csv" \
+    "$B" bench --backends cuda/causal_recurrent/bf16 --n 2048 --batch 4 --heads 16 --dk 128 \
+    --mode forward+backward --warmup 0 --repeats 1 --no-progress --out "$WORK/ncu/stalls-cr-bench.json"
 
 # Sanitizers. check has no smaller grid than its default, so memcheck takes 5 backends over
 # it (0 errors in under 35 s on the H100); racecheck, far slower, gets one bench run per backend.
