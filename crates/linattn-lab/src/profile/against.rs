@@ -32,6 +32,8 @@ pub struct SimLaunch {
     pub counters: Counters,
     /// Theoretical occupancy on the modelled part, percent of its warp slots.
     pub occupancy_pct: f64,
+    /// The warps that occupancy puts on each of an SM's schedulers.
+    pub resident_warps_per_scheduler: f64,
     /// The model's time of this launch alone (never a measurement): the latency model,
     /// which of its terms won, and the roofline bound alone.
     pub model_ns: f64,
@@ -62,6 +64,8 @@ impl SimLaunch {
             registers: launch.registers,
             counters: launch.counters,
             occupancy_pct: 100.0 * occ.fraction,
+            resident_warps_per_scheduler: occ.fraction * f64::from(arch.max_warps_per_sm)
+                / f64::from(arch.schedulers_per_sm.max(1)),
             model_ns: 1e9 * model.total_s,
             bound: model.bound,
             roofline_ns: 1e9 * model.roofline.total_s,

@@ -14,6 +14,7 @@ mod record;
 mod sass;
 mod sass_cost;
 mod sass_text;
+mod stalls;
 mod table;
 pub mod times;
 
@@ -405,6 +406,14 @@ fn print_against(hw: &[ncu::NcuLaunch], sim: &[SimLaunch], args: &ProfileArgs) -
     );
     let rows = times::rows(&pairs);
     println!("{}", times::render(&rows));
+    if let Some(table) = stalls::render(&pairs) {
+        println!(
+            "\nWarp cycles per issued instruction, by what the warp waited for: the hardware's \
+             stall reasons (ncu) beside the model's critical path (its CTA's last warp; no \
+             contention in it, which the model adds per wave)"
+        );
+        println!("{table}");
+    }
     let problems: Vec<&String> = pairs.iter().filter_map(|p| p.problem.as_ref()).collect();
     let mut code = ExitCode::SUCCESS;
     if !problems.is_empty() {
