@@ -32,7 +32,11 @@ pub(super) fn per_ptx_line(
     kernel: &str,
     sass: &LineSass,
 ) -> BTreeMap<u32, f64> {
-    let per_execution = sass_per_execution(ptx, kernel, sass);
+    let text = KernelText::of(ptx, kernel);
+    let per_execution = text
+        .as_ref()
+        .map(|t| sass_per_execution(t, sass))
+        .unwrap_or_default();
     let mut executed: HashMap<u32, f64> = lines
         .lines
         .iter()
@@ -44,20 +48,16 @@ pub(super) fn per_ptx_line(
             )
         })
         .collect();
-    let text: Vec<&str> = ptx.lines().collect();
-    if let Some((first, last)) = body(&text, kernel) {
-        let labels: HashMap<&str, usize> = (first..=last)
-            .filter_map(|i| text[i].trim().strip_suffix(':').map(|name| (name, i)))
-            .collect();
+    if let Some(t) = &text {
         let at = |i: usize| sass.get(&(PTX_TEXT.to_string(), i as u32 + 1));
-        for (i, line) in text.iter().enumerate().take(last + 1).skip(first) {
-            let Some(&to) = branch_target(line.trim()).and_then(|t| labels.get(t)) else {
+        for i in t.first..=t.last {
+            let Some(&to) = branch_target(t.lines[i].trim()).and_then(|l| t.labels.get(l)) else {
                 continue;
             };
             // One block (no label inside), no SASS of the branch, at least half the block's
             // SASS predicated.
             let block = i + 1..to;
-            let one_block = to > i && !labels.values().any(|l| block.contains(l));
+            let one_block = to > i && !t.labels.values().any(|l| block.contains(l));
             let (all, guarded) = block
                 .clone()
                 .filter_map(at)
@@ -77,6 +77,32 @@ pub(super) fn per_ptx_line(
         .filter_map(|(line, n)| Some((*line, n * per_execution.get(line)?)))
         .filter(|(_, s)| *s > 0.0)
         .collect()
+}
+
+/// One kernel of a PTX text, read once for both passes: the text's lines, the 0-based first
+/// and last line of the kernel's body (between its braces) and the body's labels.
+struct KernelText<'a> {
+    lines: Vec<&'a str>,
+    first: usize,
+    last: usize,
+    labels: HashMap<&'a str, usize>,
+}
+
+impl<'a> KernelText<'a> {
+    /// None when `ptx` has no entry `kernel`.
+    fn of(ptx: &'a str, kernel: &str) -> Option<KernelText<'a>> {
+        let lines: Vec<&str> = ptx.lines().collect();
+        let (first, last) = body(&lines, kernel)?;
+        let labels = (first..=last)
+            .filter_map(|i| lines[i].trim().strip_suffix(':').map(|name| (name, i)))
+            .collect();
+        Some(KernelText {
+            lines,
+            first,
+            last,
+            labels,
+        })
+    }
 }
 
 /// The CUDA source line (file name without its directory, line) of each PTX line of `ptx`
@@ -120,26 +146,19 @@ pub(super) fn source_line_of_ptx_lines(ptx: &str) -> HashMap<u32, (String, u32)>
     out
 }
 
-/// Per PTX line of `kernel` in `ptx` that has SASS: the SASS instructions one execution of
+/// Per PTX line of the kernel `text` that has SASS: the SASS instructions one execution of
 /// it runs (lines of a loop nested in another count for the innermost).
-fn sass_per_execution(ptx: &str, kernel: &str, sass: &LineSass) -> HashMap<u32, f64> {
+fn sass_per_execution(text: &KernelText<'_>, sass: &LineSass) -> HashMap<u32, f64> {
     let copies = |line: usize| sass.get(&(PTX_TEXT.to_string(), line as u32 + 1));
-    let lines: Vec<&str> = ptx.lines().collect();
+    let (lines, first, last) = (&text.lines, text.first, text.last);
     let mut out: HashMap<u32, f64> = HashMap::new();
-    let Some((first, last)) = body(&lines, kernel) else {
-        return out;
-    };
     // Loops: a branch back to a label above it, as 0-based line ranges.
-    let mut labels: HashMap<&str, usize> = HashMap::new();
-    let mut loops: Vec<(usize, usize)> = Vec::new();
-    for (i, line) in lines.iter().enumerate().take(last + 1).skip(first) {
-        let t = line.trim();
-        if let Some(name) = t.strip_suffix(':') {
-            labels.insert(name, i);
-        } else if let Some(&at) = branch_target(t).and_then(|target| labels.get(target)) {
-            loops.push((at, i));
-        }
-    }
+    let mut loops: Vec<(usize, usize)> = (first..=last)
+        .filter_map(|i| {
+            let &at = branch_target(lines[i].trim()).and_then(|t| text.labels.get(t))?;
+            (at < i).then_some((at, i))
+        })
+        .collect();
     // Each line's innermost loop (the shortest range around it) and its depth.
     loops.sort_by_key(|(a, b)| b - a);
     let depth = |i: usize| loops.iter().filter(|(a, b)| (*a..=*b).contains(&i)).count();
@@ -297,7 +316,7 @@ $L__BB1_1:
             (13, [0, 0, 1]),
             (14, [3, 4, 0]),
         ]);
-        let got = sass_per_execution(PTX, "k", &table);
+        let got = per_execution(PTX, "k", &table);
         let expect = [
             (6, 1.0),
             (8, 1.0),
@@ -319,15 +338,16 @@ $L__BB1_1:
             (10, [6, 0, 0]),
             (12, [2, 0, 0]),
         ]);
-        let got = sass_per_execution(PTX, "k", &flat);
+        let got = per_execution(PTX, "k", &flat);
         assert_eq!((got[&8], got[&9], got[&12]), (1.0, 1.0, 1.0));
         // The other kernel's loop is its own; an unknown kernel has nothing.
         let other = sass(&[(21, [0, 3, 0]), (22, [0, 3, 0])]);
-        assert_eq!(
-            sass_per_execution(PTX, "other", &other).get(&22),
-            Some(&1.0)
-        );
-        assert!(sass_per_execution(PTX, "nope", &table).is_empty());
+        assert_eq!(per_execution(PTX, "other", &other).get(&22), Some(&1.0));
+        assert!(KernelText::of(PTX, "nope").is_none());
+    }
+
+    fn per_execution(ptx: &str, kernel: &str, sass: &LineSass) -> HashMap<u32, f64> {
+        sass_per_execution(&KernelText::of(ptx, kernel).unwrap(), sass)
     }
 
     fn estimate(lines: &SourceLines, ptx: &str, kernel: &str, sass: &LineSass) -> f64 {
