@@ -32,7 +32,9 @@
 //   runs segments instead, no state per chunk in memory (causal_chunked_segments.cuh):
 //   cc_seg_sums (each segment's sum, all at once), cc_seg_scan (the sums into each
 //   segment's S⁰; neither with one segment), cc_forward_seg (O, den of a segment's chunks,
-//   the state carried in registers).           grid (NC/BS − 1 | ⌈(D·M+D)/256⌉ | NC/BS, B·H, ·)
+//   the state carried in registers; at D = M = 128 on sm_90 one CTA of 2 × 8 warps per
+//   segment takes both value slices, staging q̃, k̃ once: CC_SEG_SLICES).
+//                                              grid (NC/BS − 1 | ⌈(D·M+D)/256⌉ | NC/BS, B·H, ·)
 //   Training (a backward follows) at D ≤ 128 on sm_90 (the host's SegmentPlan::trains_on):
 //   the segments' split forms, cc_seg_sums_train, cc_seg_scan, cc_forward_seg_train (k̃ hi +
 //   lo in the state, see precision), which also writes every chunk's S⁰, z⁰ (fp32) and O's

@@ -28,11 +28,31 @@
 #if CC_D <= 128
 #define CC_SEG_THREADS 256
 #define CC_SEG_NT (CC_D / 16)  // n-tiles of a warp's half of the state's D columns
-// q̃, k̃ (natural), the weighted k̃ᵀ, the v slice ᵀ, the packed Sᵀ slice (D/64 tiles of
-// 64 × 16 records, cc_state_put's layout), z.
-#define CC_SEG_SMEM                                                                           \
-    (2 * CC_L * CC_LDD * 2 + CC_D * CC_LDT * 2 + CC_TILE * CC_LDT * 2 + CC_TILE * CC_D * 4 + \
-     2 * CC_D * 4 + CC_DT * 2 * 16 * 16)
+// Value slices per cc_forward_seg CTA. At D = M = 128 on sm_90 one CTA of blockDim (256, 2)
+// takes both 64-wide slices of M, threadIdx.y the slice: the 8 warps of a slice do what a
+// one-slice CTA does, but q̃, k̃ and the weighted k̃ᵀ are staged once for both, each slice
+// fetching and mapping one of the two 64-wide feature tiles (with a CTA per slice, every CTA
+// fetched, mapped and stored all of q and k: ~40% of cc_forward_seg's SASS at
+// (2, 16384, 16, 128), done twice per token). Same warps per SM (512 threads at 128
+// registers: one CTA), 141 KB of shared memory. Elsewhere one slice per CTA: sm_80 spilled at
+// 128 registers at D = 128 (CC_SEG_MIN_CTAS), sm_86/89 have 99 KB. The host mirrors this
+// rule (SegmentPlan::forward_slices); LINATTN_CC_SEG_SLICES=1 compiles the program with
+// CC_SEG_SLICES 1 (one slice per CTA everywhere, as measured on the H100 on 2026-11-27).
+#ifndef CC_SEG_SLICES
+#if CC_D == 128 && CC_M == 128 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define CC_SEG_SLICES 2
+#else
+#define CC_SEG_SLICES 1
+#endif
+#endif
+static_assert(CC_SEG_SLICES == 1 || (CC_SEG_SLICES == 2 && CC_DT == 2 && CC_M == 128),
+              "two slices share D's two feature tiles and cover M = 128");
+#define CC_SEG_DT (CC_DT / CC_SEG_SLICES)  // feature tiles of q, k a slice fetches and stages
+// q̃, k̃ (natural) and the weighted k̃ᵀ, shared by the slices; per slice the v slice ᵀ, the
+// packed Sᵀ slice (D/64 tiles of 64 × 16 records, cc_state_put's layout), z, z's records.
+#define CC_SEG_SHARED_TILES (2 * CC_L * CC_LDD * 2 + CC_D * CC_LDT * 2)
+#define CC_SEG_SLICE_SMEM (CC_TILE * CC_LDT * 2 + CC_TILE * CC_D * 4 + 2 * CC_D * 4 + CC_DT * 2 * 16 * 16)
+#define CC_SEG_SMEM (CC_SEG_SHARED_TILES + CC_SEG_SLICES * CC_SEG_SLICE_SMEM)
 
 // The training split's residue tile of the weighted k̃ᵀ (cc_seg_sums_train, cc_forward_seg_train):
 // [D][64 tokens] 16-bit as 32-bit words of token pairs, rows unpadded (cc_forward_seg_train's
@@ -88,24 +108,26 @@ __device__ __forceinline__ void cc_seg_put(cc_u16* nat, cc_u16* tr, cc_u32* tr_l
     }
 }
 
-// The three tiles of chunk tok0 / 64 into registers: q, k (D/64 feature tiles each) and the
-// v slice at e0, as cc_walk_fetch lays them out for 8 warps.
+// The tiles of chunk tok0 / 64 into registers: q, k (DT feature tiles each, from tile h0)
+// and the v slice at e0, as cc_walk_fetch lays them out for 8 warps. cc_seg_sums: every
+// feature tile of k; cc_forward_seg: a slice's CC_SEG_DT tiles of q and k.
+template <int DT>
 struct cc_seg_raw {
-    cc_u32 q[CC_DT][2 * CC_WALK_STEPS], k[CC_DT][2 * CC_WALK_STEPS], v[2 * CC_WALK_STEPS];
+    cc_u32 q[DT][2 * CC_WALK_STEPS], k[DT][2 * CC_WALK_STEPS], v[2 * CC_WALK_STEPS];
 };
 
 // QZ: q; KV: k and v (cc_forward_seg issues k, v before the state update and q after it, so
 // that q's registers are not live beside the update's).
-template <bool Q, bool KV>
-__device__ __forceinline__ void cc_seg_fetch(cc_seg_raw& r, const la_storage_t* __restrict__ q,
+template <bool Q, bool KV, int DT>
+__device__ __forceinline__ void cc_seg_fetch(cc_seg_raw<DT>& r, const la_storage_t* __restrict__ q,
                                              const la_storage_t* __restrict__ k,
                                              const la_storage_t* __restrict__ v, la_index_t head_row0,
-                                             int tok0, int n, int e0, int dw, int mw, int m_cols) {
+                                             int tok0, int n, int e0, int dw, int mw, int m_cols, int h0) {
 #pragma unroll
-    for (int h = 0; h < CC_DT; ++h) {
-        const int cols = cc_slice_cols<CC_D>(dw, h * CC_TILE);
-        if (Q) cc_walk_fetch(r.q[h], q, head_row0, tok0, n, h * CC_TILE, dw, cols);
-        if (KV) cc_walk_fetch(r.k[h], k, head_row0, tok0, n, h * CC_TILE, dw, cols);
+    for (int i = 0; i < DT; ++i) {
+        const int h = h0 + i, cols = cc_slice_cols<CC_D>(dw, h * CC_TILE);
+        if (Q) cc_walk_fetch(r.q[i], q, head_row0, tok0, n, h * CC_TILE, dw, cols);
+        if (KV) cc_walk_fetch(r.k[i], k, head_row0, tok0, n, h * CC_TILE, dw, cols);
     }
     if (KV) cc_walk_fetch(r.v, v, head_row0, tok0, n, e0, mw, m_cols);
 }
@@ -235,12 +257,16 @@ __device__ __forceinline__ void cc_seg_state_step(float (&run)[CC_SEG_NT][4], fl
 // 2^14; the inter product's column e is multiplied back in fp32) and z likewise with one of
 // its own; then the inter term q̃·S and den's q̃·z (an extra n-tile whose B column 0 is z) in
 // one k-step loop, P = q̃k̃ᵀ masked and decayed and P·v in two halves of the keys, O and den
-// stored; then cc_seg_state_step (S ← λ^L S + ΔS, z likewise). grid (NC/BS, B·H, M/64),
-// CC_SEG_THREADS: warp w = (row group rg = w mod 4, half hh = w / 4): the chunk's rows 16rg ..
-// +15 (queries) × value columns 32hh .. +31 of the slice for O (P is computed by both
-// halves), and the state's rows (values e) 16rg .. +15 × features hh·D/2 .. + D/2 − 1. Two
-// barriers per chunk. Dynamic shared CC_SEG_SMEM (97,280 B at D = 128: with the 2,560 B of
-// static memory the host allows for, inside sm_86/89's 99 KB; 54,272 B at 64).
+// stored; then cc_seg_state_step (S ← λ^L S + ΔS, z likewise). grid (NC/BS, B·H,
+// M/64 / CC_SEG_SLICES), block (CC_SEG_THREADS, CC_SEG_SLICES): threadIdx.y the value slice
+// (e0 = 64 × (blockIdx.z · slices + y)); within a slice warp w = (row group rg = w mod 4, half
+// hh = w / 4): the chunk's rows 16rg .. +15 (queries) × value columns 32hh .. +31 of the slice
+// for O (P is computed by both halves, and by both slices), and the state's rows (values e)
+// 16rg .. +15 × features hh·D/2 .. + D/2 − 1. q̃, k̃ and the weighted k̃ᵀ are shared: slice y
+// stages feature tiles y·CC_SEG_DT .. (all of them with one slice). Two barriers per chunk,
+// over the whole CTA. Dynamic shared CC_SEG_SMEM (97,280 B at D = 128 with one slice: with
+// the 2,560 B of static memory the host allows for, inside sm_86/89's 99 KB; 141,312 B with
+// two, sm_90; 54,272 B at 64).
 // TRAIN (cc_forward_seg_train, a forward the backward follows; its segments' S⁰ from
 // cc_seg_sums_train): k̃ split hi + lo in the state step (cc_seg_state_step SPLIT: the lo
 // tile, CC_SEG_TRAIN_SMEM, 113,664 B at D = 128), and what cc_forward_h (split) +
@@ -272,7 +298,10 @@ cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __re
     cc_u16* s_q = (cc_u16*)cc_smem;                  // [64 i][LDD]  q̃
     cc_u16* s_k = s_q + CC_L * CC_LDD;               // [64 j][LDD]  k̃
     cc_u16* s_kt = s_k + CC_L * CC_LDD;              // [D][LDT]     λ^{L−1−j} k̃_j, transposed
-    cc_u16* s_vt = s_kt + CC_D * CC_LDT;             // [64 e][LDT]  v slice, transposed
+    // This slice's region (CC_SEG_SLICE_SMEM bytes each, after the shared tiles).
+    const int slice = CC_SEG_SLICES > 1 ? (int)threadIdx.y : 0;
+    unsigned char* const slices = cc_smem + CC_SEG_SHARED_TILES;
+    cc_u16* s_vt = (cc_u16*)(slices + slice * CC_SEG_SLICE_SMEM);  // [64 e][LDT]  v slice, transposed
     uint4* s_st = (uint4*)(s_vt + CC_TILE * CC_LDT);  // D/64 × [64 e][16 records]  packed Sᵀ
     float* s_z = (float*)(s_st + CC_DT * CC_TILE * 16);  // [2][D] z, by chunk parity
     // z packed as the B operand of an extra n-tile of the inter product: per d-tile 2 rows of
@@ -280,12 +309,17 @@ cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __re
     // row 1 zeros read by the others, so den's q̃·z comes from the tensor cores with q̃'s
     // fragments already loaded.
     uint4* s_zrec = (uint4*)(s_z + 2 * CC_D);  // D/64 × [2][16 records]
-    cc_u32* s_kt_lo = (cc_u32*)(s_zrec + CC_DT * 2 * 16);  // TRAIN: [D][32 words] k̃w's residue
-    __shared__ __align__(16) float s_w[CC_L], s_rowmax[2][CC_TILE], s_unscale[CC_TILE];
-    __shared__ float s_zmax[2];  // max |z| over each half of D
+    // TRAIN: [D][32 words] k̃w's residue, shared (after every slice's region).
+    cc_u32* s_kt_lo = (cc_u32*)(slices + CC_SEG_SLICES * CC_SEG_SLICE_SMEM);
+    __shared__ __align__(16) float s_w[CC_L], s_rowmax_all[CC_SEG_SLICES][2][CC_TILE],
+        s_unscale_all[CC_SEG_SLICES][CC_TILE];
+    __shared__ float s_zmax_all[CC_SEG_SLICES][2];  // max |z| over each half of D
     __shared__ float s_log2_decay;  // log2 λ (see `zero` in the loop)
+    float(*const s_rowmax)[CC_TILE] = s_rowmax_all[slice];
+    float* const s_unscale = s_unscale_all[slice];
+    float* const s_zmax = s_zmax_all[slice];
 
-    const int seg = blockIdx.x, bh = blockIdx.y, e0 = blockIdx.z * CC_TILE;
+    const int seg = blockIdx.x, bh = blockIdx.y, e0 = (blockIdx.z * CC_SEG_SLICES + slice) * CC_TILE;
     const int num_segments = (num_chunks + seg_chunks - 1) / seg_chunks;
     const int first = seg * seg_chunks, end = min(first + seg_chunks, num_chunks);
     const int dw = cc_width<CC_D>(d), mw = cc_width<CC_M>(m);
@@ -296,8 +330,10 @@ cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __re
     const int row0 = rg * 16;              // queries (O) and values e (the state)
     const int dc0 = hh * (CC_D / 2);       // the state's first feature column of this warp
     const bool normalised = cc_normalised(map);
-    for (int j = threadIdx.x; j < CC_L; j += CC_SEG_THREADS) s_w[j] = cc_pow(log2_decay, (float)(CC_L - 1 - j));
-    if (threadIdx.x == 0) s_log2_decay = log2_decay;
+    if (slice == 0) {  // the shared values, once
+        for (int j = threadIdx.x; j < CC_L; j += CC_SEG_THREADS) s_w[j] = cc_pow(log2_decay, (float)(CC_L - 1 - j));
+        if (threadIdx.x == 0) s_log2_decay = log2_decay;
+    }
 
     // S⁰ of the segment (fragment layout: rows e = row0 + g (+8), columns dc0 + 8nt + 2t, +1);
     // z⁰ into shared memory (z lives there: its update reads one parity, writes the other).
@@ -327,8 +363,9 @@ cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __re
         mz = fmaxf(mz, __shfl_xor_sync(LA_FULL_MASK, mz, 2));
         if (lane == 0) s_zmax[hh] = mz;
     }
-    cc_seg_raw raw;
-    cc_seg_fetch<true, true>(raw, q, k, v, head_row0, first * CC_L, n, e0, dw, mw, m_cols);
+    cc_seg_raw<CC_SEG_DT> raw;  // this slice's feature tiles of q, k: h0 .. h0 + CC_SEG_DT − 1
+    const int h0 = slice * CC_SEG_DT;
+    cc_seg_fetch<true, true>(raw, q, k, v, head_row0, first * CC_L, n, e0, dw, mw, m_cols, h0);
 
     for (int chunk = first; chunk < end; ++chunk) {
         const int tok0 = chunk * CC_L;
@@ -349,7 +386,7 @@ cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __re
         // z's power of two, read here: the row-group-0 warps write the next chunk's max
         // during this one.
         const int z_exp = cc_split_exp(fmaxf(s_zmax[0], s_zmax[1]));
-        if (TRAIN && blockIdx.z == 0 && rg == 0 && g == 0) {  // z⁰ of this chunk, slice 0's
+        if (TRAIN && blockIdx.z == 0 && slice == 0 && rg == 0 && g == 0) {  // z⁰ of this chunk, slice 0's
 #pragma unroll
             for (int nt = 0; nt < CC_SEG_NT; ++nt) {
                 const int f = dc0 + 8 * nt + 2 * t;
@@ -393,10 +430,10 @@ cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __re
             }
         }
 #pragma unroll
-        for (int h = 0; h < CC_DT; ++h) {
-            const int cols = cc_slice_cols<CC_D>(dw, h * CC_TILE);
-            cc_seg_put(s_q, nullptr, nullptr, raw.q[h], h * CC_TILE, tok0, n, cols, map, nullptr);
-            cc_seg_put<true, TRAIN>(s_k, s_kt, s_kt_lo, raw.k[h], h * CC_TILE, tok0, n, cols, map, s_w);
+        for (int i = 0; i < CC_SEG_DT; ++i) {  // this slice's feature tiles (all with one slice)
+            const int h = h0 + i, cols = cc_slice_cols<CC_D>(dw, h * CC_TILE);
+            cc_seg_put(s_q, nullptr, nullptr, raw.q[i], h * CC_TILE, tok0, n, cols, map, nullptr);
+            cc_seg_put<true, TRAIN>(s_k, s_kt, s_kt_lo, raw.k[i], h * CC_TILE, tok0, n, cols, map, s_w);
         }
         cc_walk_put<false, false, false>(s_vt, nullptr, raw.v, tok0, n, m_cols, LA_MAP_IDENTITY, nullptr,
                                          nullptr, nullptr);
@@ -515,7 +552,7 @@ cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __re
         // The next chunk's tiles, in flight during the stores and the state update (fetched
         // after P and the products: with P live they would spill).
         if (chunk + 1 < end)
-            cc_seg_fetch<false, true>(raw, q, k, v, head_row0, tok0 + CC_L, n, e0, dw, mw, m_cols);
+            cc_seg_fetch<false, true>(raw, q, k, v, head_row0, tok0 + CC_L, n, e0, dw, mw, m_cols, h0);
 
         const int i_lo = tok0 + row0 + g, i_hi = i_lo + 8;
         const float den_lo = normalised ? w_lo * qz_lo + row_sum[0] + eps : 1.0f;
@@ -527,7 +564,7 @@ cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __re
             cc_store_o_pair<TRAIN>(out, out_lo, normalised, o[2 * pp], o[2 * pp + 1], inv_lo, inv_hi,
                                    32 * hh + pp * 16 < m_cols, head_row0, i_lo, n, mw, e);
         }
-        if (blockIdx.z == 0 && hh == 0 && t == 0) {
+        if (blockIdx.z == 0 && slice == 0 && hh == 0 && t == 0) {
             if (i_lo < n) den_out[head_row0 + i_lo] = den_lo;
             if (i_hi < n) den_out[head_row0 + i_hi] = den_hi;
         }
@@ -535,13 +572,13 @@ cc_forward_seg_body(const la_storage_t* __restrict__ q, const la_storage_t* __re
 
         cc_seg_state_step<false, TRAIN>(run, s_z + ((chunk - first + 1) & 1) * CC_D, z_cur, s_zmax, s_vt,
                                         s_kt, s_kt_lo, chunk_decay);
-        cc_seg_fetch<true, false>(raw, q, k, v, head_row0, tok0 + CC_L, n, e0, dw, mw, m_cols);
+        cc_seg_fetch<true, false>(raw, q, k, v, head_row0, tok0 + CC_L, n, e0, dw, mw, m_cols, h0);
     }
 }
 
 // The two entry points, one parameter list (cc_forward_seg does not use chunk_states, out_lo).
 #define CC_FORWARD_SEG_ENTRY(name, TRAIN)                                                          \
-    extern "C" __global__ void __launch_bounds__(CC_SEG_THREADS, CC_SEG_MIN_CTAS) name(               \
+    extern "C" __global__ void __launch_bounds__(CC_SEG_THREADS * CC_SEG_SLICES, CC_SEG_MIN_CTAS / CC_SEG_SLICES) name( \
         const la_storage_t* __restrict__ q, const la_storage_t* __restrict__ k,                     \
         const la_storage_t* __restrict__ v, const float* __restrict__ states,                       \
         float* __restrict__ chunk_states, la_storage_t* __restrict__ out,                           \

@@ -24,6 +24,8 @@
 #   lin-*       linattn bench at fla's benchmark shapes, one per shape   -> side-by-side.tgz
 #   peers       fla chunk / fused-recurrent and SDPA flash, one process   (with ratios.txt:
 #   ratios      linattn chunked bf16 / fla chunk per shape and mode        the table)
+#   slices1-*   the chunked bf16 forward, forward+backward with one value   (side-by-side.tgz)
+#               slice per segmented CTA (LINATTN_CC_SEG_SLICES=1), D = 128 shapes
 #   split-*     the chunked bf16 forward+backward with the gradients'      (side-by-side.tgz)
 #               slices split (LINATTN_CC_GRAD_SLICES=split), per shape
 #   ncu         Nsight Compute counters of the hot kernels (N=4096)      -> ncu.csv
@@ -327,6 +329,17 @@ for sh in "${SHAPES[@]}"; do
     sbs_files+=("$WORK/sbs/lin-b$b-n$n-h$h-d$d.json")
 done
 step ratios 2 10 1 -- "$PY" "$PACK/gpu_summary.py" ratios --out "$WORK/sbs/ratios.txt" "${sbs_files[@]}" "$WORK/sbs/peers.json"
+# The segmented kernels with one value slice per CTA (LINATTN_CC_SEG_SLICES=1, the kernels
+# of 2026-11-27), beside the lin-* steps' default, where D = M = 128 pairs both slices in one
+# CTA on sm_90: at the D = 128 shapes only (D = 64 never pairs). The program is compiled on
+# the machine (the pack's cache holds the default programs), ~10 s once.
+for sh in "${SHAPES[@]}"; do
+    IFS=x read -r b n h d <<<"$sh"
+    [ "$d" = 128 ] || continue
+    step "slices1-b$b-n$n" 5 30 8 -- env LINATTN_CC_SEG_SLICES=1 "$B" bench --backends cuda/causal_chunked/bf16 \
+        --n "$n" --batch "$b" --heads "$h" --dk "$d" --mode forward,forward+backward --cell-seconds 0.3 --warmup 3 \
+        --no-progress --deadline @DEADLINE@ --out "$WORK/sbs/slices1-b$b-n$n-h$h-d$d.json"
+done
 # The chunked gradient kernels with their output slices split (one CTA per 64-wide slice),
 # beside the lin-* steps' default (one CTA per chunk looping over them from 1024 chunk-CTAs,
 # every fla shape): which spread the hardware prefers, shape by shape.

@@ -63,10 +63,10 @@ mod entries;
 mod plan;
 mod segmented;
 pub use plan::{
-    auto_seg_chunks, grad_slices_looped, tile_width, trains_in_segments, GradSlices, LaunchPlan,
-    SegmentPlan, Segments, CHUNK, DEFAULT_SM_COUNT, GO_THREADS, GO_TOKENS, GRAD_LOOP_MIN_CTAS,
-    GRAD_SLICES_VAR, HEAD_DIMS, SCAN_THREADS, SEGMENTS_VAR, SEG_CTAS_PER_SM, SEG_LENGTHS,
-    SEG_THREADS, STATIC_SHARED_MAX, TILE, TILE_WIDTHS,
+    auto_seg_chunks, grad_slices_looped, seg_slices_override, tile_width, trains_in_segments,
+    GradSlices, LaunchPlan, SegmentPlan, Segments, CHUNK, DEFAULT_SM_COUNT, GO_THREADS, GO_TOKENS,
+    GRAD_LOOP_MIN_CTAS, GRAD_SLICES_VAR, HEAD_DIMS, SCAN_THREADS, SEGMENTS_VAR, SEG_CTAS_PER_SM,
+    SEG_LENGTHS, SEG_SLICES_VAR, SEG_THREADS, STATIC_SHARED_MAX, TILE, TILE_WIDTHS,
 };
 use plan::{check_head_dims, grids, ScalarArgs};
 use segmented::{KeptOut, SegKernels, SegOutputs};
@@ -125,13 +125,18 @@ pub fn variant(precision: Precision, dk: usize, dv: usize) -> Result<KernelVaria
         .filter(|e| width(dk) <= 128 || !segmented.contains(e))
         .filter(|e| trains_in_segments(width(dk), width(dv)) || !training.contains(e))
         .collect();
-    Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
+    let variant = KernelVariant::new(SOURCE_NAME, SOURCE)
         .headers(HEADERS)
         .define(storage_name, storage_value)
         .define("CC_D", width(dk))
         .define("CC_M", width(dv))
         .entries(&entries)
-        .hot())
+        .hot();
+    // LINATTN_CC_SEG_SLICES=1: the one-slice segmented CTAs (Kernels::load agrees).
+    match seg_slices_override().map_err(|e| Unsupported::Problem(e.to_string()))? {
+        Some(slices) => Ok(variant.define("CC_SEG_SLICES", slices as usize)),
+        None => Ok(variant),
+    }
 }
 
 /// Every (precision, tile width of D, of M) program: what CI compiles for sm_80 and sm_90.
@@ -244,21 +249,33 @@ impl Kernels {
             Ok(k)
         };
         let segmented = match &plan.segments {
-            Some(seg) => Some(SegKernels {
-                sums: kernel(params::SegSums::SPEC, seg.smem_sums)?,
-                scan: kernel(params::SegScan::SPEC, 0)?,
-                forward: kernel(params::ForwardSeg::SPEC, seg.smem_forward)?,
-                train: if trains_in_segments(plan.tile_d, plan.tile_m)
-                    && seg.trains_on(info.compute_capability, info.max_shared_per_block_optin)
-                {
-                    Some((
-                        kernel(params::SegSumsTrain::SPEC, seg.smem_sums_train)?,
-                        kernel(params::ForwardSegTrain::SPEC, seg.smem_forward_train)?,
-                    ))
-                } else {
-                    None
-                },
-            }),
+            Some(seg) => {
+                // The program's CC_SEG_SLICES, by the arch it is compiled for.
+                let arch = exec.arch();
+                let slices = match seg_slices_override()? {
+                    Some(forced) => forced,
+                    None => seg.forward_slices((arch.major, arch.minor)),
+                };
+                Some(SegKernels {
+                    sums: kernel(params::SegSums::SPEC, seg.sums_shared(slices, false))?,
+                    scan: kernel(params::SegScan::SPEC, 0)?,
+                    forward: kernel(params::ForwardSeg::SPEC, seg.forward_shared(slices, false))?,
+                    train: if trains_in_segments(plan.tile_d, plan.tile_m)
+                        && seg.trains_on(info.compute_capability, info.max_shared_per_block_optin)
+                    {
+                        Some((
+                            kernel(params::SegSumsTrain::SPEC, seg.sums_shared(slices, true))?,
+                            kernel(
+                                params::ForwardSegTrain::SPEC,
+                                seg.forward_shared(slices, true),
+                            )?,
+                        ))
+                    } else {
+                        None
+                    },
+                    slices,
+                })
+            }
             None => None,
         };
         Ok(Kernels {

@@ -492,6 +492,55 @@ fn the_inference_forward_runs_in_segments_of_the_length_with_the_fewest_chunk_wa
     assert!(!seg.trains_on((9, 0), 99 * 1024));
     assert!(trains_in_segments(128, 128) && trains_in_segments(64, 64));
     assert!(!trains_in_segments(128, 64) && !trains_in_segments(256, 64));
+    // At D = M = 128, kernels built for sm_90 take both value slices in one CTA of (256, 2)
+    // threads (CC_SEG_SLICES): grid z halves, each slice adds its vᵀ, packed Sᵀ, z and z's
+    // records (141,312 B with the shared q̃, k̃, k̃wᵀ), and the training form still fits
+    // sm_90's opt-in; sm_80 keeps one slice per CTA.
+    assert!(seg.pairs_slices);
+    assert_eq!(seg.forward_slices((9, 0)), 2);
+    assert_eq!(seg.forward_slices((8, 0)), 1);
+    assert_eq!(
+        seg.smem_forward_slice,
+        64 * 72 * 2 + 64 * 128 * 4 + 2 * 128 * 4 + 2 * 512
+    );
+    let paired = seg.forward_launch(2, false);
+    assert_eq!((paired.grid, paired.block), ((16, 32, 1), (256, 2, 1)));
+    assert_eq!(paired.shared_bytes, 141_312);
+    assert_eq!(
+        seg.forward_launch(2, true).shared_bytes,
+        141_312 + 128 * 64 * 2
+    );
+    // The sums pair the same way: the weighted k̃ᵀ shared, a vᵀ and z per slice.
+    assert_eq!(seg.smem_sums_slice, 64 * 72 * 2 + 2 * 128 * 4);
+    let sums = seg.sums_launch(2, false);
+    assert_eq!(
+        (sums.grid, sums.block, sums.shared_bytes),
+        (
+            (15, 32, 1),
+            (256, 2, 1),
+            128 * 72 * 2 + 2 * (64 * 72 * 2 + 2 * 128 * 4)
+        )
+    );
+    assert_eq!(
+        seg.sums_launch(2, true).shared_bytes,
+        sums.shared_bytes + 128 * 64 * 2
+    );
+    assert_eq!(seg.sums_launch(1, false).grid, (15, 32, 2));
+    let single = seg.forward_launch(1, false);
+    assert_eq!(
+        (single.grid, single.block, single.shared_bytes),
+        ((16, 32, 2), (256, 1, 1), seg.smem_forward)
+    );
+    // M = 64 (one slice) and D = 64 (one feature tile to share) never pair.
+    for (d, m) in [(128, 64), (64, 128), (64, 64)] {
+        let s = plan(2, 16384, 16, d, m, Segments::Chunks(16))
+            .segments
+            .expect("segments");
+        assert!(
+            !s.pairs_slices && s.forward_slices((9, 0)) == 1,
+            "D = {d}, M = {m}"
+        );
+    }
     // D = 256 never (the state slice would not fit), by default or forced.
     assert_eq!(plan(2, 16384, 16, 256, 64, Segments::Auto).segments, None);
     assert_eq!(plan(1, 300, 1, 256, 64, Segments::Chunks(2)).segments, None);

@@ -5,6 +5,7 @@
 use linattn_core::{AttnError, Precision, Problem, Shape, Unsupported};
 
 use super::entries::params;
+use crate::executor::Launch;
 use crate::limits::{Axis, Grid};
 use crate::runtime::as_i32;
 
@@ -124,6 +125,28 @@ pub fn auto_seg_chunks(shape: &Shape, sm_count: usize) -> usize {
 pub const SEG_THREADS: u32 = 256;
 pub const SCAN_THREADS: u32 = 256;
 
+/// The environment variable [`seg_slices_override`] reads.
+pub const SEG_SLICES_VAR: &str = "LINATTN_CC_SEG_SLICES";
+
+/// `LINATTN_CC_SEG_SLICES=1`: every segmented CTA takes one value slice, as the kernels did
+/// before D = M = 128 paired them on sm_90 (the programs are then compiled with
+/// `CC_SEG_SLICES` 1: to time both on one GPU, and to hold the model to the 2026-11-27 H100
+/// run, which measured the one-slice kernels). Unset, empty or `auto`: None, the program's
+/// own rule ([`SegmentPlan::forward_slices`]). Another value is an error naming the variable.
+pub fn seg_slices_override() -> Result<Option<u32>, AttnError> {
+    match std::env::var(SEG_SLICES_VAR) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) => match v.trim() {
+            "" | "auto" => Ok(None),
+            "1" => Ok(Some(1)),
+            other => Err(AttnError::InvalidArgument(format!(
+                "{SEG_SLICES_VAR}={other}: give auto or 1 (one value slice per CTA)"
+            ))),
+        },
+        Err(e) => Err(AttnError::InvalidArgument(format!("{SEG_SLICES_VAR}: {e}"))),
+    }
+}
+
 /// How the inference forward is split: `auto` by [`auto_seg_chunks`], or forced
 /// (`LINATTN_CC_SEGMENTS=off|BS`: to time both on a GPU, or to run short segments on the
 /// simulator at a small shape).
@@ -191,15 +214,26 @@ pub struct SegmentPlan {
     /// (segments − 1, B·H, M/64), `SEG_THREADS` per block: cc_seg_sums (the last segment's sum
     /// is never read); not launched with one segment.
     pub grid_sums: (u32, u32, u32),
-    /// cc_seg_sums: the weighted k̃ᵀ, the v slice, z (`CC_SEG_SUMS_SMEM`).
+    /// cc_seg_sums with one slice per CTA: the weighted k̃ᵀ, the v slice, z
+    /// (`CC_SEG_SUMS_SMEM`); each further slice adds `smem_sums_slice`, its v slice and z
+    /// (`CC_SEG_SUMS_SLICE_SMEM`). Launched by [`sums_launch`](Self::sums_launch).
     pub smem_sums: u32,
+    pub smem_sums_slice: u32,
     /// (⌈(D·M + D)/256⌉, B·H, 1), `SCAN_THREADS` per block; not launched with one segment.
     pub grid_scan: (u32, u32, u32),
-    /// (segments, B·H, M/64), `SEG_THREADS` per block.
+    /// (segments, B·H, M/64), `SEG_THREADS` per block: one value slice per CTA (the launch
+    /// takes [`forward_launch`](Self::forward_launch)'s, which may pair them).
     pub grid_forward: (u32, u32, u32),
-    /// cc_forward_seg: q̃, k̃, the weighted k̃ᵀ, the v slice, the packed Sᵀ slice, z (fp32,
-    /// two parities) and z's packed records (`CC_SEG_SMEM`).
+    /// cc_forward_seg with one slice per CTA: q̃, k̃, the weighted k̃ᵀ, the v slice, the
+    /// packed Sᵀ slice, z (fp32, two parities) and z's packed records (`CC_SEG_SMEM`).
     pub smem_forward: u32,
+    /// The part of `smem_forward` each further slice of a CTA adds: its v slice, packed Sᵀ
+    /// slice, z and z's records (`CC_SEG_SLICE_SMEM`).
+    pub smem_forward_slice: u32,
+    /// Whether D's and M's tile widths are both 128, where kernels compiled for sm_90 and
+    /// newer take both value slices in one CTA of the sums and of the forward
+    /// ([`forward_slices`](Self::forward_slices)).
+    pub pairs_slices: bool,
     /// The training forward's (`cc_seg_sums_train`, `cc_forward_seg_train`): each also the
     /// residue tile of the split k̃ᵀ, D × 64 16-bit (`CC_SEG_SUMS_TRAIN_SMEM`,
     /// `CC_SEG_TRAIN_SMEM`).
@@ -219,9 +253,76 @@ impl SegmentPlan {
     /// fla's shapes, equal at (8, 1024, 8, 64), 0.96× at (4, 4096, 64, 128); the recalibrated
     /// model says 0.93×. Kept until a second run settles the 1–3.5% (CHUNKED-DESIGN.md).
     pub fn trains_on(&self, compute_capability: (u32, u32), max_optin: u64) -> bool {
+        let slices = self.forward_slices(compute_capability);
         compute_capability.0 >= 9
-            && u64::from(self.smem_forward_train.max(self.smem_sums_train)) + STATIC_SHARED_MAX
+            && u64::from(
+                self.forward_shared(slices, true)
+                    .max(self.sums_shared(slices, true)),
+            ) + STATIC_SHARED_MAX
                 <= max_optin
+    }
+
+    /// Value slices per `cc_seg_sums` and `cc_forward_seg` CTA in kernels compiled for `arch`
+    /// (major, minor): `CC_SEG_SLICES`'s rule, 2 where D and M are 128 on sm_90 and newer (a
+    /// CTA of 2 × 8 warps stages k̃ (and q̃) once for both slices), else 1.
+    pub fn forward_slices(&self, arch: (u32, u32)) -> u32 {
+        if self.pairs_slices && arch.0 >= 9 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Dynamic shared bytes of the sums (`train`: the training form) with `slices` per CTA.
+    pub fn sums_shared(&self, slices: u32, train: bool) -> u32 {
+        let one = if train {
+            self.smem_sums_train
+        } else {
+            self.smem_sums
+        };
+        sliced_bytes(one, self.smem_sums_slice, slices)
+    }
+
+    /// Dynamic shared bytes of the forward (`train`: the training form) with `slices` per CTA.
+    pub fn forward_shared(&self, slices: u32, train: bool) -> u32 {
+        let one = if train {
+            self.smem_forward_train
+        } else {
+            self.smem_forward
+        };
+        sliced_bytes(one, self.smem_forward_slice, slices)
+    }
+
+    /// The sums' launch with `slices` per CTA ([`sliced_launch`]).
+    pub fn sums_launch(&self, slices: u32, train: bool) -> Launch {
+        sliced_launch(self.grid_sums, slices, self.sums_shared(slices, train))
+    }
+
+    /// The forward's launch with `slices` per CTA ([`sliced_launch`]).
+    pub fn forward_launch(&self, slices: u32, train: bool) -> Launch {
+        sliced_launch(
+            self.grid_forward,
+            slices,
+            self.forward_shared(slices, train),
+        )
+    }
+}
+
+/// Shared bytes of a segmented CTA of `slices` value slices: `one` for a one-slice CTA, and
+/// `per_slice` more for each further slice.
+fn sliced_bytes(one: u32, per_slice: u32, slices: u32) -> u32 {
+    one + (slices.max(1) - 1) * per_slice
+}
+
+/// A segmented launch of the one-slice `grid` with `slices` value slices per CTA: grid z over
+/// M/64 / slices, blocks of `SEG_THREADS` × slices (threadIdx.y the slice).
+fn sliced_launch(grid: (u32, u32, u32), slices: u32, shared_bytes: u32) -> Launch {
+    let slices = slices.max(1);
+    let (x, y, z) = grid;
+    Launch {
+        grid: (x, y, z.div_ceil(slices)),
+        block: (SEG_THREADS, slices, 1),
+        shared_bytes,
     }
 }
 
@@ -437,13 +538,12 @@ impl LaunchPlan {
                 let num_segments = num_chunks.div_ceil(seg_chunks);
                 let [sums, scan, forward] = seg_grids(shape, seg_chunks);
                 as_i32("chunks per segment", seg_chunks)?;
-                let sums_bytes = d * ld_t * half + TILE * ld_t * half + 2 * d * 4;
-                let forward_bytes = 2 * CHUNK * ld_d * half
-                    + d * ld_t * half
-                    + TILE * ld_t * half
-                    + TILE * d * 4
-                    + 2 * d * 4
-                    + d / TILE * 2 * 16 * 16;
+                let sums_slice_bytes = TILE * ld_t * half + 2 * d * 4;
+                let sums_bytes = d * ld_t * half + sums_slice_bytes;
+                // CC_SEG_SLICE_SMEM: the v slice, the packed Sᵀ slice, z, z's records.
+                let slice_bytes =
+                    TILE * ld_t * half + TILE * d * 4 + 2 * d * 4 + d / TILE * 2 * 16 * 16;
+                let forward_bytes = 2 * CHUNK * ld_d * half + d * ld_t * half + slice_bytes;
                 // The split k̃ᵀ's residue, unpadded (cc_seg_lo_word).
                 let lo_tile = d * CHUNK * half;
                 // One segment launches neither the sums nor the scan: no grid for them.
@@ -463,9 +563,12 @@ impl LaunchPlan {
                         })?,
                     grid_sums,
                     smem_sums: u(sums_bytes, "shared bytes")?,
+                    smem_sums_slice: u(sums_slice_bytes, "shared bytes")?,
                     grid_scan,
                     grid_forward: forward.dims()?,
                     smem_forward: u(forward_bytes, "shared bytes")?,
+                    smem_forward_slice: u(slice_bytes, "shared bytes")?,
+                    pairs_slices: d == 128 && m == 128,
                     smem_sums_train: u(sums_bytes + lo_tile, "shared bytes")?,
                     smem_forward_train: u(forward_bytes + lo_tile, "shared bytes")?,
                 })

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use linattn_core::AttnError;
 
 use super::entries::params;
-use super::plan::{ScalarArgs, SegmentPlan, SCAN_THREADS, SEG_THREADS};
+use super::plan::{ScalarArgs, SegmentPlan, SCAN_THREADS};
 use crate::executor::{Executor, Kernel, Launch};
 use crate::form::DeviceInputs;
 use crate::memory::DeviceBuffer;
@@ -23,6 +23,9 @@ pub(super) struct SegKernels {
     pub forward: Kernel,
     /// `cc_seg_sums_train`, `cc_forward_seg_train`.
     pub train: Option<(Kernel, Kernel)>,
+    /// Value slices per sums and forward CTA in this program
+    /// ([`SegmentPlan::forward_slices`]).
+    pub slices: u32,
 }
 
 impl SegKernels {
@@ -88,12 +91,7 @@ pub(super) fn forward<T>(
             d: a.d,
             m: a.m,
         };
-        let smem = if train {
-            seg.smem_sums_train
-        } else {
-            seg.smem_sums
-        };
-        let launch = Launch::new(seg.grid_sums, SEG_THREADS).with_shared(smem);
+        let launch = seg.sums_launch(kernels.slices, train);
         launch_form(exec, sums, &launch, params, train, params::SegSumsTrain)?;
         // Segment 0 starts from zero (cc_forward_seg): one segment needs no scan either.
         let seg_decay = (f64::from(a.chunk_decay)).powi(seg_chunks) as f32;
@@ -130,12 +128,7 @@ pub(super) fn forward<T>(
         d: a.d,
         m: a.m,
     };
-    let smem = if train {
-        seg.smem_forward_train
-    } else {
-        seg.smem_forward
-    };
-    let launch = Launch::new(seg.grid_forward, SEG_THREADS).with_shared(smem);
+    let launch = seg.forward_launch(kernels.slices, train);
     launch_form(
         exec,
         forward,

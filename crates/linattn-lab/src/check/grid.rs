@@ -99,6 +99,11 @@ pub(super) fn long_cases(first_index: usize) -> Vec<Case> {
             problems.push(Problem::new(shape, causality, FeatureMap::EluPlusOne));
         }
     }
+    // fla's head dims, D = M = 128, where on sm_90 the chunked form's segmented CTAs take
+    // both value slices (the default grid keeps M ≠ D): causal, decayed, 64 chunks. Last,
+    // so that the cases before keep their indices and seeds.
+    let shape = Shape::new(1, 2, LONG_SEQ_LENS[0], 128, 128);
+    problems.push(Problem::new(shape, Causality::Causal, FeatureMap::EluPlusOne).with_decay(DECAY));
     let mut cases = numbered(problems, true);
     for c in &mut cases {
         c.index += first_index;
@@ -195,6 +200,14 @@ mod tests {
         };
         let long = long_cases(100);
         assert!(long.iter().all(|c| c.long && c.index >= 100));
+        // The D = M = 64 cases first (their indices as before the D = M = 128 one was added).
+        assert_eq!(long.len(), 2 * LONG_SEQ_LENS.len() + 1);
+        let last = long.last().unwrap().problem;
+        assert_eq!(
+            (last.shape.dk, last.shape.dv, last.decay),
+            (128, 128, DECAY)
+        );
+        assert!(long[..6].iter().all(|c| c.problem.shape.dk == 64));
         let reference = info(
             "cpu-ref/causal_recurrent/f64",
             DeviceKind::Cpu,

@@ -58,7 +58,7 @@ pub struct CheckArgs {
     /// the covering default grid.
     #[arg(long)]
     full: bool,
-    /// Add N ∈ {4096, 16384, 65536} (B = 1, H = 2, D = M = 64, elu+1) for non-reference backends
+    /// Add N ∈ {4096, 16384, 65536} (B = 1, H = 2, D = M = 64, elu+1) and N = 4096 at D = M = 128 (causal, λ = 0.97) for non-reference backends
     /// (not cpu-ref/*, not softmax on the CPU; softmax elsewhere up to N = 4096 only).
     #[arg(long)]
     long: bool,

@@ -79,7 +79,13 @@ impl Run {
 
 /// `linattn ARGS`, the binary of this build.
 pub fn linattn(args: &[&str]) -> Output {
+    linattn_with(&[], args)
+}
+
+/// `linattn ARGS` with the environment variables `env` set.
+pub fn linattn_with(env: &[(&str, &str)], args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_linattn"))
+        .envs(env.iter().copied())
         .args(args)
         .output()
         .expect("the linattn binary runs")
