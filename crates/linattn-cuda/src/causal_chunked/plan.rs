@@ -293,12 +293,13 @@ impl SegmentPlan {
         sliced_bytes(one, self.smem_forward_slice, slices)
     }
 
-    /// The sums' launch with `slices` per CTA ([`sliced_launch`]).
+    /// The sums' launch with `slices` per CTA: grid z over M/64 / slices, blocks of
+    /// `SEG_THREADS` × slices (threadIdx.y the slice).
     pub fn sums_launch(&self, slices: u32, train: bool) -> Launch {
         sliced_launch(self.grid_sums, slices, self.sums_shared(slices, train))
     }
 
-    /// The forward's launch with `slices` per CTA ([`sliced_launch`]).
+    /// The forward's launch with `slices` per CTA, as [`sums_launch`](Self::sums_launch).
     pub fn forward_launch(&self, slices: u32, train: bool) -> Launch {
         sliced_launch(
             self.grid_forward,
