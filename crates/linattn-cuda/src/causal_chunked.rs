@@ -125,18 +125,13 @@ pub fn variant(precision: Precision, dk: usize, dv: usize) -> Result<KernelVaria
         .filter(|e| width(dk) <= 128 || !segmented.contains(e))
         .filter(|e| trains_in_segments(width(dk), width(dv)) || !training.contains(e))
         .collect();
-    let variant = KernelVariant::new(SOURCE_NAME, SOURCE)
+    Ok(KernelVariant::new(SOURCE_NAME, SOURCE)
         .headers(HEADERS)
         .define(storage_name, storage_value)
         .define("CC_D", width(dk))
         .define("CC_M", width(dv))
         .entries(&entries)
-        .hot();
-    // LINATTN_CC_SEG_SLICES=1: the one-slice segmented CTAs (Kernels::load agrees).
-    match seg_slices_override().map_err(|e| Unsupported::Problem(e.to_string()))? {
-        Some(slices) => Ok(variant.define("CC_SEG_SLICES", slices as usize)),
-        None => Ok(variant),
-    }
+        .hot())
 }
 
 /// Every (precision, tile width of D, of M) program: what CI compiles for sm_80 and sm_90.
@@ -233,10 +228,13 @@ struct Kernels {
 }
 
 impl Kernels {
+    /// `forced_slices`: the value slices per segmented CTA the variant was compiled with
+    /// (`CC_SEG_SLICES`), or None for the program's own rule.
     fn load(
         exec: &Arc<dyn Executor>,
         variant: &KernelVariant,
         plan: &LaunchPlan,
+        forced_slices: Option<u32>,
     ) -> Result<Self, AttnError> {
         let info = exec.info();
         let kernel = |spec: ParamSpec, shared: u32| -> Result<Kernel, AttnError> {
@@ -252,10 +250,8 @@ impl Kernels {
             Some(seg) => {
                 // The program's CC_SEG_SLICES, by the arch it is compiled for.
                 let arch = exec.arch();
-                let slices = match seg_slices_override()? {
-                    Some(forced) => forced,
-                    None => seg.forward_slices((arch.major, arch.minor)),
-                };
+                let slices =
+                    forced_slices.unwrap_or_else(|| seg.forward_slices((arch.major, arch.minor)));
                 Some(SegKernels {
                     sums: kernel(params::SegSums::SPEC, seg.sums_shared(slices, false))?,
                     scan: kernel(params::SegScan::SPEC, 0)?,
@@ -424,8 +420,14 @@ impl<T: StorageElem> DeviceForm<T> for CausalChunked {
         let plan = LaunchPlan::with_segments(&shape, self.segments, sm_count)?;
         let map = map_code(&problem.map, T::PRECISION)?;
         let args = ScalarArgs::new(problem, &plan, map)?;
-        let variant = variant(T::PRECISION, shape.dk, shape.dv)?;
-        let kernels = Kernels::load(exec, &variant, &plan)?;
+        // LINATTN_CC_SEG_SLICES=1: the program with one value slice per segmented CTA (a bad
+        // value fails the run here, naming the variable).
+        let slices = seg_slices_override()?;
+        let mut variant = variant(T::PRECISION, shape.dk, shape.dv)?;
+        if let Some(forced) = slices {
+            variant = variant.define("CC_SEG_SLICES", forced);
+        }
+        let kernels = Kernels::load(exec, &variant, &plan, slices)?;
         Ok(Plan {
             plan,
             args,

@@ -7,10 +7,13 @@
 //! profile`'s launch list on the simulator.
 //! And `linattn check --forward-only`, the harness's way to judge that forward (a check with
 //! ∂L/∂O runs the training forward instead), passes in segments of 2 with only O judged.
+//! And at D = M = 128 the segmented CTAs take both value slices by default (sm_90, the
+//! simulator's arch), one each with `LINATTN_CC_SEG_SLICES=1`, with bit-identical outputs.
 
 use linattn_testkit::Platform;
 use serde_json::Value;
 
+mod attend_common;
 mod cli_common;
 
 fn main() {
@@ -30,7 +33,163 @@ fn main() {
             "check_forward_only_judges_the_segmented_forward",
             check_forward_only_judges_the_segmented_forward()
     ));
+    trials.extend(linattn_testkit::stamp_executors!(
+        for platform in [Platform::Sim] =>
+            "the_slices_variable_pairs_or_splits_the_value_slices_with_the_same_results",
+            the_slices_variable_pairs_or_splits_the_value_slices_with_the_same_results()
+    ));
     linattn_testkit::run(trials)
+}
+
+/// (kernel, CTAs, threads per CTA) of the segmented launches of `linattn profile` at
+/// B = 1, H = 2, N = 300, D = M = 128, forward and forward+backward, in segments of 2, with
+/// `LINATTN_CC_SEG_SLICES` set to `slices` (unset: None).
+fn segmented_ctas(slices: Option<&str>) -> Result<Vec<(String, u64, u64)>, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let json = dir.path().join("profile.json");
+    let mut command = cli_common::linattn_command();
+    command.args([
+        "profile",
+        "--backend",
+        "sim/causal_chunked/bf16",
+        "--batch",
+        "1",
+        "--heads",
+        "2",
+        "--n",
+        "300",
+        "--d",
+        "128",
+        "--mode",
+        "forward,forward+backward",
+        "--quiet",
+        "--json",
+    ]);
+    command.arg(&json).env("LINATTN_CC_SEGMENTS", "2");
+    command.env_remove("LINATTN_CC_SEG_SLICES");
+    if let Some(s) = slices {
+        command.env("LINATTN_CC_SEG_SLICES", s);
+    }
+    let out = command.output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(cli_common::stderr(&out));
+    }
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let mut launches = Vec::new();
+    for p in v["profiles"].as_array().ok_or("no profiles")? {
+        for k in p["kernels"].as_array().ok_or("no kernels")? {
+            let name = k["kernel"].as_str().unwrap_or_default();
+            if name.starts_with("cc_seg_sums") || name.starts_with("cc_forward_seg") {
+                let num = |key: &str| k[key].as_u64().ok_or(format!("{name}: no {key}"));
+                launches.push((name.to_string(), num("ctas")?, num("threads_per_cta")?));
+            }
+        }
+    }
+    Ok(launches)
+}
+
+/// O, dQ, dK, dV of `linattn attend` on the simulator (bf16, λ = 0.97, segments of 2) at
+/// B = 1, H = 2, N = 200, D = M = 128, with `LINATTN_CC_SEG_SLICES` set to `slices`: the
+/// four files' bytes, or the run's stderr.
+fn attend_outputs(dir: &std::path::Path, slices: Option<&str>) -> Result<Vec<Vec<u8>>, String> {
+    let dims = [1, 2, 200, 128];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut draw = |len: usize| -> Vec<f64> {
+        (0..len)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+            })
+            .collect()
+    };
+    for name in ["q", "k", "v", "do"] {
+        let path = dir.join(format!("{name}.npy"));
+        if !path.exists() {
+            attend_common::write_npy(&path, &dims, &draw(dims.iter().product()), true);
+        }
+    }
+    let out_dir = dir.join(format!("out-{}", slices.unwrap_or("default")));
+    let mut command = cli_common::linattn_command();
+    command
+        .args([
+            "attend",
+            "--backend",
+            "sim/causal_chunked/bf16",
+            "--decay",
+            "0.97",
+        ])
+        .arg("--q")
+        .arg(dir.join("q.npy"))
+        .arg("--k")
+        .arg(dir.join("k.npy"))
+        .arg("--v")
+        .arg(dir.join("v.npy"))
+        .arg("--d-out")
+        .arg(dir.join("do.npy"))
+        .arg("--out-dir")
+        .arg(&out_dir)
+        .env("LINATTN_CC_SEGMENTS", "2")
+        .env_remove("LINATTN_CC_SEG_SLICES");
+    if let Some(s) = slices {
+        command.env("LINATTN_CC_SEG_SLICES", s);
+    }
+    let out = command.output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(cli_common::stderr(&out));
+    }
+    ["o", "dq", "dk", "dv"]
+        .iter()
+        .map(|t| std::fs::read(out_dir.join(format!("{t}.npy"))).map_err(|e| e.to_string()))
+        .collect()
+}
+
+fn the_slices_variable_pairs_or_splits_the_value_slices_with_the_same_results() -> Result<(), String>
+{
+    let paired = segmented_ctas(None)?;
+    let single = segmented_ctas(Some("1"))?;
+    // Both modes' sums and forwards: 3 segments (2 of sums), B·H = 2, M/64 = 2 slices.
+    let want_paired = [
+        ("cc_seg_sums", 4, 512),
+        ("cc_forward_seg", 6, 512),
+        ("cc_seg_sums_train", 4, 512),
+        ("cc_forward_seg_train", 6, 512),
+    ];
+    let shown = |v: &[(String, u64, u64)]| format!("{v:?}");
+    let as_owned = |w: &[(&str, u64, u64)]| -> Vec<(String, u64, u64)> {
+        w.iter().map(|(k, c, t)| (k.to_string(), *c, *t)).collect()
+    };
+    if paired != as_owned(&want_paired) {
+        return Err(format!(
+            "by default: {}, want {want_paired:?}",
+            shown(&paired)
+        ));
+    }
+    let want_single: Vec<(String, u64, u64)> = want_paired
+        .iter()
+        .map(|(k, c, _)| (k.to_string(), 2 * c, 256))
+        .collect();
+    if single != want_single {
+        return Err(format!(
+            "LINATTN_CC_SEG_SLICES=1: {}, want {}",
+            shown(&single),
+            shown(&want_single)
+        ));
+    }
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    if attend_outputs(dir.path(), None)? != attend_outputs(dir.path(), Some("1"))? {
+        return Err("O, dQ, dK or dV differ between paired and single slices".into());
+    }
+    for bad in ["2", "pair"] {
+        match attend_outputs(dir.path(), Some(bad)) {
+            Ok(_) => return Err(format!("LINATTN_CC_SEG_SLICES={bad} ran")),
+            Err(e) if e.contains(&format!("LINATTN_CC_SEG_SLICES={bad}")) => {}
+            Err(e) => return Err(format!("LINATTN_CC_SEG_SLICES={bad}: {e}")),
+        }
+    }
+    Ok(())
 }
 
 fn check_forward_only_judges_the_segmented_forward() -> Result<(), String> {
