@@ -45,37 +45,15 @@ fn main() {
 /// B = 1, H = 2, N = 300, D = M = 128, forward and forward+backward, in segments of 2, with
 /// `LINATTN_CC_SEG_SLICES` set to `slices` (unset: None).
 fn segmented_ctas(slices: Option<&str>) -> Result<Vec<(String, u64, u64)>, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let json = dir.path().join("profile.json");
-    let mut command = cli_common::linattn_command();
-    command.args([
-        "profile",
-        "--backend",
+    let v = profile_json(
         "sim/causal_chunked/bf16",
-        "--batch",
-        "1",
-        "--heads",
-        "2",
-        "--n",
-        "300",
-        "--d",
         "128",
-        "--mode",
         "forward,forward+backward",
-        "--quiet",
-        "--json",
-    ]);
-    command.arg(&json).env("LINATTN_CC_SEGMENTS", "2");
-    command.env_remove("LINATTN_CC_SEG_SLICES");
-    if let Some(s) = slices {
-        command.env("LINATTN_CC_SEG_SLICES", s);
-    }
-    let out = command.output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(cli_common::stderr(&out));
-    }
-    let v: Value = serde_json::from_slice(&std::fs::read(&json).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
+        &[
+            ("LINATTN_CC_SEGMENTS", Some("2")),
+            ("LINATTN_CC_SEG_SLICES", slices),
+        ],
+    )?;
     let mut launches = Vec::new();
     for p in v["profiles"].as_array().ok_or("no profiles")? {
         for k in p["kernels"].as_array().ok_or("no kernels")? {
@@ -87,6 +65,49 @@ fn segmented_ctas(slices: Option<&str>) -> Result<Vec<(String, u64, u64)>, Strin
         }
     }
     Ok(launches)
+}
+
+/// `linattn profile --backend BACKEND` at B = 1, H = 2, N = 300, D = M = `d`, modes `mode`,
+/// its JSON; each of `env` set (Some) or removed (None).
+fn profile_json(
+    backend: &str,
+    d: &str,
+    mode: &str,
+    env: &[(&str, Option<&str>)],
+) -> Result<Value, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let json = dir.path().join("profile.json");
+    let mut command = cli_common::linattn_command();
+    command.args([
+        "profile",
+        "--backend",
+        backend,
+        "--batch",
+        "1",
+        "--heads",
+        "2",
+        "--n",
+        "300",
+        "--d",
+        d,
+        "--mode",
+        mode,
+        "--quiet",
+        "--json",
+    ]);
+    command.arg(&json);
+    for (name, value) in env {
+        match value {
+            Some(v) => command.env(name, v),
+            None => command.env_remove(name),
+        };
+    }
+    let out = command.output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(cli_common::stderr(&out));
+    }
+    serde_json::from_slice(&std::fs::read(&json).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())
 }
 
 /// O, dQ, dK, dV of `linattn attend` on the simulator (bf16, λ = 0.97, segments of 2) at
@@ -245,37 +266,12 @@ fn check_forward_only_judges_the_segmented_forward() -> Result<(), String> {
 /// ran at B = 1, H = 2, N = 300, D = M = 64, with `LINATTN_CC_SEGMENTS` set to `segments`
 /// (unset: None).
 fn forward_kernels(segments: Option<&str>, train: bool) -> Result<Vec<String>, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let json = dir.path().join("profile.json");
-    let mut command = cli_common::linattn_command();
-    command.args([
-        "profile",
-        "--backend",
+    let v = profile_json(
         "sim/causal_chunked/f16",
-        "--batch",
-        "1",
-        "--heads",
-        "2",
-        "--n",
-        "300",
-        "--d",
         "64",
-        "--mode",
         if train { "forward+backward" } else { "forward" },
-        "--quiet",
-        "--json",
-    ]);
-    command.arg(&json);
-    command.env_remove("LINATTN_CC_SEGMENTS");
-    if let Some(s) = segments {
-        command.env("LINATTN_CC_SEGMENTS", s);
-    }
-    let out = command.output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(cli_common::stderr(&out));
-    }
-    let v: Value = serde_json::from_slice(&std::fs::read(&json).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
+        &[("LINATTN_CC_SEGMENTS", segments)],
+    )?;
     Ok(v["profiles"][0]["kernels"]
         .as_array()
         .ok_or("no kernels in the profile")?
