@@ -26,8 +26,6 @@
 #   ratios      linattn chunked bf16 / fla chunk per shape and mode        the table)
 #   slices1-*   the chunked bf16 forward, forward+backward with one value   (side-by-side.tgz)
 #               slice per segmented CTA (LINATTN_CC_SEG_SLICES=1), D = 128 shapes
-#   split-*     the chunked bf16 forward+backward with the gradients'      (side-by-side.tgz)
-#               slices split (LINATTN_CC_GRAD_SLICES=split), per shape
 #   ncu         Nsight Compute counters of the hot kernels (N=4096)      -> ncu.csv
 #   ncu-fla     time, DRAM bytes, occupancy of the chunked bf16 kernels   -> ncu-fla.csv
 #               at (B, T, H, D) = (2, 16384, 16, 128)
@@ -39,6 +37,8 @@
 #   racecheck   racecheck over one linattn bench run per backend, N=1100
 #   decode      linattn bench --mode decode, context 2^8..2^16           (in rest.tgz)
 #   decode-b32  the same at B = H = 32, D = M = 128, context 2^8            (in rest.tgz)
+#   split-*     the chunked bf16 forward+backward with the gradients'      (side-by-side.tgz)
+#               slices split (LINATTN_CC_GRAD_SLICES=split), per shape
 #   perchunk-*  the chunked bf16 forward and forward+backward per chunk    (side-by-side.tgz)
 #               (LINATTN_CC_SEGMENTS=off), beside lin-*'s segments
 #   sweep       linattn bench B=4 H=16 D=64, N=2^10..2^16                -> sweep.json
@@ -340,16 +340,6 @@ for sh in "${SHAPES[@]}"; do
         --n "$n" --batch "$b" --heads "$h" --dk "$d" --mode forward,forward+backward --cell-seconds 0.3 --warmup 3 \
         --no-progress --deadline @DEADLINE@ --out "$WORK/sbs/slices1-b$b-n$n-h$h-d$d.json"
 done
-# The chunked gradient kernels with their output slices split (one CTA per 64-wide slice),
-# beside the lin-* steps' default (one CTA per chunk looping over them from 1024 chunk-CTAs,
-# every fla shape): which spread the hardware prefers, shape by shape.
-for sh in "${SHAPES[@]}"; do
-    IFS=x read -r b n h d <<<"$sh"
-    step "split-b$b-n$n" 5 20 6 -- env LINATTN_CC_GRAD_SLICES=split "$B" bench --backends cuda/causal_chunked/bf16 \
-        --n "$n" --batch "$b" --heads "$h" --dk "$d" --mode forward+backward --cell-seconds 0.3 --warmup 3 \
-        --no-progress --deadline @DEADLINE@ --out "$WORK/sbs/split-b$b-n$n-h$h-d$d.json"
-done
-
 # Hardware counters of the hot kernels (prefixes of kernels/*.cu), one run each.
 M=smsp__inst_executed.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__maximum_warps_per_active_cycle_pct,gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,launch__block_size
 HOT=cuda/causal_chunked/f16,cuda/causal_recurrent/f16,cuda/noncausal/f16,cuda/causal_cumsum/f16
@@ -404,6 +394,17 @@ step decode 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32,cuda/
 # The state update at scale (#21's target: >= 70% of HBM at B = H = 32, D = M = 128).
 step decode-b32 8 20 10 -- "$B" bench --mode decode --backends cuda/decode/f32 --batch 32 --heads 32 \
     --dk 128 --n 2^8 --no-progress --deadline @DEADLINE@ --out "$WORK/decode-b32"
+# The chunked gradient kernels with their output slices split (one CTA per 64-wide slice),
+# after the counters and sanitizers since 2026-11-27 (the stall reasons come first),
+# beside the lin-* steps' default (one CTA per chunk looping over them from 1024 chunk-CTAs,
+# every fla shape): which spread the hardware prefers, shape by shape.
+for sh in "${SHAPES[@]}"; do
+    IFS=x read -r b n h d <<<"$sh"
+    step "split-b$b-n$n" 5 20 6 -- env LINATTN_CC_GRAD_SLICES=split "$B" bench --backends cuda/causal_chunked/bf16 \
+        --n "$n" --batch "$b" --heads "$h" --dk "$d" --mode forward+backward --cell-seconds 0.3 --warmup 3 \
+        --no-progress --deadline @DEADLINE@ --out "$WORK/sbs/split-b$b-n$n-h$h-d$d.json"
+done
+
 # The chunked form per chunk (inference: cc_forward_h + cc_forward; training: the split walk +
 # cc_forward_train, then the backward), beside the lin-* steps' default, which runs both
 # forwards in segments at every fla shape (D <= 128; training on sm_90): which the hardware
