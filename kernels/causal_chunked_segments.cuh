@@ -36,7 +36,7 @@
 // (2, 16384, 16, 128), done twice per token). Same warps per SM (512 threads at 128
 // registers: one CTA), 141 KB of shared memory. Elsewhere one slice per CTA: sm_80 spilled at
 // 128 registers at D = 128 (CC_SEG_MIN_CTAS), sm_86/89 have 99 KB. The host mirrors this
-// rule (SegmentPlan::forward_slices); LINATTN_CC_SEG_SLICES=1 compiles the program with
+// rule (SegmentPlan::slices_per_cta); LINATTN_CC_SEG_SLICES=1 compiles the program with
 // CC_SEG_SLICES 1 (one slice per CTA everywhere, as measured on the H100 on 2026-11-27).
 #ifndef CC_SEG_SLICES
 #if CC_D == 128 && CC_M == 128 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -251,14 +251,17 @@ impl Kernels {
                 // The program's CC_SEG_SLICES, by the arch it is compiled for.
                 let arch = exec.arch();
                 let slices =
-                    forced_slices.unwrap_or_else(|| seg.forward_slices((arch.major, arch.minor)));
+                    forced_slices.unwrap_or_else(|| seg.slices_per_cta((arch.major, arch.minor)));
                 Some(SegKernels {
                     sums: kernel(params::SegSums::SPEC, seg.sums_shared(slices, false))?,
                     scan: kernel(params::SegScan::SPEC, 0)?,
                     forward: kernel(params::ForwardSeg::SPEC, seg.forward_shared(slices, false))?,
                     train: if trains_in_segments(plan.tile_d, plan.tile_m)
-                        && seg.trains_on(info.compute_capability, info.max_shared_per_block_optin)
-                    {
+                        && seg.trains_on(
+                            info.compute_capability,
+                            info.max_shared_per_block_optin,
+                            slices,
+                        ) {
                         Some((
                             kernel(params::SegSumsTrain::SPEC, seg.sums_shared(slices, true))?,
                             kernel(

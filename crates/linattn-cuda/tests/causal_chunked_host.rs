@@ -487,9 +487,12 @@ fn the_inference_forward_runs_in_segments_of_the_length_with_the_fewest_chunk_wa
     assert_eq!(seg.smem_forward_train, seg.smem_forward + 128 * 64 * 2);
     // They run on sm_90 (opt-in 227 KB), not on sm_80 (the model: no gain there) nor on
     // sm_86/89 (99 KB); the program has them but at D = 128, M = 64 and D = 256.
-    assert!(seg.trains_on((9, 0), 227 * 1024));
-    assert!(!seg.trains_on((8, 0), 163 * 1024));
-    assert!(!seg.trains_on((9, 0), 99 * 1024));
+    let on = |cc: (u32, u32), optin: u64| seg.trains_on(cc, optin, seg.slices_per_cta(cc));
+    assert!(on((9, 0), 227 * 1024));
+    assert!(!on((8, 0), 163 * 1024));
+    assert!(!on((9, 0), 99 * 1024));
+    // With LINATTN_CC_SEG_SLICES=1 on sm_90: the one-slice shared memory, which fits too.
+    assert!(seg.trains_on((9, 0), 227 * 1024, 1));
     assert!(trains_in_segments(128, 128) && trains_in_segments(64, 64));
     assert!(!trains_in_segments(128, 64) && !trains_in_segments(256, 64));
     // At D = M = 128, kernels built for sm_90 take both value slices in one CTA of (256, 2)
@@ -497,8 +500,8 @@ fn the_inference_forward_runs_in_segments_of_the_length_with_the_fewest_chunk_wa
     // records (141,312 B with the shared q̃, k̃, k̃wᵀ), and the training form still fits
     // sm_90's opt-in; sm_80 keeps one slice per CTA.
     assert!(seg.pairs_slices);
-    assert_eq!(seg.forward_slices((9, 0)), 2);
-    assert_eq!(seg.forward_slices((8, 0)), 1);
+    assert_eq!(seg.slices_per_cta((9, 0)), 2);
+    assert_eq!(seg.slices_per_cta((8, 0)), 1);
     assert_eq!(
         seg.smem_forward_slice,
         64 * 72 * 2 + 64 * 128 * 4 + 2 * 128 * 4 + 2 * 512
@@ -537,7 +540,7 @@ fn the_inference_forward_runs_in_segments_of_the_length_with_the_fewest_chunk_wa
             .segments
             .expect("segments");
         assert!(
-            !s.pairs_slices && s.forward_slices((9, 0)) == 1,
+            !s.pairs_slices && s.slices_per_cta((9, 0)) == 1,
             "D = {d}, M = {m}"
         );
     }

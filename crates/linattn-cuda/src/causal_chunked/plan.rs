@@ -50,18 +50,12 @@ impl GradSlices {
     /// `LINATTN_CC_GRAD_SLICES` (unset or empty: `auto`); another value is an error naming
     /// the variable and what it takes.
     pub fn from_env() -> Result<Self, AttnError> {
-        match std::env::var(GRAD_SLICES_VAR) {
-            Err(std::env::VarError::NotPresent) => Ok(GradSlices::Auto),
-            Ok(v) => match v.trim() {
-                "" | "auto" => Ok(GradSlices::Auto),
-                "loop" => Ok(GradSlices::Loop),
-                "split" => Ok(GradSlices::Split),
-                other => Err(AttnError::InvalidArgument(format!(
-                    "{GRAD_SLICES_VAR}={other}: give auto, loop or split"
-                ))),
-            },
-            Err(e) => Err(AttnError::InvalidArgument(format!(
-                "{GRAD_SLICES_VAR}: {e}"
+        match env_choice(GRAD_SLICES_VAR)?.as_deref() {
+            None => Ok(GradSlices::Auto),
+            Some("loop") => Ok(GradSlices::Loop),
+            Some("split") => Ok(GradSlices::Split),
+            Some(other) => Err(AttnError::InvalidArgument(format!(
+                "{GRAD_SLICES_VAR}={other}: give auto, loop or split"
             ))),
         }
     }
@@ -132,18 +126,29 @@ pub const SEG_SLICES_VAR: &str = "LINATTN_CC_SEG_SLICES";
 /// before D = M = 128 paired them on sm_90 (the programs are then compiled with
 /// `CC_SEG_SLICES` 1: to time both on one GPU, and to hold the model to the 2026-11-27 H100
 /// run, which measured the one-slice kernels). Unset, empty or `auto`: None, the program's
-/// own rule ([`SegmentPlan::forward_slices`]). Another value is an error naming the variable.
+/// own rule ([`SegmentPlan::slices_per_cta`]). Another value is an error naming the variable.
 pub fn seg_slices_override() -> Result<Option<u32>, AttnError> {
-    match std::env::var(SEG_SLICES_VAR) {
+    match env_choice(SEG_SLICES_VAR)?.as_deref() {
+        None => Ok(None),
+        Some("1") => Ok(Some(1)),
+        Some(other) => Err(AttnError::InvalidArgument(format!(
+            "{SEG_SLICES_VAR}={other}: give auto or 1 (one value slice per CTA)"
+        ))),
+    }
+}
+
+/// What the environment variable `var` asks for beyond the default: None when it is unset,
+/// empty or `auto`, else its trimmed value; an error naming it when it is not Unicode. The
+/// one reader of the chunked form's switches (`LINATTN_CC_GRAD_SLICES`, `_SEGMENTS`,
+/// `_SEG_SLICES`), which each name the values they take.
+fn env_choice(var: &str) -> Result<Option<String>, AttnError> {
+    match std::env::var(var) {
         Err(std::env::VarError::NotPresent) => Ok(None),
         Ok(v) => match v.trim() {
             "" | "auto" => Ok(None),
-            "1" => Ok(Some(1)),
-            other => Err(AttnError::InvalidArgument(format!(
-                "{SEG_SLICES_VAR}={other}: give auto or 1 (one value slice per CTA)"
-            ))),
+            other => Ok(Some(other.to_string())),
         },
-        Err(e) => Err(AttnError::InvalidArgument(format!("{SEG_SLICES_VAR}: {e}"))),
+        Err(e) => Err(AttnError::InvalidArgument(format!("{var}: {e}"))),
     }
 }
 
@@ -172,17 +177,13 @@ impl Segments {
                 "{SEGMENTS_VAR}={what}: give auto, off or a segment length in chunks (1..=65536)"
             ))
         };
-        match std::env::var(SEGMENTS_VAR) {
-            Err(std::env::VarError::NotPresent) => Ok(Segments::Auto),
-            Ok(v) => match v.trim() {
-                "" | "auto" => Ok(Segments::Auto),
-                "off" => Ok(Segments::Off),
-                other => match other.parse::<usize>() {
-                    Ok(bs) if (1..=65536).contains(&bs) => Ok(Segments::Chunks(bs)),
-                    _ => Err(bad(other)),
-                },
+        match env_choice(SEGMENTS_VAR)?.as_deref() {
+            None => Ok(Segments::Auto),
+            Some("off") => Ok(Segments::Off),
+            Some(other) => match other.parse::<usize>() {
+                Ok(bs) if (1..=65536).contains(&bs) => Ok(Segments::Chunks(bs)),
+                _ => Err(bad(other)),
             },
-            Err(e) => Err(AttnError::InvalidArgument(format!("{SEGMENTS_VAR}: {e}"))),
         }
     }
 
@@ -232,7 +233,7 @@ pub struct SegmentPlan {
     pub smem_forward_slice: u32,
     /// Whether D's and M's tile widths are both 128, where kernels compiled for sm_90 and
     /// newer take both value slices in one CTA of the sums and of the forward
-    /// ([`forward_slices`](Self::forward_slices)).
+    /// ([`slices_per_cta`](Self::slices_per_cta)).
     pub pairs_slices: bool,
     /// The training forward's (`cc_seg_sums_train`, `cc_forward_seg_train`): each also the
     /// residue tile of the split k̃ᵀ, D × 64 16-bit (`CC_SEG_SUMS_TRAIN_SMEM`,
@@ -252,8 +253,10 @@ impl SegmentPlan {
     /// not bear the model out: forward+backward 1.01–1.035× the per-chunk one's at three of
     /// fla's shapes, equal at (8, 1024, 8, 64), 0.96× at (4, 4096, 64, 128); the recalibrated
     /// model says 0.93×. Kept until a second run settles the 1–3.5% (CHUNKED-DESIGN.md).
-    pub fn trains_on(&self, compute_capability: (u32, u32), max_optin: u64) -> bool {
-        let slices = self.forward_slices(compute_capability);
+    /// `slices`: the value slices per CTA the program's segmented kernels take
+    /// ([`slices_per_cta`](Self::slices_per_cta), or `LINATTN_CC_SEG_SLICES`'s), whose
+    /// shared memory must fit.
+    pub fn trains_on(&self, compute_capability: (u32, u32), max_optin: u64, slices: u32) -> bool {
         compute_capability.0 >= 9
             && u64::from(
                 self.forward_shared(slices, true)
@@ -265,7 +268,7 @@ impl SegmentPlan {
     /// Value slices per `cc_seg_sums` and `cc_forward_seg` CTA in kernels compiled for `arch`
     /// (major, minor): `CC_SEG_SLICES`'s rule, 2 where D and M are 128 on sm_90 and newer (a
     /// CTA of 2 × 8 warps stages k̃ (and q̃) once for both slices), else 1.
-    pub fn forward_slices(&self, arch: (u32, u32)) -> u32 {
+    pub fn slices_per_cta(&self, arch: (u32, u32)) -> u32 {
         if self.pairs_slices && arch.0 >= 9 {
             2
         } else {

@@ -24,7 +24,7 @@ pub(super) struct SegKernels {
     /// `cc_seg_sums_train`, `cc_forward_seg_train`.
     pub train: Option<(Kernel, Kernel)>,
     /// Value slices per sums and forward CTA in this program
-    /// ([`SegmentPlan::forward_slices`]).
+    /// ([`SegmentPlan::slices_per_cta`]).
     pub slices: u32,
 }
 

@@ -136,9 +136,9 @@ pub const GROUPS: &[Group] = &[
 pub struct Breakdown {
     pub per_instruction: f64,
     pub groups: Vec<Option<f64>>,
-    /// Hardware: (active, eligible) per cycle (NaN: active absent from the export); model:
-    /// (resident in theory, none).
-    pub warps: (f64, Option<f64>),
+    /// Warps per scheduler, each with what it counts: the hardware's active and eligible
+    /// per cycle (those the export has), the model's resident in theory.
+    pub warps: Vec<(&'static str, f64)>,
 }
 
 /// The hardware's side, if the launch has any stall reason (a reason the export lacks counts
@@ -156,10 +156,10 @@ pub fn hardware(h: &super::ncu::NcuLaunch) -> Option<Breakdown> {
     Some(Breakdown {
         per_instruction,
         groups,
-        warps: (
-            h.metric(WARPS_ACTIVE).unwrap_or(f64::NAN),
-            h.metric(WARPS_ELIGIBLE),
-        ),
+        warps: [("active", WARPS_ACTIVE), ("eligible", WARPS_ELIGIBLE)]
+            .into_iter()
+            .filter_map(|(what, metric)| Some((what, h.metric(metric)?)))
+            .collect(),
     })
 }
 
@@ -188,7 +188,7 @@ pub fn model(c: &Counters, resident_warps_per_scheduler: f64) -> Breakdown {
     Breakdown {
         per_instruction: p.total() as f64 / instructions,
         groups,
-        warps: (resident_warps_per_scheduler, None),
+        warps: vec![("resident", resident_warps_per_scheduler)],
     }
 }
 
@@ -213,7 +213,17 @@ pub fn render(pairs: &[Pair<'_>]) -> Option<String> {
         any = true;
         let md = model(&s.counters, s.resident_warps_per_scheduler);
         let cell = |x: Option<f64>| x.map_or("—".to_string(), |v| format!("{v:.2}"));
-        let row = |side: &str, id: String, kernel: String, bd: &Breakdown, warps: String| {
+        let row = |side: &str, id: String, kernel: String, bd: &Breakdown| {
+            let warps: Vec<String> = bd
+                .warps
+                .iter()
+                .map(|(what, n)| format!("{n:.2} {what}"))
+                .collect();
+            let warps = if warps.is_empty() {
+                "—".to_string()
+            } else {
+                warps.join(", ")
+            };
             let mut r = vec![
                 id,
                 kernel,
@@ -224,25 +234,8 @@ pub fn render(pairs: &[Pair<'_>]) -> Option<String> {
             r.extend(bd.groups.iter().map(|&g| cell(g)));
             r
         };
-        let hw_warps = match (hw.warps.0.is_nan(), hw.warps.1) {
-            (true, _) => "—".to_string(),
-            (false, Some(e)) => format!("{:.2} active, {e:.2} eligible", hw.warps.0),
-            (false, None) => format!("{:.2} active", hw.warps.0),
-        };
-        b.push_record(row(
-            "hardware",
-            format!("#{}", h.id),
-            h.kernel.clone(),
-            &hw,
-            hw_warps,
-        ));
-        b.push_record(row(
-            "model",
-            String::new(),
-            String::new(),
-            &md,
-            format!("{:.2} resident", md.warps.0),
-        ));
+        b.push_record(row("hardware", format!("#{}", h.id), h.kernel.clone(), &hw));
+        b.push_record(row("model", String::new(), String::new(), &md));
     }
     if !any {
         return None;
@@ -331,7 +324,7 @@ mod tests {
             vec![Some(1.0), None, Some(2.0), None, None, Some(2.0), None],
             "a group with one reason absent is absent (not_selected is there, dispatch_stall not)"
         );
-        assert_eq!(bd.warps, (3.69, None));
+        assert_eq!(bd.warps, vec![("active", 3.69)]);
         // Without the latency metric, the sum of the groups present.
         let bd = hardware(&export(&[("selected", "1"), ("wait", "2")], None)[0]).unwrap();
         assert_eq!(bd.per_instruction, 3.0);
@@ -366,6 +359,6 @@ mod tests {
         );
         let sum: f64 = bd.groups.iter().flatten().sum();
         assert!((sum - bd.per_instruction).abs() < 1e-12);
-        assert_eq!(bd.warps, (4.0, None));
+        assert_eq!(bd.warps, vec![("resident", 4.0)]);
     }
 }
