@@ -109,7 +109,8 @@ __device__ __forceinline__ void cc_walk_unpack(float2 (&x)[2 * STEPS], const cc_
 }
 
 // The fetched tile transposed into dst[feature][token] (stride CC_LDT) as cc_tile_cols
-// stores it: φ = map `phi` (tokens ≥ n stay 0, not φ(0)), times w[token] (W); with LO also
+// stores it: φ = map `phi` (tokens ≥ n stay 0, not φ(0)), times w[token] (W; callers whose
+// weights are all 1 at λ = 1 take W = false there: the same bits); with LO also
 // the rounding residue into dst_lo (hi + lo split). SCALE: each feature row is first scaled
 // by its power of two (max over the 64 tokens below 2^14, cc_split_exp: the lanes tw of a
 // warp and, through col_max, the warp w ^ 4 hold the rest of its tokens) and 2^−s goes to
@@ -402,9 +403,12 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
         if (split)
             cc_walk_put<true, true, false>(s_kt, s_kt_lo, raw_k, chunk * CC_L, n, d_cols, map, s_w, nullptr,
                                            nullptr);
-        else
+        else if (log2_decay != 0.0f)
             cc_walk_put<false, true, false>(s_kt, nullptr, raw_k, chunk * CC_L, n, d_cols, map, s_w, nullptr,
                                             nullptr);
+        else  // λ = 1: every weight is 1
+            cc_walk_put<false, false, false>(s_kt, nullptr, raw_k, chunk * CC_L, n, d_cols, map, nullptr,
+                                             nullptr, nullptr);
         __syncthreads();
         if (chunk + 2 < num_chunks) {  // the next chunk's k, v, in flight during this one
             cc_walk_fetch(raw_v, v, head_row0, (chunk + 1) * CC_L, n, e0, mw, m_cols);
