@@ -77,10 +77,6 @@ __device__ __forceinline__ void cc_seg_sums_body(const la_storage_t* __restrict_
     float run[CC_SEG_NT][4];
 #pragma unroll
     for (int nt = 0; nt < CC_SEG_NT; ++nt) run[nt][0] = run[nt][1] = run[nt][2] = run[nt][3] = 0.0f;
-    // k̃'s weights λ^{L−1−j}, all 1 at λ = 1: then the unweighted put (cc_seg_put, the
-    // training split's, always weighs: a null test of its weights spilled cc_forward_seg at
-    // D = 128, M = 64).
-    const bool weighted = log2_decay != 0.0f;
     for (int chunk = first; chunk < end; ++chunk) {
         const int tok0 = chunk * CC_L;
         cc_seg_raw<CC_SEG_DT> raw;  // this slice's feature tiles of k
@@ -92,14 +88,12 @@ __device__ __forceinline__ void cc_seg_sums_body(const la_storage_t* __restrict_
 #pragma unroll
         for (int i = 0; i < CC_SEG_DT; ++i) {
             const int h = slice * CC_SEG_DT + i, cols = cc_slice_cols<CC_D>(dw, h * CC_TILE);
+            // (cc_seg_put, the training split's, always weighs: a null test of its weights
+            // spilled cc_forward_seg at D = 128, M = 64.)
             if (TRAIN)
                 cc_seg_put<false, true>(nullptr, s_kt, s_kt_lo, raw.k[i], h * CC_TILE, tok0, n, cols, map, s_w);
-            else if (weighted)
-                cc_walk_put<false, true, false>(s_kt + h * CC_TILE * CC_LDT, nullptr, raw.k[i], tok0, n, cols, map,
-                                                s_w, nullptr, nullptr);
             else
-                cc_walk_put<false, false, false>(s_kt + h * CC_TILE * CC_LDT, nullptr, raw.k[i], tok0, n, cols,
-                                                 map, nullptr, nullptr, nullptr);
+                cc_walk_put_keys(s_kt + h * CC_TILE * CC_LDT, raw.k[i], tok0, n, cols, map, s_w, log2_decay);
         }
         __syncthreads();  // the tiles
         cc_seg_state_step<true, TRAIN>(run, s_z + ((chunk - first + 1) & 1) * CC_D,

@@ -109,8 +109,7 @@ __device__ __forceinline__ void cc_walk_unpack(float2 (&x)[2 * STEPS], const cc_
 }
 
 // The fetched tile transposed into dst[feature][token] (stride CC_LDT) as cc_tile_cols
-// stores it: φ = map `phi` (tokens ≥ n stay 0, not φ(0)), times w[token] (W; callers whose
-// weights are all 1 at λ = 1 take W = false there: the same bits); with LO also
+// stores it: φ = map `phi` (tokens ≥ n stay 0, not φ(0)), times w[token] (W); with LO also
 // the rounding residue into dst_lo (hi + lo split). SCALE: each feature row is first scaled
 // by its power of two (max over the 64 tokens below 2^14, cc_split_exp: the lanes tw of a
 // warp and, through col_max, the warp w ^ 4 hold the rest of its tokens) and 2^−s goes to
@@ -171,6 +170,18 @@ __device__ __forceinline__ void cc_walk_put(cc_u16* dst, cc_u16* dst_lo,
 #pragma unroll
     for (int s = 0; s < STEPS; ++s)
         cc_tile_cols_block<LO>(dst, dst_lo, f, tok + 8 * s, x[2 * s], x[2 * s + 1], fp >= 4);
+}
+
+// k̃ᵀ weighted by w[j] = λ^{L−1−j} as cc_walk_put<false, true, false> stores it, λ given as
+// log2_decay: at λ = 1 every weight is 1, and the unweighted put stores the same bits without
+// loading them (cc_seg_sums, cc_forward_h's unsplit walk; a null test of w inside
+// cc_walk_put made cc_backward_h, which shares it, 5–9% longer).
+__device__ __forceinline__ void cc_walk_put_keys(cc_u16* dst, const cc_u32 (&raw)[2 * CC_WALK_STEPS], int tok0,
+                                                 int n, int cols, int phi, const float* w, float log2_decay) {
+    if (log2_decay != 0.0f)
+        cc_walk_put<false, true, false>(dst, nullptr, raw, tok0, n, cols, phi, w, nullptr, nullptr);
+    else
+        cc_walk_put<false, false, false>(dst, nullptr, raw, tok0, n, cols, phi, nullptr, nullptr, nullptr);
 }
 
 // acc[n] += A·B for this warp's 16 rows of A (16-bit [m][k], stride CC_LDT) and the 4
@@ -403,12 +414,8 @@ cc_forward_h(const la_storage_t* __restrict__ k, const la_storage_t* __restrict_
         if (split)
             cc_walk_put<true, true, false>(s_kt, s_kt_lo, raw_k, chunk * CC_L, n, d_cols, map, s_w, nullptr,
                                            nullptr);
-        else if (log2_decay != 0.0f)
-            cc_walk_put<false, true, false>(s_kt, nullptr, raw_k, chunk * CC_L, n, d_cols, map, s_w, nullptr,
-                                            nullptr);
-        else  // λ = 1: every weight is 1
-            cc_walk_put<false, false, false>(s_kt, nullptr, raw_k, chunk * CC_L, n, d_cols, map, nullptr,
-                                             nullptr, nullptr);
+        else
+            cc_walk_put_keys(s_kt, raw_k, chunk * CC_L, n, d_cols, map, s_w, log2_decay);
         __syncthreads();
         if (chunk + 2 < num_chunks) {  // the next chunk's k, v, in flight during this one
             cc_walk_fetch(raw_v, v, head_row0, (chunk + 1) * CC_L, n, e0, mw, m_cols);
